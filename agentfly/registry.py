@@ -1,0 +1,95 @@
+"""A name → object registry shared by every kind of plug-in (estimators, tools, rewards, agents...).
+
+Registering the same name twice to *different* objects is refused (re-registering the identical
+object, as happens when a module is imported twice, is allowed). Looking up an unknown name raises
+a ``KeyError`` subclass whose message lists the known names and the closest matches.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Iterator
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class UnknownNameError(KeyError, ValueError):
+    """An unknown plug-in name; the message lists the known ones."""
+
+    def __str__(self) -> str:  # KeyError would otherwise quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class Registry(Generic[T]):
+    """Maps names (and aliases) to plug-ins of one kind.
+
+    Args:
+        kind: what the registry holds, used in error messages ("advantage estimator", "tool").
+    """
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._items: dict[str, T] = {}
+        self._aliases: dict[str, str] = {}
+
+    def register(
+        self, name: str, obj: T | None = None, *, aliases: tuple[str, ...] = ()
+    ) -> T | Callable[[T], T]:
+        """Register ``obj`` under ``name``; without ``obj`` acts as a decorator."""
+        if obj is None:
+
+            def decorator(o: T) -> T:
+                self.register(name, o, aliases=aliases)
+                return o
+
+            return decorator
+        for key in (name, *aliases):
+            existing = self._lookup(key)
+            if existing is not None and existing is not obj:
+                raise ValueError(
+                    f"{self.kind} {key!r} is already registered to {existing!r}; "
+                    f"refusing to register {obj!r} under the same name"
+                )
+        self._items[name] = obj
+        for alias in aliases:
+            self._aliases[alias] = name
+        return obj
+
+    def _lookup(self, name: str) -> T | None:
+        if name in self._items:
+            return self._items[name]
+        if name in self._aliases:
+            return self._items[self._aliases[name]]
+        return None
+
+    def get(self, name: str) -> T:
+        obj = self._lookup(name)
+        if obj is None:
+            known = self.names(include_aliases=True)
+            close = difflib.get_close_matches(str(name), known, n=3)
+            hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+            raise UnknownNameError(
+                f"unknown {self.kind} {name!r}{hint} (known: {', '.join(known)})"
+            )
+        return obj
+
+    def canonical(self, name: str) -> str:
+        """The registered name behind ``name`` (resolving aliases)."""
+        self.get(name)
+        return self._aliases.get(name, name)
+
+    def names(self, include_aliases: bool = False) -> list[str]:
+        names = list(self._items)
+        if include_aliases:
+            names += list(self._aliases)
+        return sorted(names)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self._lookup(name) is not None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)

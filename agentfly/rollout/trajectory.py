@@ -1,0 +1,93 @@
+"""The one typed record of a rollout chain.
+
+The loss-mask rule lives here and nowhere else: tokens the engine sampled get mask 1 (and keep the
+engine's log-probabilities); everything else after the prompt (tool observations, template glue
+between turns) gets mask 0. Token ids are stored exactly as the engine produced them or as the
+observation was tokenized on its own; nothing the model produced is decoded and re-encoded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class ToolCallRecord:
+    """One tool call made by the model in a chain, and what came back."""
+
+    name: str
+    arguments: dict[str, Any] | str  # str when the model's arguments were not valid JSON
+    observation: str
+    ok: bool = True
+    error: str | None = None  # "unknown_tool", "invalid_arguments", "timeout", "exception", ...
+    turn: int = 0
+
+
+@dataclass
+class Trajectory:
+    """One chain: a prompt and the multi-turn response that followed it.
+
+    Shapes (P = prompt length, R = response length, counted in tokens):
+        prompt_ids: (P,) the rendered prompt, as given to the engine.
+        response_ids: (R,) every token after the prompt, sampled and observation alike.
+        loss_mask: (R,) 1 where the engine sampled the token, 0 elsewhere.
+        rollout_logprobs: (R,) the engine's log-probability of each sampled token; 0.0 where
+            ``loss_mask`` is 0.
+        turn_ids: (R,) the assistant turn (0-based) each token belongs to; observation tokens
+            carry the turn they answer.
+    """
+
+    prompt_ids: list[int]
+    response_ids: list[int] = field(default_factory=list)
+    loss_mask: list[int] = field(default_factory=list)
+    rollout_logprobs: list[float] = field(default_factory=list)
+    turn_ids: list[int] = field(default_factory=list)
+    messages: list[dict[str, Any]] = field(default_factory=list)  # the chat, as text
+    tool_calls: list[ToolCallRecord] = field(default_factory=list)
+    num_turns: int = 0
+    finish_reason: str = ""  # answer | no_tool_call | max_turns | max_model_len | error
+    final_response: str = ""
+    group_id: int = 0  # chains of the same prompt share it
+    chain_index: int = 0  # position of this chain inside its group
+    row: dict[str, Any] = field(default_factory=dict)  # the data row (all fields)
+    reward: float | None = None
+    reward_extras: dict[str, Any] = field(default_factory=dict)
+    reward_failed: bool = False
+    error: str | None = None
+
+    def append_sampled(self, ids: list[int], logprobs: list[float]) -> None:
+        """Append tokens the engine sampled (trained on)."""
+        if len(ids) != len(logprobs):
+            raise ValueError(f"{len(ids)} sampled ids but {len(logprobs)} logprobs")
+        self._append(ids, 1, logprobs)
+
+    def append_observation(self, ids: list[int]) -> None:
+        """Append tokens the model did not produce (tool output, template glue): not trained on."""
+        self._append(ids, 0, [0.0] * len(ids))
+
+    def _append(self, ids: list[int], mask: int, logprobs: list[float]) -> None:
+        self.response_ids.extend(int(i) for i in ids)
+        self.loss_mask.extend([mask] * len(ids))
+        self.rollout_logprobs.extend(float(x) for x in logprobs)
+        self.turn_ids.extend([self.num_turns] * len(ids))
+
+    def mask_all_but_last_turn(self) -> None:
+        """Keep loss mask 1 only on the last assistant turn (``train_on_last_turn=True``)."""
+        sampled_turns = [t for t, m in zip(self.turn_ids, self.loss_mask) if m]
+        if not sampled_turns:
+            return
+        last = max(sampled_turns)
+        self.loss_mask = [m if t == last else 0 for t, m in zip(self.turn_ids, self.loss_mask)]
+
+    @property
+    def input_ids(self) -> list[int]:
+        """Prompt then response: (P + R,)."""
+        return self.prompt_ids + self.response_ids
+
+    @property
+    def num_tool_calls(self) -> int:
+        return len(self.tool_calls)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
