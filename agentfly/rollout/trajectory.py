@@ -74,11 +74,11 @@ class Trajectory:
 
     def mask_all_but_last_turn(self) -> None:
         """Keep loss mask 1 only on the last assistant turn (``train_on_last_turn=True``)."""
-        sampled_turns = [t for t, m in zip(self.turn_ids, self.loss_mask) if m]
+        sampled_turns = [t for t, m in zip(self.turn_ids, self.loss_mask, strict=True) if m]
         if not sampled_turns:
             return
         last = max(sampled_turns)
-        self.loss_mask = [m if t == last else 0 for t, m in zip(self.turn_ids, self.loss_mask)]
+        self.loss_mask = [m if t == last else 0 for t, m in zip(self.turn_ids, self.loss_mask, strict=True)]
 
     @property
     def input_ids(self) -> list[int]:

@@ -1,0 +1,34 @@
+"""Advantage estimators, KL penalties and KL controllers: pure functions on tensors.
+
+>>> from agentfly.estimators import get_estimator
+>>> grpo = get_estimator("grpo")
+>>> adv, ret = grpo(token_level_rewards=r, response_mask=m, index=uids)
+"""
+
+from agentfly.estimators import gae, grpo, opo, reinforce_plus_plus, remax, rloo  # noqa: F401
+from agentfly.estimators.base import (
+    ESTIMATORS,
+    AdvantageEstimator,
+    get_estimator,
+    register_estimator,
+)
+from agentfly.estimators.kl import KL_PENALTIES, kl_penalty
+from agentfly.estimators.kl_controller import (
+    AdaptiveKLController,
+    FixedKLController,
+    KLController,
+    get_kl_controller,
+)
+
+__all__ = [
+    "ESTIMATORS",
+    "KL_PENALTIES",
+    "AdaptiveKLController",
+    "AdvantageEstimator",
+    "FixedKLController",
+    "KLController",
+    "get_estimator",
+    "get_kl_controller",
+    "kl_penalty",
+    "register_estimator",
+]

@@ -1,0 +1,135 @@
+"""The advantage-estimator registry and the one call signature every estimator shares.
+
+Every estimator is a pure function with the keyword-only signature of :func:`estimator_signature`
+and returns ``(advantages, returns)``, both (B, T) and zero wherever ``response_mask`` is zero. It
+is registered with what it needs (a critic's ``values``, group ``index``, greedy
+``reward_baselines``), so callers ask the registry entry instead of branching on names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from agentfly.ops import group_ids
+from agentfly.registry import Registry
+
+EstimatorFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
+
+
+def estimator_signature(
+    *,
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: torch.Tensor | None = None,
+    values: torch.Tensor | None = None,
+    reward_baselines: torch.Tensor | None = None,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    norm_adv_by_std_in_grpo: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The signature shared by every estimator (documentation only).
+
+    Args:
+        token_level_rewards: reward per token, usually the outcome reward at the last sampled
+            token (minus a KL penalty where one is in the reward). Shape: (B, T).
+        response_mask: 1 on tokens the model sampled, 0 on observations and padding. Shape: (B, T).
+        index: group id per row, contiguous ``0..G-1`` (the registry entry converts labels).
+            Shape: (B,).
+        values: critic values per token. Shape: (B, T).
+        reward_baselines: reward of a greedy rollout per row (ReMax). Shape: (B,).
+        gamma: discount per sampled token.
+        lam: GAE lambda.
+        norm_adv_by_std_in_grpo: divide group-relative advantages by the group's std.
+
+    Returns:
+        ``(advantages, returns)``, both (B, T), zero where ``response_mask`` is zero.
+    """
+    raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class AdvantageEstimator:
+    """A registered estimator and what it needs from the batch."""
+
+    name: str
+    fn: EstimatorFn
+    needs_critic: bool = False
+    needs_groups: bool = False
+    needs_baselines: bool = False
+
+    def __call__(
+        self,
+        *,
+        token_level_rewards: torch.Tensor,
+        response_mask: torch.Tensor,
+        index: Sequence[Any] | torch.Tensor | None = None,
+        values: torch.Tensor | None = None,
+        reward_baselines: torch.Tensor | None = None,
+        gamma: float = 1.0,
+        lam: float = 1.0,
+        norm_adv_by_std_in_grpo: bool = True,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if token_level_rewards.shape != response_mask.shape or token_level_rewards.dim() != 2:
+            raise ValueError(
+                f"token_level_rewards {tuple(token_level_rewards.shape)} and response_mask "
+                f"{tuple(response_mask.shape)} must both be (B, T)"
+            )
+        batch = token_level_rewards.shape[0]
+        if self.needs_critic and values is None:
+            raise ValueError(f"estimator {self.name!r} needs critic `values` (B, T)")
+        if values is not None and values.shape != token_level_rewards.shape:
+            raise ValueError(f"values {tuple(values.shape)} must match rewards (B, T)")
+        if self.needs_baselines and reward_baselines is None:
+            raise ValueError(f"estimator {self.name!r} needs `reward_baselines` (B,)")
+        gid = None
+        if index is not None:
+            gid = group_ids(index, device=token_level_rewards.device)
+            if gid.numel() != batch:
+                raise ValueError(f"index has {gid.numel()} entries for a batch of {batch}")
+        elif self.needs_groups:
+            raise ValueError(f"estimator {self.name!r} needs a group `index` (B,)")
+        mask = response_mask.to(token_level_rewards.dtype)
+        with torch.no_grad():
+            return self.fn(
+                token_level_rewards=token_level_rewards,
+                response_mask=mask,
+                index=gid,
+                values=values,
+                reward_baselines=reward_baselines,
+                gamma=gamma,
+                lam=lam,
+                norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
+            )
+
+
+ESTIMATORS: Registry[AdvantageEstimator] = Registry("advantage estimator")
+
+
+def register_estimator(
+    name: str,
+    *,
+    needs_critic: bool = False,
+    needs_groups: bool = False,
+    needs_baselines: bool = False,
+    aliases: tuple[str, ...] = (),
+) -> Callable[[EstimatorFn], EstimatorFn]:
+    """Register a function with the shared signature as an advantage estimator."""
+
+    def decorator(fn: EstimatorFn) -> EstimatorFn:
+        ESTIMATORS.register(
+            name,
+            AdvantageEstimator(name, fn, needs_critic, needs_groups, needs_baselines),
+            aliases=aliases,
+        )
+        return fn
+
+    return decorator
+
+
+def get_estimator(name: str) -> AdvantageEstimator:
+    """The registered estimator called ``name``; an unknown name lists the known ones."""
+    return ESTIMATORS.get(name)

@@ -1,0 +1,63 @@
+"""Per-token KL estimators between the policy and the reference model.
+
+Kinds (Schulman, "Approximating KL Divergence", http://joschu.net/blog/kl-approx.html):
+``kl``/``k1`` = log p - log q; ``abs`` = |log p - log q|; ``mse``/``k2`` = ½(log p - log q)²;
+``low_var_kl``/``k3`` = exp(log q - log p) - (log q - log p) - 1, with the log-ratio clamped to
+±20 and the result to ±10 as in verl; ``k1+``/``k3+``/... = straight-through forms whose value is
+the named estimator and whose gradient is k2's (unbiased gradient of KL, Liu et al. 2025).
+``full`` is the exact KL over the vocabulary, Σ_v p(v)(log p(v) - log q(v)), and takes full
+log-probability rows (B, T, V) instead of sampled log-probabilities (verl leaves it unimplemented).
+"""
+
+from __future__ import annotations
+
+import torch
+
+KL_PENALTIES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "full")
+
+
+def _sampled_kl(logprob: torch.Tensor, ref_logprob: torch.Tensor, kind: str) -> torch.Tensor:
+    if kind in ("kl", "k1"):
+        return logprob - ref_logprob
+    if kind == "abs":
+        return (logprob - ref_logprob).abs()
+    if kind in ("mse", "k2"):
+        return 0.5 * (logprob - ref_logprob).square()
+    if kind in ("low_var_kl", "k3"):
+        log_ratio = (ref_logprob - logprob).clamp(min=-20, max=20)
+        return (log_ratio.exp() - log_ratio - 1).clamp(min=-10, max=10)
+    raise ValueError(
+        f"unknown kl_penalty {kind!r} (known: {', '.join(KL_PENALTIES)}, "
+        f"and the straight-through forms {', '.join(k + '+' for k in KL_PENALTIES[:-1])})"
+    )
+
+
+def full_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
+    """Exact KL(p || q) per position from full log-probability rows. (B, T, V) -> (B, T)."""
+    if logprobs.dim() < 3 or logprobs.shape != ref_logprobs.shape:
+        raise ValueError(
+            "kl_penalty='full' needs full log-probability rows of equal shape (B, T, V); got "
+            f"{tuple(logprobs.shape)} and {tuple(ref_logprobs.shape)}"
+        )
+    return (logprobs.exp() * (logprobs - ref_logprobs)).sum(dim=-1)
+
+
+def kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, kind: str = "kl") -> torch.Tensor:
+    """Per-token KL estimate of the policy from the reference.
+
+    Args:
+        logprob: policy log-probabilities of the sampled tokens, (B, T); for ``full``, the
+            policy's log-softmax rows, (B, T, V).
+        ref_logprob: the reference model's, same shape.
+        kind: one of :data:`KL_PENALTIES`, or a sampled kind followed by ``+``.
+
+    Returns:
+        (B, T) per-token penalty.
+    """
+    if kind == "full":
+        return full_kl(logprob, ref_logprob)
+    if kind.endswith("+"):
+        value = _sampled_kl(logprob, ref_logprob, kind[:-1])
+        k2 = 0.5 * (logprob - ref_logprob).square()
+        return k2 - k2.detach() + value.detach()
+    return _sampled_kl(logprob, ref_logprob, kind)

@@ -1,0 +1,23 @@
+"""Shared fixtures: a tiny random Qwen2 checkpoint with a locally trained tokenizer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Directory holding a tiny seeded Qwen2 model and its tokenizer (see agentfly.testing)."""
+    from agentfly.testing import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny_model"))
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer(tiny_model_dir: Path):
+    """The tiny model's tokenizer, loaded as a PreTrainedTokenizerFast."""
+    from transformers import PreTrainedTokenizerFast
+
+    return PreTrainedTokenizerFast.from_pretrained(tiny_model_dir)

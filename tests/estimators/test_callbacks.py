@@ -1,0 +1,72 @@
+"""The callbacks apply the pure functions; swapping the callback swaps the algorithm."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from agentfly.callbacks import AdvantageCallback, KLRewardCallback, run_batch_hooks
+from agentfly.estimators import get_estimator, kl_penalty
+
+
+def make_batch():
+    scores = torch.zeros(4, 3)
+    scores[:, -1] = torch.tensor([1.0, 0.0, 0.5, 0.5])
+    return {
+        "token_level_scores": scores,
+        "response_mask": torch.tensor([[1, 0, 1], [1, 1, 1], [1, 1, 1], [0, 1, 1]], dtype=torch.float32),
+        "index": [0, 0, 1, 1],
+        "old_log_probs": torch.tensor([[-1.0, -2.0, -0.5]] * 4),
+        "ref_log_probs": torch.tensor([[-1.5, -1.0, -0.5]] * 4),
+    }
+
+
+def test_hooks_run_kl_shaping_before_advantages_whatever_the_list_order():
+    batch = make_batch()
+    kl_cb = KLRewardCallback(kl_penalty="kl", kl_ctrl_type="fixed", kl_coef=0.1)
+    adv_cb = AdvantageCallback("grpo")
+    trainer = SimpleNamespace(callbacks=[adv_cb, kl_cb])
+    metrics = run_batch_hooks(trainer, None, batch)
+
+    kl = kl_penalty(batch["old_log_probs"], batch["ref_log_probs"], "kl") * batch["response_mask"]
+    shaped = batch["token_level_scores"] - 0.1 * kl
+    assert torch.allclose(batch["token_level_rewards"], shaped)
+    expected, _ = get_estimator("grpo")(
+        token_level_rewards=shaped, response_mask=batch["response_mask"], index=[0, 0, 1, 1]
+    )
+    assert torch.allclose(batch["advantages"], expected)
+    # per-sequence masked KL means: row0 (0.5 + 0)/2, others (0.5 - 1 + 0)/3 and (-1 + 0)/2
+    current = (0.25 + (-0.5 / 3) * 2 + (-0.5)) / 4
+    assert metrics["actor/reward_kl_penalty"] == pytest.approx(current, abs=1e-6)
+    assert metrics["actor/reward_kl_penalty_coeff"] == pytest.approx(0.1)
+
+
+def test_without_kl_callback_scores_are_the_rewards():
+    batch = make_batch()
+    run_batch_hooks(SimpleNamespace(callbacks=[AdvantageCallback("rloo")]), None, batch)
+    expected, _ = get_estimator("rloo")(
+        token_level_rewards=batch["token_level_scores"], response_mask=batch["response_mask"],
+        index=[0, 0, 1, 1],
+    )
+    assert torch.allclose(batch["advantages"], expected)
+
+
+def test_adaptive_kl_callback_state_survives_a_checkpoint():
+    a = KLRewardCallback(kl_ctrl_type="adaptive", kl_coef=0.2, target_kl=0.01, horizon=10)
+    a.on_rollout_batch(None, None, make_batch())
+    assert a.controller.value != 0.2
+    b = KLRewardCallback(kl_ctrl_type="adaptive", kl_coef=0.2, target_kl=0.01, horizon=10)
+    b.load_state_dict(a.state_dict())
+    assert b.controller.value == a.controller.value
+
+
+def test_full_kl_cannot_shape_rewards():
+    with pytest.raises(ValueError, match="full"):
+        KLRewardCallback(kl_penalty="full")
+
+
+def test_advantage_callback_reports_critic_need():
+    assert AdvantageCallback("gae").needs_critic
+    assert not AdvantageCallback("grpo").needs_critic
