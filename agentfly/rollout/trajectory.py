@@ -47,6 +47,7 @@ class Trajectory:
     tool_calls: list[ToolCallRecord] = field(default_factory=list)
     num_turns: int = 0
     finish_reason: str = ""  # answer | no_tool_call | max_turns | max_model_len | error
+    truncated: bool = False  # a turn hit its max_tokens before its end-of-turn marker
     final_response: str = ""
     group_id: int = 0  # chains of the same prompt share it
     chain_index: int = 0  # position of this chain inside its group
@@ -78,7 +79,9 @@ class Trajectory:
         if not sampled_turns:
             return
         last = max(sampled_turns)
-        self.loss_mask = [m if t == last else 0 for t, m in zip(self.turn_ids, self.loss_mask, strict=True)]
+        self.loss_mask = [
+            m if t == last else 0 for t, m in zip(self.turn_ids, self.loss_mask, strict=True)
+        ]
 
     @property
     def input_ids(self) -> list[int]:

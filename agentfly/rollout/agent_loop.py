@@ -1,0 +1,271 @@
+"""The agent loop: multi-turn chains of generate → parse → run tools → observe, token-exact.
+
+For every prompt, ``num_chains`` chains share a group id; at most ``max_concurrent_chains`` run at
+once. Each chain asks the engine pool for one turn at a time; the pool merges the turns of all
+waiting chains into one batched engine call, so a chain waiting on a slow tool holds no one back.
+
+Token exactness: the prompt is rendered and tokenized once; each turn appends the ids the engine
+sampled (trained on, with the engine's log-probabilities), then the template's glue for the tool
+observations tokenized on its own (not trained on). Sampled text is decoded only to parse tool
+calls and to record the chat; it is never re-encoded.
+
+Finish reasons: ``answer`` (the agent gave a final answer or called the ``answer`` tool),
+``no_tool_call`` (a turn with no tool call), ``max_turns``, ``max_model_len`` (the next turn or
+observation would not fit), ``error`` (the chain failed; recorded, never raised).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
+
+from agentfly.rollout.agents.base import Agent, ToolCallRequest
+from agentfly.rollout.engines.base import SamplingParams
+from agentfly.rollout.rewards import ascore_trajectory
+from agentfly.rollout.templates.base import ChatTemplate
+from agentfly.rollout.tools.base import INVALID_ARGUMENTS, ToolResult
+from agentfly.rollout.tools.call import run_tool_call
+from agentfly.rollout.trajectory import ToolCallRecord, Trajectory
+
+logger = logging.getLogger(__name__)
+
+PROMPT_KEYS = ("question", "prompt", "problem", "instruction")
+
+
+def question_of(
+    row: dict[str, Any], prompt_key: str | None = None, row_index: int | None = None
+) -> str:
+    """The user message of a data row: ``prompt_key``, else the first of :data:`PROMPT_KEYS`."""
+    keys = (prompt_key,) if prompt_key else PROMPT_KEYS
+    for key in keys:
+        value = row.get(key)
+        if isinstance(value, str) and value.strip():
+            return value
+    where = f"data row {row_index}" if row_index is not None else "a data row"
+    raise ValueError(
+        f"{where} has no question field: expected one of {', '.join(keys)} holding text; "
+        f"the row has fields {sorted(row)}"
+    )
+
+
+class AgentLoop:
+    """Runs chains for a batch of data rows and returns scored trajectories.
+
+    Args:
+        engine: the engine pool (anything with ``async generate(prompts, sampling)``).
+        tokenizer: the model's tokenizer (encode/decode only).
+        template: the chat template.
+        agent: the agent type (parser and prompting).
+        reward: reward name or function; None leaves trajectories unscored.
+        resources: the resource pool for stateful tools (None: throwaway resources per call).
+        max_turns: assistant turns per chain at most.
+        num_chains: chains per prompt (one group).
+        max_concurrent_chains: cap on chains running at once (None: no cap).
+        max_tokens: new tokens per turn at most.
+        max_model_len: prompt + response tokens at most.
+        temperature: sampling temperature (0: greedy).
+        top_p: nucleus sampling mass.
+        train_on_last_turn: keep the loss mask only on the last assistant turn.
+        seed: base seed; chain ``k`` of group ``g`` samples with a seed derived from it, so a
+            rerun gives the same trajectories. None samples from the engines' own generators.
+    """
+
+    def __init__(
+        self,
+        *,
+        engine: Any,
+        tokenizer: Any,
+        template: ChatTemplate,
+        agent: Agent,
+        reward: str | Callable[..., Any] | None = None,
+        resources: Any = None,
+        max_turns: int = 3,
+        num_chains: int = 1,
+        max_concurrent_chains: int | None = None,
+        max_tokens: int = 256,
+        max_model_len: int = 2048,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        train_on_last_turn: bool = False,
+        seed: int | None = None,
+    ) -> None:
+        if max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+        if num_chains < 1:
+            raise ValueError(f"num_chains must be >= 1, got {num_chains}")
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.template = template
+        self.agent = agent
+        self.reward = reward
+        self.resources = resources
+        self.max_turns = max_turns
+        self.num_chains = num_chains
+        self.max_concurrent_chains = max_concurrent_chains
+        self.max_model_len = max_model_len
+        self.train_on_last_turn = train_on_last_turn
+        self.seed = seed
+        self.sampling = SamplingParams(
+            temperature=temperature,
+            top_p=top_p,
+            max_tokens=max_tokens,
+            stop=template.stop,
+            stop_token_ids=template.stop_token_ids(tokenizer),
+        )
+
+    # ------------------------------------------------------------------ public
+
+    def run(self, rows: Sequence[dict[str, Any]], **kwargs: Any) -> list[Trajectory]:
+        """:meth:`arun` from synchronous code."""
+        return asyncio.run(self.arun(rows, **kwargs))
+
+    async def arun(
+        self,
+        rows: Sequence[dict[str, Any]],
+        *,
+        prompt_key: str | None = None,
+        num_chains: int | None = None,
+        group_offset: int = 0,
+        greedy: bool = False,
+        sampling: SamplingParams | None = None,
+    ) -> list[Trajectory]:
+        """Roll out ``num_chains`` chains for each row; trajectories come back row-major.
+
+        Args:
+            rows: data rows; the question is read from ``prompt_key`` (or the usual fields) and
+                every field is passed to the reward.
+            prompt_key: the field holding the question.
+            num_chains: override the chains per prompt (validation uses 1).
+            group_offset: added to each row's position to make its group id.
+            greedy: sample greedily (validation).
+            sampling: replace the loop's sampling parameters altogether.
+        """
+        questions = [question_of(row, prompt_key, i) for i, row in enumerate(rows)]
+        n = num_chains or self.num_chains
+        base = sampling or self.sampling
+        if greedy:
+            base = replace(base, temperature=0.0)
+        limit = self.max_concurrent_chains
+        gate = asyncio.Semaphore(limit) if limit else None
+
+        async def one(i: int, k: int) -> Trajectory:
+            chain_sampling = base
+            if self.seed is not None and not base.greedy:
+                chain_sampling = replace(base, seed=self.seed + (group_offset + i) * 1009 + k)
+            if gate is None:
+                return await self._chain(rows[i], questions[i], group_offset + i, k, chain_sampling)
+            async with gate:
+                return await self._chain(rows[i], questions[i], group_offset + i, k, chain_sampling)
+
+        tasks = [one(i, k) for i in range(len(rows)) for k in range(n)]
+        return list(await asyncio.gather(*tasks))
+
+    # ------------------------------------------------------------------ one chain
+
+    def _encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    async def _chain(
+        self,
+        row: dict[str, Any],
+        question: str,
+        group_id: int,
+        chain_index: int,
+        sampling: SamplingParams,
+    ) -> Trajectory:
+        messages = self.agent.initial_messages(question)
+        tools = self.agent.template_tools()
+        traj = Trajectory(
+            prompt_ids=self._encode(self.template.prompt(messages, tools)),
+            messages=list(messages),
+            group_id=group_id,
+            chain_index=chain_index,
+            row=dict(row),
+        )
+        chain_resources = None
+        if self.resources is not None:
+            chain_resources = self.resources.chain((group_id, chain_index))
+        try:
+            await self._turns(traj, tools, sampling, chain_resources)
+        except Exception as e:  # a broken chain is recorded, not raised
+            logger.warning("chain %s/%s failed: %r", group_id, chain_index, e, exc_info=True)
+            traj.finish_reason, traj.error = "error", f"{type(e).__name__}: {e}"
+        finally:
+            if chain_resources is not None:
+                await chain_resources.release_all()
+        if self.train_on_last_turn:
+            traj.mask_all_but_last_turn()
+        if self.reward is not None:
+            await ascore_trajectory(self.reward, traj)
+        return traj
+
+    async def _turns(
+        self, traj: Trajectory, tools: Any, sampling: SamplingParams, chain_resources: Any
+    ) -> None:
+        content = ""
+        for turn in range(self.max_turns):
+            budget = self.max_model_len - len(traj.input_ids)
+            if budget <= 0:
+                traj.finish_reason = "max_model_len"
+                break
+            turn_sampling = replace(sampling, max_tokens=min(sampling.max_tokens, budget))
+            (out,) = (await self.engine.generate([traj.input_ids], turn_sampling))[0]
+            traj.append_sampled(out.token_ids, out.logprobs)
+            traj.num_turns += 1
+            text = self.tokenizer.decode(out.token_ids, skip_special_tokens=False)
+            content, closed = self.template.split_turn(text)
+            traj.messages.append({"role": "assistant", "content": content})
+            if out.finish_reason == "length":
+                traj.truncated = True
+            parsed = self.agent.parse(content)
+            if not parsed.calls:
+                traj.final_response = parsed.answer if parsed.answer is not None else content
+                traj.finish_reason = "answer" if parsed.answer is not None else "no_tool_call"
+                if out.finish_reason == "length" and budget <= sampling.max_tokens:
+                    traj.finish_reason = "max_model_len"
+                return
+            results = await asyncio.gather(*(self._call(c, chain_resources) for c in parsed.calls))
+            for call, result in zip(parsed.calls, results, strict=True):
+                traj.tool_calls.append(
+                    ToolCallRecord(
+                        call.name, call.arguments, result.observation, result.ok, result.error, turn
+                    )
+                )
+            ended = next((r for r in results if r.ends_chain), None)
+            if ended is not None:
+                traj.final_response = ended.final_answer or ""
+                traj.finish_reason = "answer"
+                return
+            if turn == self.max_turns - 1:
+                break
+            observations = self.agent.observation_messages(
+                parsed.calls, [r.observation for r in results]
+            )
+            glue_ids = self._encode(
+                self.template.glue([*traj.messages, *observations], tools, closed=closed)
+            )
+            if len(traj.input_ids) + len(glue_ids) >= self.max_model_len:
+                traj.finish_reason = "max_model_len"
+                traj.final_response = content
+                return
+            traj.append_observation(glue_ids)
+            traj.messages.extend(observations)
+        if not traj.finish_reason:
+            traj.finish_reason = "max_turns"
+        traj.final_response = traj.final_response or content
+
+    async def _call(self, call: ToolCallRequest, chain_resources: Any) -> ToolResult:
+        if call.error is not None:
+            return ToolResult.failure(INVALID_ARGUMENTS, f"Error: {call.error}.")
+        if call.name not in self.agent.tool_names and not self._is_alias(call.name):
+            known = ", ".join(self.agent.tool_names) or "none"
+            return ToolResult.failure(
+                "unknown_tool", f"Error: no tool named {call.name!r} is available (tools: {known})."
+            )
+        return await run_tool_call(call.name, call.arguments, resource=chain_resources)
+
+    def _is_alias(self, name: str) -> bool:
+        return any(name in getattr(t, "aliases", ()) for t in self.agent.tools)

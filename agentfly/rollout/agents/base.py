@@ -1,0 +1,122 @@
+"""Agent types: how a model's turn is read as actions, and how tools are described to it.
+
+An agent type is a parser plus prompting conventions, not a loop: the one agent loop
+(:mod:`agentfly.rollout.agent_loop`) asks the agent to ``parse`` each sampled turn into tool
+calls (or a final answer) and to turn tool results into the messages that answer the turn.
+Register a new type with ``@register_agent("name")`` on a subclass of :class:`Agent`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentfly.registry import Registry
+
+
+@dataclass
+class ToolCallRequest:
+    """A tool call read from the model's text.
+
+    ``arguments`` is a dict, or the raw string when the model's arguments were not a JSON object
+    (the tool layer then answers with an error observation). ``error`` is set when the call could
+    not be read at all (e.g. a ``<tool_call>`` block that is not JSON); the loop answers it
+    without running anything.
+    """
+
+    name: str
+    arguments: dict[str, Any] | str = field(default_factory=dict)
+    error: str | None = None
+
+
+@dataclass
+class ParsedTurn:
+    """What one assistant turn asks for: tool calls, or a final answer, or neither."""
+
+    calls: list[ToolCallRequest] = field(default_factory=list)
+    answer: str | None = None
+
+
+class Agent:
+    """Base agent type. Subclasses implement :meth:`parse`.
+
+    Args:
+        tools: the tools the agent may call (``Tool`` objects from the tool registry).
+        system_prompt: replaces the agent's default system prompt when given.
+    """
+
+    name = "base"
+    #: pass the tools' JSON schemas to the chat template (hermes-style tool blocks)
+    tools_in_template = False
+
+    def __init__(self, tools: list[Any], system_prompt: str | None = None) -> None:
+        self.tools = list(tools)
+        self._system_prompt = system_prompt
+
+    @property
+    def tool_names(self) -> list[str]:
+        return [t.name for t in self.tools]
+
+    def default_system_prompt(self) -> str | None:
+        """The agent type's own system prompt (None: the template's default)."""
+        return None
+
+    @property
+    def system_prompt(self) -> str | None:
+        return (
+            self._system_prompt if self._system_prompt is not None else self.default_system_prompt()
+        )
+
+    def template_tools(self) -> list[dict[str, Any]] | None:
+        """Tool schemas for the chat template, or None when the agent describes tools itself."""
+        return [t.schema for t in self.tools] if self.tools_in_template and self.tools else None
+
+    def initial_messages(self, question: str) -> list[dict[str, Any]]:
+        messages: list[dict[str, Any]] = []
+        if self.system_prompt:
+            messages.append({"role": "system", "content": self.system_prompt})
+        messages.append({"role": "user", "content": question})
+        return messages
+
+    def parse(self, text: str) -> ParsedTurn:
+        raise NotImplementedError
+
+    def observation_messages(
+        self, calls: list[ToolCallRequest], observations: list[str]
+    ) -> list[dict[str, Any]]:
+        """Messages that answer a turn's tool calls (one ``tool`` message per call)."""
+        return [{"role": "tool", "content": obs} for obs in observations]
+
+    def single_argument(self, tool_name: str, value: str) -> dict[str, Any] | str:
+        """Map a bare string onto a tool's only required parameter (ReAct/action inputs)."""
+        for t in self.tools:
+            if tool_name in (t.name, *getattr(t, "aliases", ())):
+                params = t.parameters
+                required = params.get("required") or list(params.get("properties", {}))
+                if len(required) == 1:
+                    return {required[0]: value}
+        return value
+
+
+AGENTS: Registry[type[Agent]] = Registry("agent type")
+
+
+def register_agent(name: str, *, aliases: tuple[str, ...] = ()):
+    """Class decorator registering an agent type under ``name``."""
+
+    def decorator(cls: type[Agent]) -> type[Agent]:
+        cls.name = name
+        AGENTS.register(name, cls, aliases=aliases)
+        return cls
+
+    return decorator
+
+
+def get_agent(name: str, tools: list[Any], system_prompt: str | None = None) -> Agent:
+    """Build the agent type ``name``; ``gui`` is refused with a clear reason."""
+    if name == "gui":
+        raise ValueError(
+            "agent_type 'gui' (vision agents) is out of scope for now; "
+            f"available agent types: {', '.join(AGENTS.names())}"
+        )
+    return AGENTS.get(name)(tools, system_prompt)

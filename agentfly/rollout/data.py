@@ -1,0 +1,92 @@
+"""Task files: JSON (a list of rows), JSONL (one row per line) or parquet.
+
+Each row is a dict; the question is read from ``question`` (or ``prompt``/``problem``/
+``instruction``, or a configured key) and every field is handed to the reward. A malformed file
+raises :class:`DataError` naming the file and the line or row.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from agentfly.rollout.agent_loop import question_of
+
+
+class DataError(ValueError):
+    """A task file that cannot be used, with the file and row named."""
+
+
+def load_rows(path: str | Path, prompt_key: str | None = None) -> list[dict[str, Any]]:
+    """Read every row of a task file and check each has a question.
+
+    Args:
+        path: a ``.json``, ``.jsonl`` or ``.parquet`` file.
+        prompt_key: the field holding the question (default: the usual ones).
+
+    Raises:
+        DataError: the file is missing, unreadable, empty, or a row is not usable.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise DataError(f"data file {str(path)!r} does not exist")
+    suffix = p.suffix.lower()
+    if suffix == ".parquet":
+        rows = _parquet(p)
+    elif suffix == ".jsonl":
+        rows = _jsonl(p)
+    else:
+        rows = _json(p)
+    if not rows:
+        raise DataError(f"data file {str(p)!r} holds no rows")
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise DataError(f"{p}: row {i} is a {type(row).__name__}, not an object")
+        try:
+            question_of(row, prompt_key, i)
+        except ValueError as e:
+            raise DataError(f"{p}: {e}") from None
+    return rows
+
+
+def _json(p: Path) -> list[Any]:
+    text = p.read_text(encoding="utf-8")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        if "\n{" in text.strip():  # JSONL saved with a .json name
+            return _jsonl(p)
+        raise DataError(
+            f"{p}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})"
+        ) from None
+    if isinstance(data, dict):
+        for key in ("data", "rows", "examples"):
+            if isinstance(data.get(key), list):
+                return data[key]
+        raise DataError(f"{p}: expected a list of rows (or an object with a 'data' list)")
+    if not isinstance(data, list):
+        raise DataError(f"{p}: expected a list of rows, found {type(data).__name__}")
+    return data
+
+
+def _jsonl(p: Path) -> list[Any]:
+    rows = []
+    with p.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                raise DataError(f"{p}: line {lineno} is not valid JSON ({e.msg})") from None
+    return rows
+
+
+def _parquet(p: Path) -> list[Any]:
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.read_table(p).to_pylist()
+    except Exception as e:
+        raise DataError(f"{p}: cannot read parquet ({e})") from None

@@ -1,0 +1,27 @@
+"""Generation engines behind one interface, and the Ray pool that serves them.
+
+``create_engine("hf", model=path)`` builds one engine; :class:`EnginePool` holds several (Ray
+actors, or one in-process engine for debugging). Importing this package registers the built-in
+engines without importing torch or transformers.
+"""
+
+from agentfly.rollout.engines import hf, scripted  # noqa: F401  (registers "hf", "scripted")
+from agentfly.rollout.engines.base import (
+    ENGINES,
+    Engine,
+    GenerationOutput,
+    SamplingParams,
+    create_engine,
+    register_engine,
+)
+from agentfly.rollout.engines.pool import EnginePool
+
+__all__ = [
+    "ENGINES",
+    "Engine",
+    "EnginePool",
+    "GenerationOutput",
+    "SamplingParams",
+    "create_engine",
+    "register_engine",
+]

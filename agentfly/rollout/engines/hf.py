@@ -1,0 +1,294 @@
+"""The transformers engine: a hand-written sampling loop over ``model(...)`` with a KV cache.
+
+The embedded default and the test engine. Prompts are left-padded into one batch (``n`` rows
+per prompt; each prompt may bring its own sampling parameters), position ids come from the attention mask (cumulative sum − 1) so padding does not
+shift positions, and finished rows keep being fed padding until every row is done (their outputs
+are ignored). A hand-written loop rather than ``model.generate`` gives the exact log-probabilities
+defined in :mod:`agentfly.rollout.engines.base` and stop strings that keep the completing token.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from agentfly.rollout.engines.base import (
+    Engine,
+    GenerationOutput,
+    SamplingParams,
+    register_engine,
+)
+from agentfly.rollout.engines.sampling import sample_tokens
+from agentfly.rollout.engines.weights import read_weights
+
+if TYPE_CHECKING:
+    import torch
+
+    from agentfly.rollout.engines.base import Weights
+
+
+@register_engine("hf", aliases=("transformers",))
+class HFEngine(Engine):
+    """Serve a Hugging Face causal LM with plain PyTorch.
+
+    Args:
+        model: checkpoint directory (or hub name, if the hub is reachable).
+        dtype: ``"float32"``, ``"bfloat16"``, ``"float16"`` or ``"auto"`` (the checkpoint's).
+        max_model_len: longest prompt + generation; the config's ``max_position_embeddings``
+            when None.
+        device: ``"cpu"``, ``"cuda"``, ``"cuda:1"``...; None picks CUDA when available.
+        seed: seeds the engine's generator (used by requests without their own seed).
+        max_num_seqs: rows (prompts × n) per forward batch; larger requests run in chunks.
+        tokenizer: tokenizer directory when it differs from ``model``.
+        attn_implementation: passed to ``from_pretrained`` (``"sdpa"``, ``"eager"``...).
+    """
+
+    def __init__(
+        self,
+        model: str | os.PathLike[str],
+        *,
+        dtype: str = "float32",
+        max_model_len: int | None = None,
+        device: str | None = None,
+        seed: int = 0,
+        max_num_seqs: int = 256,
+        tokenizer: str | os.PathLike[str] | None = None,
+        attn_implementation: str | None = None,
+    ) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        torch_dtype = dtype if dtype == "auto" else getattr(torch, dtype)
+        kwargs: dict[str, Any] = {"dtype": torch_dtype}
+        if attn_implementation:
+            kwargs["attn_implementation"] = attn_implementation
+        self.model = AutoModelForCausalLM.from_pretrained(os.fspath(model), **kwargs)
+        self.model.to(self.device).eval()
+        self._tokenizer = AutoTokenizer.from_pretrained(os.fspath(tokenizer or model))
+        config_len = getattr(self.model.config, "max_position_embeddings", None) or 4096
+        self.max_model_len = min(max_model_len or config_len, config_len)
+        self.max_num_seqs = max_num_seqs
+        self.pad_token_id = self._pad_token_id()
+        self.eos_token_ids = self._eos_token_ids()
+        self.generator = torch.Generator(device=self.device).manual_seed(seed)
+        self._sleeping = False
+
+    @property
+    def tokenizer(self) -> Any:
+        return self._tokenizer
+
+    def generate(
+        self,
+        prompts: list[list[int]],
+        sampling: SamplingParams | Sequence[SamplingParams],
+    ) -> list[list[GenerationOutput]]:
+        import torch
+
+        params = per_prompt(prompts, sampling)
+        for i, p in enumerate(prompts):
+            if not p:
+                raise ValueError(f"prompt {i} is empty")
+            if len(p) >= self.max_model_len:
+                raise ValueError(
+                    f"prompt {i} has {len(p)} tokens; max_model_len={self.max_model_len} "
+                    "leaves no room to generate"
+                )
+        if self._sleeping:
+            self.wake_up()
+        generators = [self._generator_for(sp, torch) for sp in params]  # one per prompt
+        rows = [
+            _Row(list(p), sp, generators[i], prompt_index=i)
+            for i, (p, sp) in enumerate(zip(prompts, params, strict=True))
+            for _ in range(sp.n)
+        ]
+        outputs: list[GenerationOutput] = []
+        for start in range(0, len(rows), self.max_num_seqs):
+            outputs += self._generate_rows(rows[start : start + self.max_num_seqs])
+        grouped: list[list[GenerationOutput]] = [[] for _ in prompts]
+        for row, out in zip(rows, outputs, strict=True):
+            grouped[row.prompt_index].append(out)
+        return grouped
+
+    def load_weights(self, weights: Weights) -> None:
+        import torch
+
+        state = read_weights(weights)
+        own = self.model.state_dict()
+        unknown = sorted(set(state) - set(own))
+        if unknown:
+            raise KeyError(
+                f"{len(unknown)} weight names are not parameters of the served model, e.g. "
+                f"{unknown[:3]} (expected names like {list(own)[:2]})"
+            )
+        with torch.no_grad():
+            for name, tensor in state.items():
+                target = own[name]
+                if target.shape != tensor.shape:
+                    raise ValueError(
+                        f"{name}: shape {tuple(tensor.shape)} != {tuple(target.shape)}"
+                    )
+                target.copy_(tensor.to(device=target.device, dtype=target.dtype))
+
+    def sleep(self) -> None:
+        """Move the model to CPU and free the CUDA cache (no-op on CPU)."""
+        import torch
+
+        if self.device.type == "cuda" and not self._sleeping:
+            self.model.to("cpu")
+            torch.cuda.empty_cache()
+            self._sleeping = True
+
+    def wake_up(self) -> None:
+        if self._sleeping:
+            self.model.to(self.device)
+            self._sleeping = False
+
+    # -- the sampling loop ----------------------------------------------------------------
+
+    def _generator_for(self, sampling: SamplingParams, torch: Any) -> torch.Generator:
+        """The engine's generator, or a fresh one for a seeded request (shared by its n rows)."""
+        if sampling.seed is None:
+            return self.generator
+        return torch.Generator(device=self.device).manual_seed(sampling.seed)
+
+    def _generate_rows(self, rows: list[_Row]) -> list[GenerationOutput]:
+        import torch
+
+        device = self.device
+        batch, width = len(rows), max(len(r.prompt) for r in rows)
+        input_ids = torch.full((batch, width), self.pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros((batch, width), dtype=torch.long)
+        for i, row in enumerate(rows):  # left padding
+            input_ids[i, width - len(row.prompt) :] = torch.tensor(row.prompt, dtype=torch.long)
+            attention_mask[i, width - len(row.prompt) :] = 1
+        input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
+        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # (B, L)
+
+        def column(values: list[float], dtype: torch.dtype) -> torch.Tensor:
+            return torch.tensor(values, dtype=dtype, device=device)
+
+        temperature = column([r.sampling.temperature for r in rows], torch.float32)  # (B,)
+        top_p = column([r.sampling.top_p for r in rows], torch.float32)  # (B,)
+        top_k = column([r.sampling.top_k for r in rows], torch.long)  # (B,)
+        draws = self._draws(rows, device)
+        limits = [min(r.sampling.max_tokens, self.max_model_len - len(r.prompt)) for r in rows]
+        stop_ids = [self._stop_ids(r.sampling) for r in rows]
+
+        with torch.inference_mode():
+            out = self.model(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+            positions = position_ids[:, -1:]  # (B, 1)
+            for step in range(max(limits)):
+                logits = out.logits[:, -1, :].float()  # (B, V)
+                chosen, chosen_logprobs = sample_tokens(logits, temperature, top_p, top_k, draws)
+                chosen_list, logprob_list = chosen.tolist(), chosen_logprobs.tolist()
+                for i, row in enumerate(rows):
+                    if row.finish is not None:
+                        continue
+                    row.tokens.append(chosen_list[i])
+                    row.logprobs.append(logprob_list[i])
+                    if chosen_list[i] in stop_ids[i] or self._hits_stop(row):
+                        row.finish = "stop"
+                    elif step + 1 >= limits[i]:
+                        row.finish = "length"
+                if all(r.finish is not None for r in rows):
+                    break
+                done = torch.tensor([r.finish is not None for r in rows], device=device)
+                next_ids = chosen.masked_fill(done, self.pad_token_id)[:, None]  # (B, 1)
+                attention_mask = torch.cat(
+                    [attention_mask, torch.ones((batch, 1), dtype=torch.long, device=device)], -1
+                )  # (B, L + step + 1)
+                positions = positions + 1
+                out = self.model(
+                    input_ids=next_ids,
+                    attention_mask=attention_mask,
+                    position_ids=positions,
+                    past_key_values=out.past_key_values,
+                    use_cache=True,
+                )
+        return [
+            GenerationOutput(
+                token_ids=r.tokens,
+                logprobs=r.logprobs,
+                finish_reason=r.finish or "length",
+                text=self._tokenizer.decode(r.tokens, skip_special_tokens=False),
+            )
+            for r in rows
+        ]
+
+    @staticmethod
+    def _draws(rows: list[_Row], device: Any) -> list[tuple[Any, Any]]:
+        """Sampled rows grouped by generator, in row order (greedy rows draw nothing)."""
+        import torch
+
+        groups: dict[int, tuple[list[int], Any]] = {}
+        for i, row in enumerate(rows):
+            if not row.sampling.greedy:
+                groups.setdefault(id(row.generator), ([], row.generator))[0].append(i)
+        return [(torch.tensor(idx, device=device), gen) for idx, gen in groups.values()]
+
+    def _stop_ids(self, sampling: SamplingParams) -> set[int]:
+        ids = set(sampling.stop_token_ids or ())
+        return ids if sampling.ignore_eos else ids | self.eos_token_ids
+
+    def _hits_stop(self, row: _Row) -> bool:
+        """Whether the row's last token completed one of its stop strings.
+
+        Only the text of the last few tokens is decoded: an earlier occurrence would already
+        have stopped the row.
+        """
+        stops = row.sampling.stop
+        if not stops:
+            return False
+        window = max(len(s) for s in stops) + 2  # a token carries at least one character
+        tail = self._tokenizer.decode(row.tokens[-window:], skip_special_tokens=False)
+        return any(s and s in tail for s in stops)
+
+    def _pad_token_id(self) -> int:
+        for tid in (self._tokenizer.pad_token_id, self._tokenizer.eos_token_id):
+            if tid is not None:
+                return int(tid)
+        return 0
+
+    def _eos_token_ids(self) -> set[int]:
+        ids: set[int] = set()
+        if self._tokenizer.eos_token_id is not None:
+            ids.add(int(self._tokenizer.eos_token_id))
+        gen_config = getattr(self.model, "generation_config", None)
+        eos = getattr(gen_config, "eos_token_id", None)
+        if eos is not None:
+            ids |= {int(e) for e in (eos if isinstance(eos, list | tuple) else [eos])}
+        return ids
+
+
+@dataclass
+class _Row:
+    """One sample being generated."""
+
+    prompt: list[int]
+    sampling: SamplingParams
+    generator: Any
+    prompt_index: int
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finish: str | None = None
+
+
+def per_prompt(
+    prompts: list[list[int]], sampling: SamplingParams | Sequence[SamplingParams]
+) -> list[SamplingParams]:
+    """One ``SamplingParams`` per prompt."""
+    if isinstance(sampling, SamplingParams):
+        return [sampling] * len(prompts)
+    params = list(sampling)
+    if len(params) != len(prompts):
+        raise ValueError(f"{len(params)} sampling params for {len(prompts)} prompts")
+    return params

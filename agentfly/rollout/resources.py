@@ -1,0 +1,230 @@
+"""Per-chain resources for stateful tools (a Python session, ...), and the pool that caps them.
+
+A chain takes its resources through a ``ChainResources`` and gives them all back when it ends,
+also when it fails or is cancelled::
+
+    pool = ResourcePool(backend="local", max_per_tool=8)
+    async with pool.chain(chain_id) as resources:
+        result = await run_tool_call(name, arguments, resource=resources)
+
+Each tool has a cap on live resources (``Tool.max_resources``, else the pool's
+``max_per_tool``); a chain that needs one more waits for another chain to end.
+
+Backends: ``"local"`` makes resources in this process (the factory runs in a worker thread).
+``"ray"`` puts each resource in its own Ray actor and hands the tool a proxy whose method calls
+are blocking remote calls; tools call it from their worker thread. Ray is imported only then.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import weakref
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Hashable, Mapping
+from typing import Any, Literal
+
+from agentfly.rollout.tools.base import Tool, get_tool
+
+logger = logging.getLogger(__name__)
+
+Backend = Literal["local", "ray"]
+
+
+class _ResourceActor:
+    """Holds one resource inside a Ray actor (wrapped with ``ray.remote`` on first use)."""
+
+    def __init__(self, factory: Callable[[], Any]) -> None:
+        self.resource = factory()
+
+    def ready(self) -> bool:
+        return True
+
+    def call(self, method: str, args: tuple, kwargs: dict) -> Any:
+        return getattr(self.resource, method)(*args, **kwargs)
+
+    def close(self) -> None:
+        close = getattr(self.resource, "close", None)
+        if close is not None:
+            close()
+
+
+@functools.cache
+def _remote_actor_class() -> Any:
+    import ray
+
+    return ray.remote(_ResourceActor)
+
+
+class RayResource:
+    """A proxy for a resource living in a Ray actor; ``proxy.run(x)`` blocks on the remote call."""
+
+    def __init__(self, actor: Any) -> None:
+        self._actor = actor
+
+    def __getattr__(self, method: str) -> Callable[..., Any]:
+        if method.startswith("_"):
+            raise AttributeError(method)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            import ray
+
+            return ray.get(self._actor.call.remote(method, args, kwargs))
+
+        return call
+
+    def close(self) -> None:
+        import ray
+
+        try:
+            ray.get(self._actor.close.remote(), timeout=30)
+        finally:
+            ray.kill(self._actor)
+
+
+class ResourcePool:
+    """Makes, caps and destroys the per-chain resources of stateful tools.
+
+    Args:
+        backend: ``"local"`` (in this process) or ``"ray"`` (one Ray actor per resource).
+        max_per_tool: cap on live resources per tool, unless the tool sets ``max_resources``.
+        factories: per-tool factories overriding ``Tool.resource_factory`` (e.g. a
+            ``functools.partial(PythonSession, timeout=5)``), keyed by tool name.
+        ray_actor_options: options for each resource actor (default ``{"num_cpus": 0}``:
+            resources mostly wait, and a CPU each would cap them at the cluster's CPU count).
+    """
+
+    def __init__(
+        self,
+        backend: Backend = "local",
+        *,
+        max_per_tool: int = 16,
+        factories: Mapping[str, Callable[[], Any]] | None = None,
+        ray_actor_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        if backend not in ("local", "ray"):
+            raise ValueError(f"unknown resource backend {backend!r} (known: local, ray)")
+        if max_per_tool < 1:
+            raise ValueError(f"max_per_tool must be at least 1, got {max_per_tool}")
+        self.backend = backend
+        self.max_per_tool = max_per_tool
+        self._factories = {get_tool(k).name: v for k, v in (factories or {}).items()}
+        self._actor_options = dict(ray_actor_options or {"num_cpus": 0})
+        # Per event loop: a semaphore belongs to the loop it first waited in, and callers may
+        # run each rollout step in a fresh ``asyncio.run``.
+        self._semaphores: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, dict[str, asyncio.Semaphore]
+        ] = weakref.WeakKeyDictionary()
+        self._live: Counter[str] = Counter()
+
+    def live(self, tool_name: str) -> int:
+        """How many resources of the tool exist now."""
+        return self._live[get_tool(tool_name).name]
+
+    def _semaphore(self, tool: Tool) -> asyncio.Semaphore:
+        semaphores = self._semaphores.setdefault(asyncio.get_running_loop(), {})
+        if tool.name not in semaphores:
+            semaphores[tool.name] = asyncio.Semaphore(tool.max_resources or self.max_per_tool)
+        return semaphores[tool.name]
+
+    def _create(self, tool: Tool) -> Any:
+        factory = self._factories.get(tool.name, tool.resource_factory)
+        if factory is None:
+            raise ValueError(f"tool {tool.name!r} is not stateful: it has no resource factory")
+        if self.backend == "local":
+            return factory()
+        import ray
+
+        actor = _remote_actor_class().options(**self._actor_options).remote(factory)
+        try:
+            ray.get(actor.ready.remote())  # surfaces an error raised by the factory
+        except Exception:
+            ray.kill(actor)
+            raise
+        return RayResource(actor)
+
+    @staticmethod
+    def _destroy(tool_name: str, resource: Any) -> None:
+        close = getattr(resource, "close", None)
+        if close is None:
+            return
+        try:
+            close()
+        except Exception:
+            logger.warning("releasing a %s resource failed", tool_name, exc_info=True)
+
+    @contextlib.asynccontextmanager
+    async def acquire(self, tool_name: str, chain_id: Hashable) -> AsyncIterator[Any]:
+        """Make a resource for ``tool_name`` (waiting under the cap) and destroy it on exit.
+
+        Args:
+            tool_name: the stateful tool (or an alias).
+            chain_id: the chain that holds it (for logs).
+        """
+        tool = get_tool(tool_name)
+        if self.backend == "ray":
+            import ray
+
+            if not ray.is_initialized():  # here, not in the worker thread that makes the actor
+                ray.init()
+        async with self._semaphore(tool):
+            resource = await asyncio.to_thread(self._create, tool)
+            self._live[tool.name] += 1
+            logger.debug("chain %s acquired a %s resource", chain_id, tool.name)
+            try:
+                yield resource
+            finally:
+                self._live[tool.name] -= 1
+                # Shielded: a cancelled chain still gets its resource destroyed.
+                await asyncio.shield(asyncio.to_thread(self._destroy, tool.name, resource))
+                logger.debug("chain %s released its %s resource", chain_id, tool.name)
+
+    def chain(self, chain_id: Hashable) -> ChainResources:
+        """The resources of one chain, made on first use and released together."""
+        return ChainResources(self, chain_id)
+
+
+class ChainResources:
+    """One chain's resources, at most one per stateful tool; an async context manager.
+
+    Args:
+        pool: the pool that makes and caps them.
+        chain_id: the chain's id (for logs).
+    """
+
+    def __init__(self, pool: ResourcePool, chain_id: Hashable) -> None:
+        self.pool = pool
+        self.chain_id = chain_id
+        self._held: dict[str, Any] = {}
+        self._stack = contextlib.AsyncExitStack()
+        self._lock = asyncio.Lock()
+
+    async def get(self, tool_name: str) -> Any:
+        """The chain's resource for ``tool_name``, acquired on the first call."""
+        name = get_tool(tool_name).name
+        async with self._lock:
+            if name not in self._held:
+                self._held[name] = await self._stack.enter_async_context(
+                    self.pool.acquire(name, self.chain_id)
+                )
+            return self._held[name]
+
+    @property
+    def held(self) -> list[str]:
+        """Names of the tools whose resources this chain holds."""
+        return list(self._held)
+
+    async def release_all(self) -> None:
+        """Destroy every resource of the chain; safe to call twice."""
+        async with self._lock:
+            stack, self._stack = self._stack, contextlib.AsyncExitStack()
+            self._held.clear()
+            await stack.aclose()
+
+    async def __aenter__(self) -> ChainResources:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.release_all()

@@ -1,0 +1,53 @@
+"""Rewards: registered functions that score a chain's final response.
+
+Register one with ``@reward(name=...)``; the agent loop scores chains with ``compute_reward`` /
+``acompute_reward`` (or ``score_trajectory``), which never raise for a failing reward. Importing
+this package registers the built-ins: ``math_equal_reward``, ``math_equal_reward_tool``,
+``math_reward_string_equal``, ``math_reward_format``, ``qa_f1_reward``, ``qa_em_reward``,
+``code_reward``.
+"""
+
+from agentfly.rollout.rewards.base import (
+    DEFAULT_TIMEOUT_S,
+    REWARDS,
+    RewardError,
+    RewardInfo,
+    RewardResult,
+    acompute_reward,
+    ascore_trajectory,
+    bind_reward_kwargs,
+    compute_reward,
+    get_reward,
+    reward,
+    score_trajectory,
+)
+from agentfly.rollout.rewards.code_rewards import code_reward
+from agentfly.rollout.rewards.math_rewards import (
+    math_equal_reward,
+    math_equal_reward_tool,
+    math_reward_format,
+    math_reward_string_equal,
+)
+from agentfly.rollout.rewards.qa_rewards import qa_em_reward, qa_f1_reward
+
+__all__ = [
+    "DEFAULT_TIMEOUT_S",
+    "REWARDS",
+    "RewardError",
+    "RewardInfo",
+    "RewardResult",
+    "acompute_reward",
+    "ascore_trajectory",
+    "bind_reward_kwargs",
+    "code_reward",
+    "compute_reward",
+    "get_reward",
+    "math_equal_reward",
+    "math_equal_reward_tool",
+    "math_reward_format",
+    "math_reward_string_equal",
+    "qa_em_reward",
+    "qa_f1_reward",
+    "reward",
+    "score_trajectory",
+]

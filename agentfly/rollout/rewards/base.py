@@ -1,0 +1,417 @@
+"""What a reward is: the ``@reward`` decorator, the registry, and the safe call the agent loop uses.
+
+A reward is a plain function registered by name. It is called with keyword arguments only::
+
+    fn(prediction=final_response, trajectory=trajectory, **row_fields)
+
+and receives just the keywords it declares (all of them if it takes ``**kwargs``); a function
+that names ``final_response`` instead of ``prediction`` (AgentFly's spelling) gets it under that
+name too. It returns a float, or a dict with key ``reward`` plus extra numeric metrics to log.
+
+``compute_reward`` / ``acompute_reward`` never let a reward break a rollout: a reward that raises,
+runs past its timeout, returns something malformed (NaN, a string, a dict without ``reward``) or
+needs a row field the row lacks scores 0 with ``failed=True`` and an ``error`` saying what
+happened, logged once per reward and kind of failure. An unknown reward *name* still raises: that
+is a configuration error, and silently scoring 0 for a whole run would hide it.
+
+Deviation worth knowing: the reward runs in a daemon thread so a hung one cannot hang the caller,
+but Python cannot kill a thread; a reward that never returns keeps its thread (and a CPU core, if
+it spins) until the process exits. Rewards must therefore not rely on ``signal.alarm`` (it only
+works on the main thread): the built-in math rewards call math-verify with its own signal-based
+timeouts disabled and rely on this one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import inspect
+import logging
+import math
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from agentfly.registry import Registry
+
+if TYPE_CHECKING:
+    from agentfly.rollout.trajectory import Trajectory
+
+logger = logging.getLogger(__name__)
+
+RewardFn = Callable[..., Any]
+
+DEFAULT_TIMEOUT_S = 60.0
+"""Timeout of a reward registered without one (seconds)."""
+
+REWARDS: Registry[RewardFn] = Registry("reward")
+_INFOS: dict[str, RewardInfo] = {}  # by registered name, for callables that refuse attributes
+
+_PREDICTION_NAMES = ("prediction", "final_response")
+_RESERVED = frozenset((*_PREDICTION_NAMES, "trajectory"))
+
+
+@dataclass(frozen=True)
+class RewardInfo:
+    """What ``@reward`` attaches to a function (as ``fn.reward_info``)."""
+
+    name: str
+    timeout: float
+
+
+@dataclass
+class RewardResult:
+    """The outcome of one safe reward call.
+
+    Attributes:
+        reward: the scalar reward; 0.0 when the call failed.
+        extras: extra numeric metrics the reward returned (``acc``, ``f1``...), as floats.
+        failed: the reward raised, timed out, returned something malformed, or lacked a field.
+        error: what went wrong, prefixed by its kind (``timeout: ...``); None when not failed.
+    """
+
+    reward: float
+    extras: dict[str, float] = field(default_factory=dict)
+    failed: bool = False
+    error: str | None = None
+
+    def metrics(self) -> dict[str, float]:
+        """``{"reward": ..., **extras}``, ready to log."""
+        return {"reward": self.reward, **self.extras}
+
+
+class RewardError(Exception):
+    """A reward call went wrong.
+
+    ``kind`` is one of ``missing_field``, ``bad_signature``, ``exception``, ``timeout``,
+    ``malformed``.
+    """
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def reward(
+    name: str | RewardFn | None = None,
+    *,
+    timeout: float | None = None,
+    aliases: tuple[str, ...] = (),
+) -> Callable[[RewardFn], RewardFn]:
+    """Register a reward function under ``name`` (default: the function's name).
+
+    Usable as ``@reward(name=...)``, ``@reward("name")`` or bare ``@reward``.
+
+    Args:
+        name: the name configs use (``agent.init_config.reward_name``).
+        timeout: seconds a call may take before it scores 0 as failed; default
+            ``DEFAULT_TIMEOUT_S``.
+        aliases: other names that resolve to the same reward.
+
+    Returns:
+        A decorator that registers the function and returns it unchanged (still directly
+        callable), with ``fn.reward_info`` set.
+
+    Raises:
+        ValueError: ``name`` or an alias is already registered to a different function, or
+            ``timeout`` is not positive.
+
+    Example:
+        >>> @reward(name="length_penalty")
+        ... def length_penalty(prediction: str, max_chars: int = 100) -> float:
+        ...     return -max(0, len(prediction) - max_chars) / max_chars
+    """
+    if callable(name):  # bare @reward
+        return reward(timeout=timeout, aliases=aliases)(name)
+    if timeout is not None and not timeout > 0:
+        raise ValueError(f"reward timeout must be positive, got {timeout!r}")
+
+    def decorator(fn: RewardFn) -> RewardFn:
+        if not callable(fn):
+            raise TypeError(f"@reward needs a callable, got {fn!r}")
+        reward_name = name or getattr(fn, "__name__", None)
+        if not reward_name:
+            raise ValueError(f"@reward needs a name for {fn!r}")
+        REWARDS.register(reward_name, fn, aliases=aliases)
+        info = RewardInfo(reward_name, timeout or DEFAULT_TIMEOUT_S)
+        _INFOS[reward_name] = info
+        with contextlib.suppress(AttributeError):  # e.g. a bound method
+            fn.reward_info = info
+        return fn
+
+    return decorator
+
+
+def get_reward(name: str) -> RewardFn:
+    """The reward function registered under ``name`` (or an alias).
+
+    Raises:
+        UnknownNameError: no such reward; the message lists the known ones.
+    """
+    return REWARDS.get(name)
+
+
+def reward_name_of(fn: RewardFn) -> str:
+    """The registered name of ``fn``, else its ``__name__``."""
+    info = getattr(fn, "reward_info", None)
+    return info.name if isinstance(info, RewardInfo) else getattr(fn, "__name__", repr(fn))
+
+
+def bind_reward_kwargs(
+    fn: RewardFn, prediction: str, trajectory: Trajectory | None, row: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The keyword arguments ``fn`` is called with.
+
+    ``prediction`` and ``trajectory`` take precedence over row fields of the same name. A data
+    module can call this once on its first row to fail fast on a reward/dataset mismatch.
+
+    Raises:
+        RewardError: (kind ``missing_field``) ``fn`` requires an argument the row lacks; the
+            message names the field and the reward.
+    """
+    available: dict[str, Any] = {k: v for k, v in row.items() if k not in _RESERVED}
+    available.update(prediction=prediction, final_response=prediction, trajectory=trajectory)
+    params = inspect.signature(fn).parameters.values()
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        # ``final_response`` is only a spelling of ``prediction``; don't hand both to **kwargs
+        # unless the function names it.
+        named = {p.name for p in params}
+        return {k: v for k, v in available.items() if k != "final_response" or k in named}
+    kwargs: dict[str, Any] = {}
+    for p in params:
+        if p.kind in (p.VAR_POSITIONAL, p.POSITIONAL_ONLY):
+            if p.kind is p.POSITIONAL_ONLY and p.default is p.empty:
+                raise RewardError(
+                    "bad_signature",
+                    f"reward {reward_name_of(fn)!r} has a positional-only parameter "
+                    f"{p.name!r}; rewards are called with keyword arguments only",
+                )
+            continue
+        if p.name in available:
+            kwargs[p.name] = available[p.name]
+        elif p.default is p.empty:
+            raise RewardError(
+                "missing_field",
+                f"reward {reward_name_of(fn)!r} requires field {p.name!r}, which the data row "
+                f"lacks (row fields: {', '.join(sorted(row)) or 'none'})",
+            )
+    return kwargs
+
+
+def normalize_reward_output(value: Any) -> tuple[float, dict[str, float]]:
+    """Turn a reward's return value into ``(reward, extras)``.
+
+    Non-numeric or non-finite extras are dropped (they cannot be averaged into a metric).
+
+    Raises:
+        RewardError: (kind ``malformed``) not a finite number nor a dict with a finite ``reward``.
+    """
+    if isinstance(value, Mapping):
+        if "reward" not in value:
+            raise RewardError(
+                "malformed", f"returned a dict without 'reward' (keys: {sorted(map(str, value))})"
+            )
+        extras = {}
+        for key, extra in value.items():
+            if key == "reward":
+                continue
+            number = _as_float(extra)
+            if number is not None and math.isfinite(number):
+                extras[str(key)] = number
+        return _finite(value["reward"]), extras
+    return _finite(value), {}
+
+
+def _as_float(value: Any) -> float | None:
+    if value is None or isinstance(value, str | bytes):
+        return None
+    try:
+        return float(value)  # int, bool, numpy and 0-d torch scalars
+    except (TypeError, ValueError):
+        return None
+
+
+def _finite(value: Any) -> float:
+    number = _as_float(value)
+    if number is None:
+        raise RewardError(
+            "malformed", f"returned {type(value).__name__} {value!r:.80}, not a number"
+        )
+    if not math.isfinite(number):
+        raise RewardError("malformed", f"returned a non-finite reward {number}")
+    return number
+
+
+_logged: set[tuple[str, str]] = set()
+_logged_lock = threading.Lock()
+
+
+def _failure(name: str, kind: str, message: str) -> RewardResult:
+    error = f"{kind}: {message}"
+    with _logged_lock:
+        first = (name, kind) not in _logged
+        _logged.add((name, kind))
+    if first:
+        logger.warning(
+            "reward %r failed (%s); scoring 0. Further %s failures of this reward are not logged.",
+            name,
+            error,
+            kind,
+        )
+    return RewardResult(reward=0.0, failed=True, error=error)
+
+
+def _resolve(name_or_fn: str | RewardFn, timeout: float | None) -> tuple[RewardFn, str, float]:
+    if isinstance(name_or_fn, str):
+        fn = get_reward(name_or_fn)
+        info = _INFOS.get(REWARDS.canonical(name_or_fn))
+    else:
+        fn = name_or_fn
+        info = getattr(fn, "reward_info", None)
+    info = info if isinstance(info, RewardInfo) else None
+    name = info.name if info else reward_name_of(fn)
+    if timeout is None:
+        timeout = info.timeout if info else DEFAULT_TIMEOUT_S
+    if not timeout > 0:
+        raise ValueError(f"reward timeout must be positive, got {timeout!r}")
+    return fn, name, timeout
+
+
+def _call(fn: RewardFn, kwargs: dict[str, Any]) -> Any:
+    out = fn(**kwargs)
+    if inspect.isawaitable(out):  # an async reward called from a worker thread
+        out = asyncio.run(_await(out))
+    return out
+
+
+async def _await(awaitable: Any) -> Any:
+    return await awaitable
+
+
+def _start_daemon(fn: RewardFn, kwargs: dict[str, Any]) -> concurrent.futures.Future[Any]:
+    """Run ``fn(**kwargs)`` in a daemon thread (one that can never block interpreter exit)."""
+    future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+    def target() -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            future.set_result(_call(fn, kwargs))
+        except BaseException as exc:  # reported through the future, never lost
+            future.set_exception(exc)
+
+    threading.Thread(target=target, name=f"reward-{reward_name_of(fn)}", daemon=True).start()
+    return future
+
+
+def _from_exception(name: str, exc: BaseException, timeout: float) -> RewardResult:
+    if isinstance(exc, RewardError):
+        return _failure(name, exc.kind, str(exc))
+    if isinstance(exc, TimeoutError | concurrent.futures.TimeoutError):
+        return _failure(name, "timeout", f"did not return within {timeout:g} s")
+    return _failure(name, "exception", f"{type(exc).__name__}: {exc}")
+
+
+def _from_value(name: str, value: Any) -> RewardResult:
+    try:
+        reward_value, extras = normalize_reward_output(value)
+    except RewardError as exc:
+        return _failure(name, exc.kind, str(exc))
+    return RewardResult(reward=reward_value, extras=extras)
+
+
+def compute_reward(
+    name_or_fn: str | RewardFn,
+    prediction: str,
+    trajectory: Trajectory | None = None,
+    row: Mapping[str, Any] | None = None,
+    timeout: float | None = None,
+) -> RewardResult:
+    """Score one response safely (blocking); see the module docstring for the failure rules.
+
+    Args:
+        name_or_fn: a registered reward name or alias, or a reward function.
+        prediction: the chain's final response.
+        trajectory: the chain (the reward may look at its tool calls and messages).
+        row: the data row; its fields become keyword arguments.
+        timeout: seconds before the call scores 0 as failed; default: the reward's own.
+
+    Returns:
+        The reward, its extras, and whether (and why) it failed. Returns within about
+        ``timeout`` seconds whatever the reward does.
+
+    Raises:
+        UnknownNameError: ``name_or_fn`` names no registered reward.
+    """
+    fn, name, limit = _resolve(name_or_fn, timeout)
+    try:
+        kwargs = bind_reward_kwargs(fn, prediction, trajectory, row or {})
+    except RewardError as exc:
+        return _failure(name, exc.kind, str(exc))
+    future = _start_daemon(fn, kwargs)
+    try:
+        value = future.result(timeout=limit)
+    except Exception as exc:
+        return _from_exception(name, exc, limit)
+    return _from_value(name, value)
+
+
+async def acompute_reward(
+    name_or_fn: str | RewardFn,
+    prediction: str,
+    trajectory: Trajectory | None = None,
+    row: Mapping[str, Any] | None = None,
+    timeout: float | None = None,
+) -> RewardResult:
+    """Async ``compute_reward`` for the agent loop: the reward runs off the event loop.
+
+    A coroutine reward is awaited on the loop under the timeout; a plain one runs in a daemon
+    thread (not the loop's default executor, whose threads ``asyncio.run`` would wait for at
+    exit if a reward hung). Same arguments, result and failure rules as ``compute_reward``.
+    """
+    fn, name, limit = _resolve(name_or_fn, timeout)
+    try:
+        kwargs = bind_reward_kwargs(fn, prediction, trajectory, row or {})
+    except RewardError as exc:
+        return _failure(name, exc.kind, str(exc))
+    if inspect.iscoroutinefunction(fn):
+        awaitable = fn(**kwargs)
+    else:
+        awaitable = asyncio.wrap_future(_start_daemon(fn, kwargs))
+    try:
+        value = await asyncio.wait_for(awaitable, timeout=limit)
+    except Exception as exc:  # CancelledError is not an Exception: cancelling the caller works
+        return _from_exception(name, exc, limit)
+    return _from_value(name, value)
+
+
+def score_trajectory(
+    name_or_fn: str | RewardFn, trajectory: Trajectory, timeout: float | None = None
+) -> RewardResult:
+    """Score ``trajectory`` (its final response and row) and record the result on it."""
+    result = compute_reward(
+        name_or_fn, trajectory.final_response, trajectory, trajectory.row, timeout
+    )
+    _record(trajectory, result)
+    return result
+
+
+async def ascore_trajectory(
+    name_or_fn: str | RewardFn, trajectory: Trajectory, timeout: float | None = None
+) -> RewardResult:
+    """Async ``score_trajectory``."""
+    result = await acompute_reward(
+        name_or_fn, trajectory.final_response, trajectory, trajectory.row, timeout
+    )
+    _record(trajectory, result)
+    return result
+
+
+def _record(trajectory: Trajectory, result: RewardResult) -> None:
+    trajectory.reward = result.reward
+    trajectory.reward_extras = dict(result.extras)
+    trajectory.reward_failed = result.failed
+    if result.failed:
+        trajectory.error = trajectory.error or f"reward {result.error}"

@@ -1,0 +1,176 @@
+"""Code reward: the fraction of the row's test cases the predicted program passes.
+
+Test cases come in two shapes:
+
+- assert statements (MBPP/HumanEval style): row field ``test_list`` or ``tests`` (a list of
+  strings, or one string), plus optional ``test_setup_code`` run before each. A case passes when
+  ``code + setup + assert`` exits 0 in the sandbox.
+- stdin/stdout pairs (APPS/CodeContests style): row field ``test_cases`` or ``input_output``, a
+  mapping (or its JSON string) with ``inputs`` and ``outputs`` lists. A case passes when the
+  program exits 0 and its stdout equals the expected output token for token (whitespace
+  differences ignored, as most judges do; no float tolerance).
+
+Every case runs in its own sandboxed process (``agentfly.rollout.sandbox.run_code``), at most
+``MAX_PARALLEL_CASES`` at once, each under ``CASE_TIMEOUT_S``: one failing or hanging case cannot
+stop the others. Call-based APPS problems (``fn_name``) are not supported (they raise).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from agentfly.rollout.rewards.base import reward
+
+CASE_TIMEOUT_S = 10.0
+"""Wall-clock limit of one test case (seconds)."""
+MAX_PARALLEL_CASES = 8
+"""Test cases of one prediction that run at once."""
+CASE_MEMORY_MB = 1024
+CODE_TIMEOUT_S = 300.0
+"""Timeout of the whole reward call (seconds)."""
+
+_FENCE = re.compile(r"```[ \t]*([\w+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
+_PYTHON_TAGS = frozenset(("python", "py", "python3", "py3"))
+
+
+@dataclass(frozen=True)
+class CodeTestCase:
+    """One test: a program to run and, for stdin/stdout cases, the expected output."""
+
+    program: str
+    stdin: str | None = None
+    expected_stdout: str | None = None
+
+
+def extract_code(text: str) -> str:
+    """The last ```python fenced block of ``text``, else its last untagged block, else ``text``.
+
+    An unclosed final fence (a truncated response) counts, up to the end of the text.
+    """
+    blocks = [(tag.lower(), body) for tag, body in _FENCE.findall(text)]
+    for wanted in (lambda t: t in _PYTHON_TAGS, lambda t: t == ""):
+        matching = [body for tag, body in blocks if wanted(tag)]
+        if matching:
+            return matching[-1]
+    return text
+
+
+def build_test_cases(
+    code: str,
+    *,
+    test_list: Any = None,
+    test_setup_code: str = "",
+    test_cases: Any = None,
+) -> list[CodeTestCase]:
+    """The test cases of one row for program ``code``.
+
+    Raises:
+        ValueError: no test cases, a malformed ``test_cases`` value, or a call-based problem.
+    """
+    cases: list[CodeTestCase] = []
+    if test_list is not None:
+        asserts = [test_list] if isinstance(test_list, str) else list(test_list)
+        setup = test_setup_code or ""
+        cases += [CodeTestCase(f"{code}\n\n{setup}\n{test}\n") for test in asserts]
+    if test_cases is not None:
+        io = json.loads(test_cases) if isinstance(test_cases, str | bytes) else test_cases
+        if not isinstance(io, Mapping) or "inputs" not in io or "outputs" not in io:
+            raise ValueError("stdin/stdout test cases need a mapping with 'inputs' and 'outputs'")
+        if io.get("fn_name"):
+            raise ValueError("call-based test cases (fn_name) are not supported by code_reward")
+        inputs, outputs = list(io["inputs"]), list(io["outputs"])
+        if len(inputs) != len(outputs):
+            raise ValueError(f"{len(inputs)} test inputs but {len(outputs)} outputs")
+        cases += [
+            CodeTestCase(code, stdin=_as_text(i), expected_stdout=_as_text(o))
+            for i, o in zip(inputs, outputs, strict=True)
+        ]
+    if not cases:
+        raise ValueError(
+            "code_reward needs test cases: 'test_list'/'tests' (asserts) or "
+            "'test_cases'/'input_output' (stdin/stdout)"
+        )
+    return cases
+
+
+def _as_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Sequence):  # some datasets store a case as a list of lines
+        return "\n".join(map(str, value)) + "\n"
+    return str(value)
+
+
+def outputs_match(actual: str, expected: str) -> bool:
+    """Token-wise equality: line breaks and runs of spaces don't matter."""
+    return actual.split() == expected.split()
+
+
+def run_test_case(case: CodeTestCase, timeout: float | None = None) -> bool:
+    """Whether ``case`` passes (within ``timeout``, default ``CASE_TIMEOUT_S``).
+
+    Any sandbox failure, including the sandbox itself raising, counts as not passed.
+    """
+    from agentfly.rollout.sandbox import run_code  # the sandbox is imported on first use
+
+    limit = timeout or CASE_TIMEOUT_S
+    # room for the expected output, so a long right answer is not cut (and so judged wrong)
+    cap = max(10_000, 2 * len(case.expected_stdout or "") + 1024)
+    try:
+        result = run_code(
+            case.program,
+            timeout=limit,
+            memory_mb=CASE_MEMORY_MB,
+            stdin=case.stdin,
+            max_output_chars=cap,
+        )
+    except Exception:
+        return False
+    if result.timed_out or result.returncode != 0:
+        return False
+    if case.expected_stdout is None:
+        return True
+    return len(result.stdout) < cap and outputs_match(result.stdout, case.expected_stdout)
+
+
+def pass_fraction(cases: Sequence[CodeTestCase], max_parallel: int = MAX_PARALLEL_CASES) -> float:
+    """Fraction of ``cases`` that pass, running at most ``max_parallel`` at once."""
+    with ThreadPoolExecutor(max_workers=max(1, min(max_parallel, len(cases)))) as pool:
+        passed = list(pool.map(run_test_case, cases))
+    return sum(passed) / len(passed)
+
+
+@reward(name="code_reward", timeout=CODE_TIMEOUT_S)
+def code_reward(
+    prediction: str,
+    test_list: Any = None,
+    tests: Any = None,
+    test_setup_code: str = "",
+    test_cases: Any = None,
+    input_output: Any = None,
+) -> dict[str, float]:
+    """Fraction of the row's test cases passed by the code in the prediction.
+
+    Returns:
+        ``{"reward": fraction, "pass_rate": fraction, "all_passed": 1.0 or 0.0,
+        "num_tests": n}``.
+    """
+    code = extract_code(prediction)
+    cases = build_test_cases(
+        code,
+        test_list=test_list if test_list is not None else tests,
+        test_setup_code=test_setup_code,
+        test_cases=test_cases if test_cases is not None else input_output,
+    )
+    fraction = pass_fraction(cases)
+    return {
+        "reward": fraction,
+        "pass_rate": fraction,
+        "all_passed": float(fraction == 1.0),
+        "num_tests": float(len(cases)),
+    }

@@ -1,0 +1,206 @@
+"""Math rewards: answer extraction and equivalence through math-verify.
+
+The answer is read from the prediction as: the content of the last ``\\boxed{...}`` (braces
+balanced), else the text after the last "answer is" / "answer:" / "####", else the last number.
+The gold ``answer`` may be a bare value, a GSM8K solution ending in ``#### 42``, or a MATH
+solution with a ``\\boxed{}``. Two answers are equal when their normalised strings match or
+math-verify says so (``verify(gold, pred)``; the order matters, gold first), trying each side
+wrapped in ``$...$`` (math-verify's LaTeX extractor wants delimiters) and then bare.
+
+Departures from AgentFly's ``math_reward.py``: equivalence is math-verify only (no sympy
+``parse_latex`` fallback), with math-verify's signal-based timeouts off because rewards run in a
+worker thread (``base.py`` times the whole call out instead). ``math_reward_string_equal`` is
+not AgentFly's tutorial function (last integer, gated on a tool call); it compares the
+extracted answer as a string, without tool gating. ``math_reward_format`` is not in the AgentFly
+sources we could find; its definition here is ours (see its docstring).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import TYPE_CHECKING, Any
+
+from agentfly.rollout.rewards.base import reward
+
+if TYPE_CHECKING:
+    from agentfly.rollout.trajectory import Trajectory
+
+MATH_TIMEOUT_S = 20.0
+
+_BOX_COMMANDS = ("\\boxed", "\\fbox")
+_ANSWER_MARKER = re.compile(r"(?:answer\s*(?:is|:)|####)\s*:?\s*(?P<value>[^\n]*)", re.IGNORECASE)
+_NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?(?:/\d+)?|-?\.\d+")
+_SENTENCE_END = re.compile(r"\.(?:\s|$)")
+
+
+def last_boxed(text: str) -> str | None:
+    """Content of the last ``\\boxed{...}`` (or ``\\fbox{...}``) in ``text``, braces balanced.
+
+    Also reads the brace-less form ``\\boxed 5``. Returns None when there is none or the last
+    one is unclosed.
+    """
+    start = max(text.rfind(cmd) for cmd in _BOX_COMMANDS)
+    if start < 0:
+        return None
+    rest = text[start:]
+    rest = rest[len("\\boxed") :] if rest.startswith("\\boxed") else rest[len("\\fbox") :]
+    if rest.startswith(" "):
+        token = rest.split(maxsplit=1)
+        return token[0].rstrip("$.") if token else None
+    if not rest.startswith("{"):
+        return None
+    depth = 0
+    for i, ch in enumerate(rest):
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                return rest[1:i]
+    return None
+
+
+def extract_answer(text: str) -> str:
+    """The final answer stated in ``text`` ("" when none); see the module docstring for the order."""
+    boxed = last_boxed(text)
+    if boxed is not None:
+        return boxed.strip()
+    markers = list(_ANSWER_MARKER.finditer(text))
+    if markers:
+        value = _SENTENCE_END.split(markers[-1].group("value"), maxsplit=1)[0]
+        value = _strip_decorations(value)
+        if value:
+            return value
+    numbers = _NUMBER.findall(text)
+    return numbers[-1].replace(",", "") if numbers else ""
+
+
+def gold_answer(answer: Any) -> str:
+    """The reference value in a row's ``answer``: after ``####`` or inside ``\\boxed{}`` if present."""
+    text = str(answer).strip()
+    if "####" in text:
+        return text.rsplit("####", 1)[1].strip().replace(",", "")
+    boxed = last_boxed(text)
+    return boxed.strip() if boxed is not None else text
+
+
+def _strip_decorations(text: str) -> str:
+    text = text.strip().strip("*").strip()  # markdown bold
+    if text.startswith("$") and text.endswith("$"):
+        text = text.strip("$").strip()
+    return text.rstrip(".").strip()
+
+
+def normalize_string(text: str) -> str:
+    """Whitespace, surrounding ``$``, ``\\boxed{}``, trailing period and thousands commas removed."""
+    boxed = last_boxed(text)
+    text = _strip_decorations(boxed if boxed is not None else text)
+    text = re.sub(r"(?<=\d),(?=\d{3}\b)", "", text)
+    return re.sub(r"\s+", "", text)
+
+
+class _DropTimeoutWarning(logging.Filter):
+    """math-verify warns that its timeouts are off; ours is in ``compute_reward``."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Timeout is disabled" not in record.getMessage()
+
+
+_filter_installed = False
+
+
+def is_equivalent(gold: str, prediction: str) -> bool:
+    """Whether answer ``prediction`` equals answer ``gold`` (both already extracted)."""
+    if not prediction.strip() or not gold.strip():
+        return False
+    if normalize_string(gold) == normalize_string(prediction):
+        return True
+    global _filter_installed
+    if not _filter_installed:
+        for name in ("math_verify.parser", "math_verify.grader"):
+            logging.getLogger(name).addFilter(_DropTimeoutWarning())
+        _filter_installed = True
+    from math_verify import parse, verify  # heavy (sympy): imported on first use
+
+    gold, prediction = _strip_decorations(gold), _strip_decorations(prediction)
+    for g, p in ((f"${gold}$", f"${prediction}$"), (gold, prediction)):
+        parsed_gold = parse(g, parsing_timeout=None)
+        parsed_pred = parse(p, parsing_timeout=None)
+        if parsed_gold and parsed_pred and verify(parsed_gold, parsed_pred, timeout_seconds=None):
+            return True
+    return False
+
+
+def is_correct(prediction: str, answer: Any) -> bool:
+    """Whether the answer stated in ``prediction`` equals the row's ``answer``."""
+    return is_equivalent(gold_answer(answer), extract_answer(prediction))
+
+
+def used_tool(trajectory: Trajectory | None) -> bool:
+    """Whether the chain called any tool (a recorded tool call, or a ``tool`` message)."""
+    if trajectory is None:
+        return False
+    if trajectory.tool_calls:
+        return True
+    return any(m.get("role") == "tool" for m in trajectory.messages if isinstance(m, dict))
+
+
+@reward(name="math_equal_reward", timeout=MATH_TIMEOUT_S, aliases=("math_reward",))
+def math_equal_reward(prediction: str, answer: Any) -> dict[str, float]:
+    """1.0 when the prediction's answer is mathematically equal to ``answer``, else 0.0.
+
+    Returns:
+        ``{"reward": r, "acc": r}``.
+    """
+    acc = float(is_correct(prediction, answer))
+    return {"reward": acc, "acc": acc}
+
+
+@reward(name="math_equal_reward_tool", timeout=MATH_TIMEOUT_S, aliases=("math_reward_tool",))
+def math_equal_reward_tool(
+    prediction: str, answer: Any, trajectory: Trajectory | None = None
+) -> dict[str, float]:
+    """Correctness gated on tool use: 0 without a tool call, 0.1 with one but wrong, 1 right.
+
+    Returns:
+        ``{"reward": ..., "acc": 1.0 if right else 0.0, "used_tool": 1.0 or 0.0}``.
+    """
+    acc = float(is_correct(prediction, answer))
+    tool = used_tool(trajectory)
+    value = (1.0 if acc else 0.1) if tool else 0.0
+    return {"reward": value, "acc": acc, "used_tool": float(tool)}
+
+
+@reward(name="math_reward_string_equal", timeout=MATH_TIMEOUT_S)
+def math_reward_string_equal(prediction: str, answer: Any) -> dict[str, float]:
+    """1.0 when the answer equals ``answer`` as a string, else 0.0 (no symbolic equivalence).
+
+    Both sides lose whitespace, surrounding ``$``, ``\\boxed{}``, a trailing period and thousands
+    commas; a GSM8K gold is read after ``####``. The whole prediction or the answer extracted
+    from it may match.
+
+    Returns:
+        ``{"reward": r, "acc": r}``.
+    """
+    gold = normalize_string(gold_answer(answer))
+    candidates = (normalize_string(prediction), normalize_string(extract_answer(prediction)))
+    acc = float(bool(gold) and gold in candidates)
+    return {"reward": acc, "acc": acc}
+
+
+@reward(name="math_reward_format", timeout=MATH_TIMEOUT_S)
+def math_reward_format(prediction: str, answer: Any) -> dict[str, float]:
+    """Correctness with a format requirement: the final answer must be in ``\\boxed{}``.
+
+    1.0 when the last ``\\boxed{}`` holds the right answer, 0.1 when a ``\\boxed{}`` holds a
+    wrong one, 0.0 without any ``\\boxed{}`` (even if the answer is stated otherwise).
+
+    Returns:
+        ``{"reward": ..., "acc": correctness under any answer form, "format": 1.0 if boxed}``.
+    """
+    boxed = last_boxed(prediction)
+    acc = float(is_correct(prediction, answer))
+    if boxed is None:
+        return {"reward": 0.0, "acc": acc, "format": 0.0}
+    return {"reward": 1.0 if acc else 0.1, "acc": acc, "format": 1.0}

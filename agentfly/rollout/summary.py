@@ -1,0 +1,55 @@
+"""Per-batch rollout statistics and the JSON form of a trajectory."""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from dataclasses import asdict
+from typing import Any
+
+from agentfly.rollout.trajectory import Trajectory
+
+
+def trajectory_record(traj: Trajectory, tokenizer: Any = None) -> dict[str, Any]:
+    """One JSON-serialisable line per chain (messages as text, ids, mask, logprobs, reward...)."""
+    rec = asdict(traj)
+    rec["tool_calls"] = [asdict(c) for c in traj.tool_calls]
+    rec["num_tool_calls"] = traj.num_tool_calls
+    if tokenizer is not None:
+        rec["response_text"] = tokenizer.decode(traj.response_ids, skip_special_tokens=False)
+    return rec
+
+
+def summarize(trajs: list[Trajectory]) -> dict[str, Any]:
+    """Mean reward, accuracy (where the reward reports ``acc``), turns, tool use and failures."""
+    if not trajs:
+        return {"chains": 0}
+    rewards = [t.reward for t in trajs if t.reward is not None]
+    out: dict[str, Any] = {
+        "chains": len(trajs),
+        "prompts": len({t.group_id for t in trajs}),
+        "reward/mean": statistics.fmean(rewards) if rewards else None,
+        "reward/std": statistics.pstdev(rewards) if len(rewards) > 1 else 0.0,
+        "reward/min": min(rewards) if rewards else None,
+        "reward/max": max(rewards) if rewards else None,
+        "turns/mean": statistics.fmean(t.num_turns for t in trajs),
+        "tool_calls/mean": statistics.fmean(t.num_tool_calls for t in trajs),
+        "tool_call_rate": statistics.fmean(1.0 if t.tool_calls else 0.0 for t in trajs),
+        "response_length/mean": statistics.fmean(sum(t.loss_mask) for t in trajs),
+        "truncation_rate": statistics.fmean(1.0 if t.truncated else 0.0 for t in trajs),
+        "finish_reasons": dict(Counter(t.finish_reason for t in trajs)),
+        "tool_calls_per_tool": dict(Counter(c.name for t in trajs for c in t.tool_calls)),
+        "failures/tool": sum(1 for t in trajs for c in t.tool_calls if not c.ok),
+        "failures/tool_kinds": dict(
+            Counter(c.error for t in trajs for c in t.tool_calls if not c.ok)
+        ),
+        "failures/reward": sum(1 for t in trajs if t.reward_failed),
+        "failures/chain": sum(1 for t in trajs if t.finish_reason == "error"),
+    }
+    extras = sorted({k for t in trajs for k in t.reward_extras})
+    for key in extras:
+        vals = [float(t.reward_extras[key]) for t in trajs if key in t.reward_extras]
+        out[f"reward_extras/{key}"] = statistics.fmean(vals)
+    if "acc" in extras:
+        out["accuracy"] = out["reward_extras/acc"]
+    return out

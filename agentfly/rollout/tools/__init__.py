@@ -1,0 +1,23 @@
+"""Tools the model can call: the ``@tool`` registry, the runner and the built-in tools.
+
+Importing this package registers the built-ins: ``calculator``, ``answer``,
+``code_interpreter`` (alias ``python_executor``) and ``search`` (alias ``google_search``).
+Heavy dependencies (sympy, bm25s) are imported only when a tool first needs them.
+"""
+
+# Imported for their side effect: each module registers its tool.
+from agentfly.rollout.tools import answer, calculator, code_interpreter, search  # noqa: F401
+from agentfly.rollout.tools.base import TOOLS, Tool, ToolResult, get_tool, tool, tool_schemas
+from agentfly.rollout.tools.call import run_tool_call
+from agentfly.rollout.tools.search import configure_search
+
+__all__ = [
+    "TOOLS",
+    "Tool",
+    "ToolResult",
+    "configure_search",
+    "get_tool",
+    "run_tool_call",
+    "tool",
+    "tool_schemas",
+]

@@ -1,0 +1,174 @@
+"""The ``@tool`` decorator, the ``Tool`` record, the tool registry and ``ToolResult``.
+
+A tool is a plain Python function (sync or async) whose type hints and Google-style docstring
+become the JSON schema shown to the model::
+
+    @tool(name="weather")
+    def weather(city: str, unit: Literal["C", "F"] = "C") -> str:
+        '''Current temperature in a city.
+
+        Args:
+            city: the city's name.
+            unit: the temperature unit.
+        '''
+
+A *stateful* tool also takes a parameter named ``resource``: the per-chain object made by its
+``resource_factory`` (a Python session, a browser...), acquired from a ``ResourcePool`` and
+released when the chain ends. That parameter is not part of the schema.
+
+A tool returns a ``str`` (the observation), any JSON-serialisable value (dumped as JSON), or a
+``ToolResult`` when it needs to say more (end the chain, report an error kind).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentfly.registry import Registry
+from agentfly.rollout.tools.schema import function_schema
+
+# Error kinds a ToolResult may carry.
+UNKNOWN_TOOL = "unknown_tool"
+INVALID_ARGUMENTS = "invalid_arguments"
+TIMEOUT = "timeout"
+EXCEPTION = "exception"
+MALFORMED_OUTPUT = "malformed_output"
+
+
+@dataclass
+class ToolResult:
+    """What a tool call gives back to the agent loop.
+
+    Attributes:
+        observation: the text shown to the model (an error message when ``ok`` is false).
+        ok: whether the call succeeded.
+        error: a short error kind when it did not: ``"unknown_tool"``, ``"invalid_arguments"``,
+            ``"timeout"``, ``"exception"`` or ``"malformed_output"``.
+        ends_chain: the chain stops after this call (the ``answer`` tool).
+        final_answer: the chain's final response when ``ends_chain``.
+    """
+
+    observation: str
+    ok: bool = True
+    error: str | None = None
+    ends_chain: bool = False
+    final_answer: str | None = None
+
+    @classmethod
+    def failure(cls, error: str, observation: str) -> ToolResult:
+        return cls(observation=observation, ok=False, error=error)
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A registered tool: its function, schema and running limits.
+
+    Attributes:
+        name: the name the model calls it by.
+        fn: the Python function (sync functions run in a worker thread).
+        schema: the OpenAI function-calling schema.
+        stateful: whether ``fn`` takes a per-chain ``resource``.
+        resource_factory: makes a fresh resource (zero arguments); stateful tools only.
+        timeout: seconds before a call is abandoned with a timeout observation.
+        max_output_chars: observations are cut to this length, with a marker.
+        max_resources: at most this many resources of this tool live at once (``None``: the
+            pool's default).
+        aliases: other names the model may use.
+    """
+
+    name: str
+    fn: Callable[..., Any]
+    schema: dict[str, Any]
+    stateful: bool = False
+    resource_factory: Callable[[], Any] | None = None
+    timeout: float = 30.0
+    max_output_chars: int = 10_000
+    max_resources: int | None = None
+    aliases: tuple[str, ...] = field(default=())
+
+    @property
+    def description(self) -> str:
+        return self.schema["function"]["description"]
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        return self.schema["function"]["parameters"]
+
+    @property
+    def is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.fn)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the underlying function directly (no validation, timeout or truncation)."""
+        return self.fn(*args, **kwargs)
+
+
+TOOLS: Registry[Tool] = Registry("tool")
+
+
+def tool(
+    fn: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    stateful: bool = False,
+    resource_factory: Callable[[], Any] | None = None,
+    timeout: float = 30.0,
+    max_output_chars: int = 10_000,
+    max_resources: int | None = None,
+    aliases: Iterable[str] = (),
+) -> Any:
+    """Register a function as a tool; usable as ``@tool`` or ``@tool(name=...)``.
+
+    Args:
+        fn: the function, when used without parentheses.
+        name: the tool's name (default: the function's name).
+        description: overrides the docstring's description.
+        stateful: the function takes a per-chain ``resource`` parameter.
+        resource_factory: makes a fresh resource; required when ``stateful``.
+        timeout: seconds before a call is abandoned.
+        max_output_chars: observations longer than this are truncated.
+        max_resources: cap on live resources of this tool (stateful tools).
+        aliases: other names for the tool.
+
+    Returns:
+        The registered ``Tool`` (still callable like the function).
+    """
+
+    def decorate(f: Callable[..., Any]) -> Tool:
+        tool_name = name or f.__name__
+        takes_resource = "resource" in inspect.signature(f).parameters
+        if stateful and (resource_factory is None or not takes_resource):
+            raise TypeError(
+                f"stateful tool {tool_name!r} needs a resource_factory and a 'resource' parameter"
+            )
+        if not stateful and takes_resource:
+            raise TypeError(f"tool {tool_name!r} takes 'resource' but is not stateful=True")
+        registered = Tool(
+            name=tool_name,
+            fn=f,
+            schema=function_schema(f, tool_name, description),
+            stateful=stateful,
+            resource_factory=resource_factory,
+            timeout=timeout,
+            max_output_chars=max_output_chars,
+            max_resources=max_resources,
+            aliases=tuple(aliases),
+        )
+        TOOLS.register(tool_name, registered, aliases=registered.aliases)
+        return registered
+
+    return decorate(fn) if fn is not None else decorate
+
+
+def get_tool(name: str) -> Tool:
+    """The tool registered under ``name`` or one of its aliases (``UnknownNameError`` if none)."""
+    return TOOLS.get(name)
+
+
+def tool_schemas(names: Iterable[str]) -> list[dict[str, Any]]:
+    """The schemas of the named tools, in order, for the chat template's tool list."""
+    return [get_tool(n).schema for n in names]

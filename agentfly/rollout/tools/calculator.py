@@ -1,0 +1,318 @@
+"""``calculator``: exact arithmetic and one-unknown polynomial equations, never ``eval``.
+
+The expression is parsed with ``ast`` and walked over a whitelist of nodes (numbers, ``+ - * /
+// % **``, unary signs, calls to a few named functions, the constants ``pi`` and ``e``).
+Numbers are ``fractions.Fraction`` so ``0.1 + 0.2`` is exactly ``0.3`` and ``1/3`` stays a
+third; functions with irrational results (``sin``, ``log``, a non-perfect ``sqrt``) give floats.
+Sizes are bounded before any work is done: a power whose result would pass ``MAX_BITS`` bits,
+``factorial`` above ``MAX_FACTORIAL`` or an input over ``MAX_CHARS`` characters is refused, so
+``9**9**9`` fails at once instead of hanging.
+
+An input with one ``=`` and one unknown name (``2*x + 3 = 7``) is solved with sympy; the sympy
+expression is built from the validated tree, never from the raw string (``sympify`` evals).
+Only polynomial or rational equations up to degree ``MAX_DEGREE`` are accepted.
+
+Departures from Python: ``^`` means power, not xor; ``round`` rounds halves away from zero.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import re
+from collections.abc import Callable
+from decimal import Decimal, localcontext
+from fractions import Fraction
+
+from agentfly.rollout.tools.base import INVALID_ARGUMENTS, ToolResult, tool
+
+MAX_CHARS = 1000
+MAX_BITS = 10_000  # ≈ 3,000 decimal digits in any numerator or denominator
+MAX_FACTORIAL = 1000
+MAX_DEGREE = 10
+MAX_ROOT_INDEX = 64  # exact roots of x**(p/q) are tried for q up to this
+
+Number = Fraction | float
+
+
+class CalculatorError(ValueError):
+    """Input the calculator refuses; the message is shown to the model."""
+
+
+def _check(value: Number) -> Number:
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise CalculatorError("the result is not a finite number")
+        return value
+    if max(value.numerator.bit_length(), value.denominator.bit_length()) > MAX_BITS:
+        raise CalculatorError(f"a number has more than {MAX_BITS} bits; too large to compute")
+    return value
+
+
+def _log2(value: Fraction) -> float:
+    """log2 of the larger of |numerator| and denominator (no float overflow)."""
+    return max(math.log2(abs(value.numerator) or 1), math.log2(value.denominator))
+
+
+def _integer(value: Number, what: str) -> int:
+    if isinstance(value, Fraction) and value.denominator == 1:
+        return value.numerator
+    raise CalculatorError(f"{what} must be an integer, got {format_number(value)}")
+
+
+def _iroot(n: int, q: int) -> int | None:
+    """The exact integer q-th root of n ≥ 0, or None."""
+    if n < 2:
+        return n
+    x = 1 << -(-n.bit_length() // q)  # ≥ the root
+    while True:
+        y = ((q - 1) * x + n // x ** (q - 1)) // q
+        if y >= x:
+            break
+        x = y
+    return x if x**q == n else None
+
+
+def _power(base: Number, exponent: Number) -> Number:
+    if isinstance(base, Fraction) and isinstance(exponent, Fraction):
+        p, q = exponent.numerator, exponent.denominator
+        if base == 0 and exponent < 0:
+            raise ZeroDivisionError
+        if abs(base) not in (0, 1) and abs(exponent) * _log2(base) > MAX_BITS:
+            raise CalculatorError(f"the power has more than {MAX_BITS} bits; too large to compute")
+        if q == 1:
+            return base**p
+        if base >= 0 and q <= MAX_ROOT_INDEX:
+            num, den = _iroot(base.numerator, q), _iroot(base.denominator, q)
+            if num is not None and den is not None:
+                return Fraction(num, den) ** p
+    if base < 0 and not (isinstance(exponent, Fraction) and exponent.denominator == 1):
+        raise CalculatorError("a negative number to a fractional power is not a real number")
+    return float(base) ** float(exponent)
+
+
+def _round(value: Number, digits: Number = Fraction(0)) -> Number:
+    n = _integer(digits, "round's number of digits")
+    if abs(n) > 100:
+        raise CalculatorError("round takes at most 100 digits")
+    scale = Fraction(10) ** n
+    rounded = math.floor(abs(Fraction(value)) * scale + Fraction(1, 2)) / scale
+    return rounded if value >= 0 else -rounded
+
+
+def _factorial(value: Number) -> Number:
+    n = _integer(value, "factorial's argument")
+    if not 0 <= n <= MAX_FACTORIAL:
+        raise CalculatorError(f"factorial is defined here for 0 ≤ n ≤ {MAX_FACTORIAL}, got {n}")
+    return Fraction(math.factorial(n))
+
+
+def _log(value: Number, base: Number | None = None) -> Number:
+    if value <= 0 or (base is not None and (base <= 0 or base == 1)):
+        raise CalculatorError("log needs a positive argument (and a positive base other than 1)")
+    if isinstance(value, Fraction) and isinstance(base, Fraction):
+        guess = round((math.log(value.numerator) - math.log(value.denominator)) / math.log(base))
+        if abs(guess) * _log2(base) <= MAX_BITS and base**guess == value:
+            return Fraction(guess)
+    if isinstance(value, Fraction):
+        ln = math.log(value.numerator) - math.log(value.denominator)
+    else:
+        ln = math.log(value)
+    return ln if base is None else ln / math.log(base)
+
+
+def _sqrt(value: Number) -> Number:
+    if value < 0:
+        raise CalculatorError("the square root of a negative number is not a real number")
+    return _power(value, Fraction(1, 2))
+
+
+def _float_fn(fn: Callable[[float], float]) -> Callable[[Number], Number]:
+    return lambda x: fn(float(x))
+
+
+# name -> (function, min args, max args)
+FUNCTIONS: dict[str, tuple[Callable[..., Number], int, int]] = {
+    "sqrt": (_sqrt, 1, 1),
+    "abs": (abs, 1, 1),
+    "round": (_round, 1, 2),
+    "min": (min, 1, 100),
+    "max": (max, 1, 100),
+    "factorial": (_factorial, 1, 1),
+    "floor": (lambda x: Fraction(math.floor(x)), 1, 1),
+    "ceil": (lambda x: Fraction(math.ceil(x)), 1, 1),
+    "gcd": (lambda *a: Fraction(math.gcd(*(_integer(x, "gcd's argument") for x in a))), 1, 100),
+    "lcm": (lambda *a: Fraction(math.lcm(*(_integer(x, "lcm's argument") for x in a))), 1, 100),
+    "log": (_log, 1, 2),
+    "ln": (_log, 1, 1),
+    "log10": (lambda x: _log(x, Fraction(10)), 1, 1),
+    "log2": (lambda x: _log(x, Fraction(2)), 1, 1),
+    "exp": (_float_fn(math.exp), 1, 1),
+    "sin": (_float_fn(math.sin), 1, 1),
+    "cos": (_float_fn(math.cos), 1, 1),
+    "tan": (_float_fn(math.tan), 1, 1),
+}
+CONSTANTS: dict[str, float] = {"pi": math.pi, "e": math.e}
+
+_BINARY: dict[type, Callable[[Number, Number], Number]] = {
+    ast.Add: lambda a, b: a + b,
+    ast.Sub: lambda a, b: a - b,
+    ast.Mult: lambda a, b: a * b,
+    ast.Div: lambda a, b: a / b,
+    ast.FloorDiv: lambda a, b: Fraction(a // b),
+    ast.Mod: lambda a, b: a % b,
+    ast.Pow: _power,
+}
+_UNARY: dict[type, Callable[[Number], Number]] = {ast.USub: lambda a: -a, ast.UAdd: lambda a: a}
+
+
+def _literal(node: ast.Constant) -> Fraction:
+    value = node.value
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise CalculatorError(f"only numbers are allowed, not {value!r}")
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise CalculatorError("the number is too large")
+        return Fraction(repr(value))  # the decimal the user wrote, not its binary approximation
+    return _check(Fraction(value))
+
+
+def _validate(node: ast.AST) -> set[str]:
+    """Refuse anything outside the whitelist; return the unknown names used."""
+    if isinstance(node, ast.Expression):
+        return _validate(node.body)
+    if isinstance(node, ast.Constant):
+        _literal(node)
+        return set()
+    if isinstance(node, ast.Name):
+        if node.id in FUNCTIONS:
+            raise CalculatorError(f"{node.id} is a function; call it like {node.id}(...)")
+        return set() if node.id in CONSTANTS else {node.id}
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+        return _validate(node.left) | _validate(node.right)
+    if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
+        return _validate(node.operand)
+    if isinstance(node, ast.Call):
+        name = node.func.id if isinstance(node.func, ast.Name) else None
+        if name not in FUNCTIONS:
+            known = ", ".join(FUNCTIONS)
+            raise CalculatorError(f"unknown function {ast.unparse(node.func)!r} (known: {known})")
+        if node.keywords or any(isinstance(a, ast.Starred) for a in node.args):
+            raise CalculatorError(f"{name} takes plain positional arguments")
+        _, low, high = FUNCTIONS[name]
+        if not low <= len(node.args) <= high:
+            raise CalculatorError(f"{name} takes {low}–{high} arguments, got {len(node.args)}")
+        return set().union(*(_validate(a) for a in node.args))
+    raise CalculatorError(f"unsupported syntax: {type(node).__name__} in {ast.unparse(node)!r}")
+
+
+def evaluate(node: ast.AST) -> Number:
+    """The value of a tree that passed validation and has no unknowns."""
+    if isinstance(node, ast.Expression):
+        return evaluate(node.body)
+    if isinstance(node, ast.Constant):
+        return _literal(node)
+    if isinstance(node, ast.Name):
+        return CONSTANTS[node.id]
+    if isinstance(node, ast.BinOp):
+        return _check(_BINARY[type(node.op)](evaluate(node.left), evaluate(node.right)))
+    if isinstance(node, ast.UnaryOp):
+        return _UNARY[type(node.op)](evaluate(node.operand))
+    assert isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+    fn = FUNCTIONS[node.func.id][0]
+    return _check(fn(*(evaluate(a) for a in node.args)))
+
+
+def format_number(value: Number) -> str:
+    """An exact integer or terminating decimal; ``p/q ≈ decimal`` otherwise; floats to 15 digits."""
+    if isinstance(value, float):
+        return format(value, ".15g")
+    if value.denominator == 1:
+        return str(value.numerator)
+    den, twos, fives = value.denominator, 0, 0
+    while den % 2 == 0:
+        den, twos = den // 2, twos + 1
+    while den % 5 == 0:
+        den, fives = den // 5, fives + 1
+    with localcontext() as ctx:
+        ctx.prec = 40
+        decimal = Decimal(value.numerator) / Decimal(value.denominator)
+        if den == 1:  # terminating: print every digit
+            places = max(twos, fives)
+            digits = abs(value.numerator) * 10**places // value.denominator
+            sign = "-" if value < 0 else ""
+            text = str(digits).rjust(places + 1, "0")
+            return f"{sign}{text[:-places]}.{text[-places:]}"
+        return f"{value.numerator}/{value.denominator} ≈ {format(decimal, '.12g')}"
+
+
+def _parse(text: str) -> ast.Expression:
+    try:
+        return ast.parse(text.strip(), mode="eval")
+    except SyntaxError as e:
+        implicit = re.search(r"\d[a-zA-Z(]", text)
+        hint = " (write multiplication explicitly, e.g. 2*x)" if implicit else ""
+        raise CalculatorError(f"could not parse {text.strip()!r}: {e.msg}{hint}") from None
+    except (RecursionError, MemoryError, ValueError):
+        raise CalculatorError(f"could not parse {text.strip()!r}") from None
+
+
+def _normalize(expression: str) -> list[str]:
+    """The sides of the input: one for an expression, two for an equation."""
+    if len(expression) > MAX_CHARS:
+        raise CalculatorError(f"the input is longer than {MAX_CHARS} characters")
+    text = expression.replace("^", "**").replace("×", "*").replace("÷", "/").replace("−", "-")
+    if re.search(r"[<>!]", text):
+        raise CalculatorError("comparisons are not supported; use = for an equation")
+    sides = text.replace("==", "=").split("=")
+    if len(sides) > 2:
+        raise CalculatorError("use at most one '=' (one equation at a time)")
+    if not all(s.strip() for s in sides):
+        raise CalculatorError("empty expression" if len(sides) == 1 else "an empty side of '='")
+    return sides
+
+
+def calculate(expression: str) -> str:
+    """Evaluate an expression or solve an equation; raises ``CalculatorError`` on bad input."""
+    trees = [_parse(side) for side in _normalize(expression)]
+    unknowns = set().union(*(_validate(t) for t in trees))
+    if len(unknowns) > 1:
+        raise CalculatorError(f"only one unknown is supported, found {', '.join(sorted(unknowns))}")
+    try:
+        if unknowns:
+            if len(trees) == 1:
+                (name,) = unknowns
+                raise CalculatorError(
+                    f"{name!r} is unknown; to solve for it write an equation such as 2*{name} + 3 = 7"
+                )
+            from agentfly.rollout.tools.algebra import solve_equation
+
+            return solve_equation(trees[0], trees[1], unknowns.pop())
+        values = [evaluate(t) for t in trees]
+    except ZeroDivisionError:
+        raise CalculatorError("division by zero") from None
+    except OverflowError:
+        raise CalculatorError("the result is too large") from None
+    if len(values) == 1:
+        return format_number(values[0])
+    left, right = values
+    if left == right:
+        return "true"
+    return f"false (left side {format_number(left)}, right side {format_number(right)})"
+
+
+@tool(name="calculator", timeout=10.0, max_output_chars=4000)
+def calculator(expression: str) -> str | ToolResult:
+    """Evaluate an arithmetic expression exactly, or solve an equation in one unknown.
+
+    Supports + - * / // % ** (or ^), parentheses, pi, e and the functions sqrt, abs, round,
+    min, max, factorial, floor, ceil, gcd, lcm, log, ln, log10, log2, exp, sin, cos, tan.
+    Fractions stay exact (1/3 + 1/6 gives 1/2). An equation like "2*x + 3 = 7" is solved for x.
+
+    Args:
+        expression: the expression or equation, e.g. "(3 + 4) * 12" or "x**2 - 5*x + 6 = 0".
+    """
+    try:
+        return calculate(expression)
+    except CalculatorError as e:
+        return ToolResult.failure(INVALID_ARGUMENTS, f"Error: {e}")

@@ -1,0 +1,239 @@
+"""``search`` (alias ``google_search``): top-k passages from a local BM25 index or a search API.
+
+Configure once with ``configure_search``:
+
+- ``backend="bm25"`` (default): a ``bm25s`` index over ``corpus_path``, a JSONL file (one
+  object per line with ``"text"``, or ``"contents"`` as in the Search-R1 wiki dump, and
+  optionally ``"title"`` and ``"id"``) or a text file with one passage per line. The index is
+  built on the first search and cached per file (rebuilt if the file changes).
+- ``backend="http"``: POST (or GET) the query to ``url``. The request carries ``query``/``top_k``
+  and the Search-R1 retriever's ``queries``/``topk``; an API key is read from the environment
+  variable ``api_key_env`` and sent as a bearer token. The reply may be a list of passages or an
+  object holding one under ``results``, ``result``, ``passages``, ``documents``, ``items`` or
+  ``organic``; a passage is a string or an object with ``text``/``contents``/``snippet``/
+  ``content`` and optionally ``title``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from agentfly.rollout.tools.base import tool
+
+
+@dataclass(frozen=True)
+class Passage:
+    text: str
+    title: str | None = None
+    id: str | None = None
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    """The search tool's settings (see ``configure_search``)."""
+
+    backend: Literal["bm25", "http"] = "bm25"
+    corpus_path: Path | None = None
+    top_k: int = 3
+    url: str | None = None
+    api_key_env: str | None = None
+    method: Literal["POST", "GET"] = "POST"
+    http_timeout: float = 10.0
+
+
+_config = SearchConfig()
+_indexes: dict[tuple[str, int, int], Bm25Index] = {}
+_indexes_lock = threading.Lock()
+
+
+def configure_search(
+    corpus_path: str | os.PathLike | None = None,
+    top_k: int = 3,
+    backend: Literal["bm25", "http"] = "bm25",
+    url: str | None = None,
+    api_key_env: str | None = None,
+    method: Literal["POST", "GET"] = "POST",
+    http_timeout: float = 10.0,
+) -> SearchConfig:
+    """Set up the ``search`` tool; checks everything it can now rather than at the first call.
+
+    Args:
+        corpus_path: the JSONL or text corpus (``bm25`` backend).
+        top_k: passages returned per query.
+        backend: ``"bm25"`` (local index) or ``"http"`` (a search service).
+        url: the service's address (``http`` backend).
+        api_key_env: the environment variable holding the service's API key, if it needs one.
+        method: ``"POST"`` (JSON body) or ``"GET"`` (query string).
+        http_timeout: seconds to wait for the service.
+
+    Returns:
+        The new configuration.
+
+    Raises:
+        FileNotFoundError: the corpus file does not exist.
+        ValueError: an unknown backend or method, a missing ``url`` or API key, ``top_k < 1``.
+    """
+    global _config
+    if backend not in ("bm25", "http"):
+        raise ValueError(f"unknown search backend {backend!r} (known: bm25, http)")
+    if method not in ("POST", "GET"):
+        raise ValueError(f"search method must be POST or GET, got {method!r}")
+    if top_k < 1:
+        raise ValueError(f"top_k must be at least 1, got {top_k}")
+    path = Path(corpus_path).expanduser().resolve() if corpus_path is not None else None
+    if backend == "bm25" and path is not None and not path.is_file():
+        raise FileNotFoundError(f"search corpus not found: {path}")
+    if backend == "http":
+        if not url:
+            raise ValueError("the http search backend needs a url")
+        if api_key_env and not os.environ.get(api_key_env):
+            raise ValueError(f"the search API key variable {api_key_env!r} is not set")
+    _config = SearchConfig(backend, path, top_k, url, api_key_env, method, http_timeout)
+    return _config
+
+
+def search_config() -> SearchConfig:
+    """The current configuration."""
+    return _config
+
+
+def load_corpus(path: Path) -> list[Passage]:
+    """Read passages from a JSONL file (``.jsonl``/``.json``) or a text file, one per line."""
+    passages = []
+    is_json = path.suffix in (".jsonl", ".json")
+    with path.open(encoding="utf-8") as f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            if not is_json:
+                passages.append(Passage(text=line.strip()))
+                continue
+            try:
+                row = json.loads(line)
+                text = row.get("text", row.get("contents"))
+            except (json.JSONDecodeError, AttributeError) as e:
+                raise ValueError(f"{path}:{number}: not a JSON object ({e})") from None
+            if not isinstance(text, str):
+                raise ValueError(f"{path}:{number}: no 'text' (or 'contents') string")
+            title, ident = row.get("title"), row.get("id")
+            passages.append(Passage(text, title, None if ident is None else str(ident)))
+    if not passages:
+        raise ValueError(f"search corpus {path} has no passages")
+    return passages
+
+
+class Bm25Index:
+    """A BM25 index (``bm25s``, English stop words) over a list of passages."""
+
+    def __init__(self, passages: list[Passage]) -> None:
+        import bm25s
+
+        self.passages = passages
+        documents = [f"{p.title}\n{p.text}" if p.title else p.text for p in passages]
+        self._retriever = bm25s.BM25()
+        tokens = bm25s.tokenize(documents, stopwords="en", show_progress=False)
+        self._retriever.index(tokens, show_progress=False)
+
+    def search(self, query: str, k: int) -> list[tuple[Passage, float]]:
+        """The at most ``k`` passages sharing a word with the query, best first."""
+        import bm25s
+
+        words = bm25s.tokenize([query], stopwords="en", return_ids=False, show_progress=False)
+        if not words[0]:
+            return []
+        k = min(k, len(self.passages))
+        ids, scores = self._retriever.retrieve(words, k=k, show_progress=False)
+        return [
+            (self.passages[int(i)], float(s))
+            for i, s in zip(ids[0], scores[0], strict=True)
+            if float(s) > 0
+        ]
+
+
+def bm25_index(path: Path) -> Bm25Index:
+    """The index of the corpus at ``path``, built once per file version."""
+    stat = path.stat()
+    key = (str(path), stat.st_mtime_ns, stat.st_size)
+    with _indexes_lock:
+        if key not in _indexes:
+            for stale in [k for k in _indexes if k[0] == key[0]]:  # an older version of the file
+                del _indexes[stale]
+            _indexes[key] = Bm25Index(load_corpus(path))
+        return _indexes[key]
+
+
+def _passage(item: Any) -> Passage | None:
+    if isinstance(item, str):
+        return Passage(item)
+    if not isinstance(item, dict):
+        return None
+    item = item.get("document", item)
+    for field in ("text", "contents", "snippet", "content"):
+        if isinstance(item.get(field), str):
+            return Passage(item[field], item.get("title"))
+    return None
+
+
+def http_search(query: str, config: SearchConfig) -> list[Passage]:
+    """Ask the configured search service; raises ``RuntimeError`` with the reason if it fails."""
+    headers = {"Accept": "application/json"}
+    if config.api_key_env:
+        headers["Authorization"] = f"Bearer {os.environ.get(config.api_key_env, '')}"
+    fields = {"query": query, "top_k": config.top_k, "queries": [query], "topk": config.top_k}
+    if config.method == "GET":
+        params = urllib.parse.urlencode({"query": query, "top_k": config.top_k})
+        request = urllib.request.Request(f"{config.url}?{params}", headers=headers)
+    else:
+        headers["Content-Type"] = "application/json"
+        body = json.dumps(fields).encode("utf-8")
+        request = urllib.request.Request(config.url, data=body, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=config.http_timeout) as response:
+            reply = json.loads(response.read().decode("utf-8"))
+    except Exception as e:
+        raise RuntimeError(f"the search service at {config.url} failed: {e}") from None
+    if isinstance(reply, dict):
+        keys = ("results", "result", "passages", "documents", "items", "organic")
+        reply = next((reply[k] for k in keys if k in reply), [])
+    if isinstance(reply, list) and reply and isinstance(reply[0], list):
+        reply = reply[0]  # a batched reply to ``queries``
+    if not isinstance(reply, list):
+        raise RuntimeError(f"the search service at {config.url} sent no list of passages")
+    passages = [p for p in map(_passage, reply) if p is not None]
+    return passages[: config.top_k]
+
+
+def format_passages(passages: list[Passage]) -> str:
+    """``Doc 1 (Title: ...) text`` lines, one per passage."""
+    if not passages:
+        return "No results found."
+    lines = []
+    for i, p in enumerate(passages, start=1):
+        title = f" (Title: {p.title})" if p.title else ""
+        lines.append(f"Doc {i}{title} {p.text}")
+    return "\n".join(lines)
+
+
+@tool(name="search", aliases=("google_search",), timeout=30.0, max_output_chars=6000)
+def search(query: str) -> str:
+    """Search for passages relevant to a query and return the best matches.
+
+    Args:
+        query: what to search for, in a few keywords.
+    """
+    config = _config
+    if not query.strip():
+        raise ValueError("the query is empty")
+    if config.backend == "http":
+        return format_passages(http_search(query, config))
+    if config.corpus_path is None:
+        raise RuntimeError("search has no corpus: call configure_search(corpus_path=...)")
+    hits = bm25_index(config.corpus_path).search(query, config.top_k)
+    return format_passages([passage for passage, _ in hits])

@@ -1,0 +1,182 @@
+"""The agent loop: finish reasons, masks and token exactness, failures that do not stop a run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agentfly.rollout.agent_loop import AgentLoop, question_of
+from agentfly.rollout.agents import get_agent
+from agentfly.rollout.engines import EnginePool
+from agentfly.rollout.engines import scripted as _scripted  # noqa: F401  (registers "scripted")
+from agentfly.rollout.templates import get_template
+from agentfly.rollout.tools import get_tool
+from agentfly.testing import build_tiny_model
+
+
+def call(name, **args):
+    return "<tool_call>\n" + json.dumps({"name": name, "arguments": args}) + "\n</tool_call>"
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return build_tiny_model(tmp_path_factory.mktemp("tiny"))
+
+
+def make_loop(model_dir, script, *, tools=("calculator", "answer"), agent="hf", **kw):
+    pool = EnginePool("scripted", 0, engine_kwargs={"model": str(model_dir), "script": script})
+    tok = pool.tokenizer
+    return AgentLoop(
+        engine=pool,
+        tokenizer=tok,
+        template=get_template("qwen2.5"),
+        agent=get_agent(agent, [get_tool(t) for t in tools]),
+        reward="math_equal_reward_tool",
+        **kw,
+    )
+
+
+ROWS = [
+    {"question": "What is 12*34?", "answer": "408"},
+    {"question": "What is 7+8?", "answer": "15"},
+]
+
+
+def check_token_exact(loop, traj):
+    """Rendering the recorded chat gives exactly the trajectory's ids, and the mask marks
+    exactly the assistant turns' tokens."""
+    tok = loop.tokenizer
+    assert len(traj.response_ids) == len(traj.loss_mask) == len(traj.rollout_logprobs)
+    text = loop.template.render(traj.messages, loop.agent.template_tools())
+    # ChatML closes the last assistant turn with "<|im_end|>\n"; the engine sampled the marker
+    assert text.endswith(loop.template.end_of_turn + "\n")
+    text = text[:-1]
+    assert tok.encode(text, add_special_tokens=False) == traj.input_ids
+    sampled = [t for t, m in zip(traj.response_ids, traj.loss_mask) if m]
+    turns = [
+        m["content"] + loop.template.end_of_turn for m in traj.messages if m["role"] == "assistant"
+    ]
+    assert sampled == tok.encode("".join(turns), add_special_tokens=False)
+    assert all(lp == (-1.0 if m else 0.0) for lp, m in zip(traj.rollout_logprobs, traj.loss_mask))
+
+
+def test_three_turns_with_tools_then_answer(model_dir):
+    script = [
+        call("calculator", expression="12*34"),
+        call("calculator", expression="400+8"),
+        call("answer", answer="408"),
+    ]
+    loop = make_loop(model_dir, script, max_turns=3, num_chains=2)
+    trajs = loop.run(ROWS)
+    assert len(trajs) == 4
+    assert [t.group_id for t in trajs] == [0, 0, 1, 1]
+    assert [t.chain_index for t in trajs] == [0, 1, 0, 1]
+    first = trajs[0]
+    assert first.finish_reason == "answer" and first.num_turns == 3
+    assert first.final_response == "408"
+    assert [c.observation for c in first.tool_calls[:2]] == ["408", "408"]
+    assert first.reward == 1.0  # right answer with a tool call
+    assert trajs[2].reward == pytest.approx(0.1)  # 15 expected, answered 408, tool used
+    for t in trajs:
+        check_token_exact(loop, t)
+        # the observations between turns carry mask 0 and sit between sampled runs
+        assert 0 in t.loss_mask and t.loss_mask[0] == 1 and t.loss_mask[-1] == 1
+
+
+def test_no_tool_call_ends_the_chain(model_dir):
+    loop = make_loop(model_dir, ["The answer is 408."], max_turns=3)
+    (t,) = loop.run(ROWS[:1])
+    assert t.finish_reason == "no_tool_call" and t.num_turns == 1
+    assert t.final_response == "The answer is 408." and t.reward == 0.0
+    assert all(m == 1 for m in t.loss_mask)
+
+
+def test_max_turns(model_dir):
+    loop = make_loop(model_dir, [call("calculator", expression="1+1")], max_turns=2)
+    (t,) = loop.run(ROWS[:1])
+    assert t.finish_reason == "max_turns" and t.num_turns == 2 and len(t.tool_calls) == 2
+    check_token_exact(loop, t)
+
+
+def test_max_model_len_stops_before_an_overflow(model_dir):
+    script = [call("calculator", expression="1+1")]
+    probe = make_loop(model_dir, script, max_turns=1)
+    (p,) = probe.run(ROWS[:1])
+    limit = len(p.input_ids) + 5  # room for the first turn, not for the observation glue
+    loop = make_loop(model_dir, script, max_turns=4, max_model_len=limit)
+    (t,) = loop.run(ROWS[:1])
+    assert t.finish_reason == "max_model_len"
+    assert len(t.input_ids) <= limit
+
+
+def test_train_on_last_turn_masks_earlier_turns(model_dir):
+    script = [call("calculator", expression="2*3"), call("answer", answer="6")]
+    full = make_loop(model_dir, script, max_turns=3).run(ROWS[:1])[0]
+    last = make_loop(model_dir, script, max_turns=3, train_on_last_turn=True).run(ROWS[:1])[0]
+    assert full.response_ids == last.response_ids
+    last_turn = max(full.turn_ids)
+    expected = [m if turn == last_turn else 0 for m, turn in zip(full.loss_mask, full.turn_ids)]
+    assert last.loss_mask == expected and sum(last.loss_mask) < sum(full.loss_mask)
+
+
+@pytest.mark.parametrize(
+    "reply, error",
+    [
+        ("<tool_call>\n{not json}\n</tool_call>", "invalid_arguments"),
+        (call("search_the_web", query="x"), "unknown_tool"),
+        (call("calculator", expression="__import__('os')"), None),
+    ],
+)
+def test_bad_tool_calls_become_error_observations(model_dir, reply, error):
+    loop = make_loop(model_dir, [reply, call("answer", answer="1")], max_turns=3)
+    (t,) = loop.run(ROWS[:1])
+    assert t.finish_reason == "answer" and t.error is None
+    rec = t.tool_calls[0]
+    assert not rec.ok
+    if error:
+        assert rec.error == error
+    assert "rror" in rec.observation
+    check_token_exact(loop, t)
+
+
+def test_a_reward_that_crashes_scores_zero(model_dir):
+    from agentfly.rollout.rewards import reward
+
+    @reward(name="test_loop_crashing_reward")
+    def crashing(prediction):
+        raise RuntimeError("boom")
+
+    loop = make_loop(model_dir, [call("answer", answer="408")])
+    loop.reward = "test_loop_crashing_reward"
+    (t,) = loop.run(ROWS[:1])
+    assert t.reward == 0.0 and t.reward_failed
+
+
+def test_question_field_detection_and_error_naming_the_row():
+    assert question_of({"problem": "p"}) == "p"
+    assert question_of({"prompt": "q", "answer": 1}) == "q"
+    with pytest.raises(ValueError, match="data row 3 has no question field"):
+        question_of({"answer": "1"}, row_index=3)
+
+
+def test_concurrency_cap_is_respected(model_dir):
+    import asyncio
+
+    loop = make_loop(model_dir, [call("answer", answer="1")], num_chains=4, max_concurrent_chains=2)
+    live, peak = 0, 0
+    inner = loop._chain
+
+    async def counting(*a, **k):
+        nonlocal live, peak
+        live += 1
+        peak = max(peak, live)
+        await asyncio.sleep(0.01)
+        try:
+            return await inner(*a, **k)
+        finally:
+            live -= 1
+
+    loop._chain = counting
+    trajs = loop.run(ROWS)
+    assert len(trajs) == 8 and peak == 2

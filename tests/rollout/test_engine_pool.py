@@ -1,0 +1,124 @@
+"""The engine pool: in-process and with two Ray actors on a local Ray."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+
+import pytest
+from safetensors.torch import load_file
+
+from agentfly.rollout.engines import EnginePool, SamplingParams
+from agentfly.rollout.engines.hf import HFEngine
+from agentfly.testing import build_tiny_model
+
+GREEDY = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
+
+
+@pytest.fixture(scope="module")
+def model_dirs(tmp_path_factory):
+    """Two tiny models with different weights (larger init so greedy outputs differ)."""
+    root = tmp_path_factory.mktemp("pool_models")
+    return (
+        build_tiny_model(root / "a", initializer_range=0.2, seed=0),
+        build_tiny_model(root / "b", initializer_range=0.2, seed=1),
+    )
+
+
+def _prompts(tokenizer) -> list[list[int]]:
+    texts = ["<|im_start|>user\nWhat is 7*8?<|im_end|>\n", "hello world", "12+34"]
+    return [tokenizer.encode(t) for t in texts]
+
+
+def _greedy_ids(outputs) -> list[list[int]]:
+    return [per_prompt[0].token_ids for per_prompt in outputs]
+
+
+def test_local_pool_batches_concurrent_requests(model_dirs):
+    a, b = model_dirs
+    kwargs = {"model": a, "device": "cpu", "max_model_len": 64}
+    pool = EnginePool("hf", num_engines=0, engine_kwargs=kwargs)
+    assert pool.backend == "local"
+    prompts = _prompts(pool.tokenizer)
+    expected = _greedy_ids(HFEngine(a, device="cpu").generate(prompts, GREEDY))
+
+    async def run():
+        return await asyncio.gather(*(pool.generate([p], GREEDY) for p in prompts))
+
+    results = asyncio.run(run())
+    assert [r[0][0].token_ids for r in results] == expected
+    # three concurrent requests with equal parameters: fewer engine calls than requests
+    assert pool.stats()[0]["requests"] < len(prompts)
+
+    pool.update_weights(b)
+    assert _greedy_ids(pool.generate_sync(prompts, GREEDY)) == _greedy_ids(
+        HFEngine(b, device="cpu").generate(prompts, GREEDY)
+    )
+
+    async def one_bad_request():
+        too_long = [prompts[0] * 100]  # past max_model_len
+        return await asyncio.gather(
+            pool.generate(prompts[:1], GREEDY),
+            pool.generate(too_long, GREEDY),
+            pool.generate(prompts[1:], SamplingParams(n=2, max_tokens=3)),
+            return_exceptions=True,
+        )
+
+    good, bad, other = asyncio.run(one_bad_request())
+    assert isinstance(bad, ValueError) and "max_model_len" in str(bad)
+    assert len(good) == 1 and [len(per) for per in other] == [2, 2]
+    pool.shutdown()
+
+
+def test_ray_pool_spreads_requests_and_updates_every_actor(model_dirs):
+    ray = pytest.importorskip("ray")
+    if ray.is_initialized():
+        pytest.skip("a Ray instance is already running in this process")
+    a, b = model_dirs
+    temp_dir = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray's socket paths
+    pool = EnginePool(
+        "hf",
+        num_engines=2,
+        engine_kwargs={"model": str(a), "device": "cpu"},
+        num_cpus_per_engine=1,
+        max_batch_size=2,
+        ray_init={"num_cpus": 2, "temp_dir": temp_dir, "log_to_driver": False},
+    )
+    try:
+        prompts = _prompts(pool.tokenizer)
+        reference = {
+            str(d): _greedy_ids(HFEngine(d, device="cpu").generate(prompts, GREEDY)) for d in (a, b)
+        }
+
+        async def burst(n: int):
+            sampling = SamplingParams(temperature=1.0, max_tokens=8)
+            return await asyncio.gather(*(pool.generate(prompts, sampling) for _ in range(n)))
+
+        results = asyncio.run(burst(8))
+        assert all(len(r) == len(prompts) for r in results)
+        stats = pool.stats()
+        assert len({s["pid"] for s in stats}) == 2
+        assert all(s["requests"] > 0 for s in stats), stats  # both actors served requests
+
+        async def on_each(sampling):
+            return await asyncio.gather(
+                *(pool.generate(prompts, sampling, engine=i) for i in range(2))
+            )
+
+        before = asyncio.run(on_each(GREEDY))
+        assert [_greedy_ids(o) for o in before] == [reference[str(a)]] * 2
+
+        pool.update_weights(load_file(b / "model.safetensors"))  # a state dict, via the store
+        assert [s["weights_version"] for s in pool.stats()] == [1, 1]
+        after = asyncio.run(on_each(GREEDY))
+        assert [_greedy_ids(o) for o in after] == [reference[str(b)]] * 2
+
+        pool.update_weights(a)  # a checkpoint directory, read by each actor
+        assert [s["weights_version"] for s in pool.stats()] == [2, 2]
+        again = asyncio.run(on_each(GREEDY))
+        assert [_greedy_ids(o) for o in again] == [reference[str(a)]] * 2
+    finally:
+        pool.shutdown()
+        shutil.rmtree(temp_dir, ignore_errors=True)
+    assert not ray.is_initialized()
