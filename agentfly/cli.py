@@ -1,27 +1,70 @@
 """The ``agentfly`` command line.
 
-Subcommands arrive with the trainer (``fit``, ``validate``, ``test``) and the rollout layer
-(``rollout``); until then the command reports the version and what is available.
+``agentfly rollout [--config FILE] [key=value ...] --output OUT.jsonl`` runs rollouts alone with
+the same config as training (the seeds' Hydra-style overrides, e.g.
+``agent.init_config.tools=[calculator] agent.run_config.num_chains=4``) and writes one JSON line
+per chain plus a summary. ``agentfly fit`` / ``python -m agentfly.cli train`` arrive with the
+trainer.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import logging
 import sys
 
 from agentfly import __version__
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="agentfly", description=__doc__)
+def _rollout(args: argparse.Namespace) -> int:
+    from agentfly.config import ConfigError, config_to_yaml, load_config
+    from agentfly.rollout.runner import run_rollout
+
+    try:
+        cfg = load_config(args.overrides, config_file=args.config, check_required=False)
+    except ConfigError as e:
+        print(f"agentfly: config error: {e}", file=sys.stderr)
+        return 2
+    if args.print_config:
+        print(config_to_yaml(cfg))
+        return 0
+    try:
+        summary = run_rollout(cfg, args.output, split=args.split, limit=args.limit)
+    except (ValueError, FileNotFoundError, KeyError, RuntimeError) as e:
+        print(f"agentfly: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="agentfly", description=__doc__.split("\n\n")[0])
     parser.add_argument("--version", action="version", version=f"agentfly {__version__}")
-    parser.add_argument("command", nargs="?", help="subcommand")
-    args, _ = parser.parse_known_args(argv)
+    sub = parser.add_subparsers(dest="command")
+    ro = sub.add_parser("rollout", help="run rollouts alone and write trajectories as JSONL")
+    ro.add_argument("overrides", nargs="*", help="key=value config overrides (Hydra syntax)")
+    ro.add_argument("--config", help="a YAML config (e.g. conf/examples/gsm8k_calculator.yaml)")
+    ro.add_argument("--output", "-o", default="rollouts.jsonl", help="where to write the chains")
+    ro.add_argument("--split", choices=["train", "val"], default="train", help="which data files")
+    ro.add_argument("--limit", type=int, help="roll out only the first N rows")
+    ro.add_argument("--print_config", action="store_true", help="print the resolved config and exit")
+    ro.set_defaults(func=_rollout)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in ("fit", "train", "validate", "test"):
+        print(f"agentfly {__version__}: '{argv[0]}' arrives with the trainer", file=sys.stderr)
+        return 2
+    args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 0
-    print(f"agentfly {__version__}: subcommand {args.command!r} is not available yet", file=sys.stderr)
-    return 2
+    return args.func(args)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Literal
+from typing import IO, Literal
 
 logger = logging.getLogger(__name__)
 
@@ -169,8 +169,13 @@ def _bwrap_prefix() -> tuple[str, ...]:
     return tuple(args)
 
 
+@cache
+def _worker_source() -> str:
+    return _WORKER.read_text(encoding="utf-8")
+
+
 def _command(mode: str, limits: dict, *extra: str, bwrap: bool) -> list[str]:
-    python = [sys.executable, "-I", "-c", _WORKER.read_text(), mode, json.dumps(limits), *extra]
+    python = [sys.executable, "-I", "-c", _worker_source(), mode, json.dumps(limits), *extra]
     return [*_bwrap_prefix(), *python] if bwrap else python
 
 
@@ -191,14 +196,12 @@ def _limits(memory_mb: int, max_output_chars: int, **extra: float) -> dict:
     }
 
 
-def _feed(pipe, data: bytes) -> None:
-    try:
+def _feed(pipe: IO[bytes], data: bytes) -> None:
+    """Write the child's stdin and close it; a child that exits early just stops the writing."""
+    with contextlib.suppress(OSError):
         pipe.write(data)
-    except (BrokenPipeError, OSError):
-        pass
-    finally:
-        with contextlib.suppress(OSError):
-            pipe.close()
+    with contextlib.suppress(OSError):
+        pipe.close()
 
 
 def _communicate(

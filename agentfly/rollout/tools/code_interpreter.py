@@ -14,9 +14,12 @@ from agentfly.rollout.tools.base import TIMEOUT, ToolResult, tool
 
 
 def format_cell(result: CellResult) -> str:
-    """The observation for one cell: its output, its error output, or a note that it printed
-    nothing."""
-    parts = [result.stdout.rstrip("\n")] if result.stdout.strip() else []
+    """The observation for one cell: its output and error output, or ``(no output)``."""
+    parts = []
+    if result.restarted and not result.timed_out and result.error != "WorkerDied":
+        parts.append("[the interpreter had stopped and was restarted; earlier variables are lost]")
+    if result.stdout.strip():
+        parts.append(result.stdout.rstrip("\n"))
     if result.stderr.strip():
         parts.append(result.stderr.rstrip("\n"))
     if result.truncated:

@@ -1,0 +1,90 @@
+"""Alternative spellings of config keys, and the one canonical node each reaches.
+
+AgentFly's scripts spell the agent keys three ways (``agent.max_turns``,
+``agent.run_config.max_turns``, ``agent.max_steps``); all reach one node. An alias maps a dotted
+*prefix* to its canonical prefix, so ``agent.generation_config.max_tokens`` and a YAML section
+``agent: {generation_config: {max_tokens: ...}}`` both land on
+``agent.run_config.generation_config.max_tokens``. The longest matching prefix wins.
+
+Canonical homes: run-time shape under ``agent.run_config``, construction under
+``agent.init_config``, the backend at ``agent.init_config.backend`` (the seeds'
+``agent.init_config.backend_config.backend`` is an alias of it).
+
+Not aliases but *linked* nodes (both exist; one set → copied to the other; both set to
+different values at the same precedence level → error): see :data:`LINKED`.
+"""
+
+from __future__ import annotations
+
+_INIT_KEYS = (
+    "agent_type",
+    "model_name_or_path",
+    "template",
+    "tools",
+    "reward_name",
+    "backend",
+    "tool_parser_name",
+    "max_model_len",
+    "system_prompt",
+    "tool_config",
+)
+
+#: alias prefix → canonical prefix.
+ALIASES: dict[str, str] = {
+    # run shape: agent.* and agent.run_config.* spellings
+    "agent.max_turns": "agent.run_config.max_turns",
+    "agent.max_steps": "agent.run_config.max_turns",
+    "agent.run_config.max_steps": "agent.run_config.max_turns",
+    "agent.num_chains": "agent.run_config.num_chains",
+    "agent.max_concurrent_chains": "agent.run_config.max_concurrent_chains",
+    "agent.generation_config": "agent.run_config.generation_config",
+    "agent.max_tokens_per_turn": "agent.run_config.generation_config.max_tokens",
+    "agent.run_config.max_tokens_per_turn": "agent.run_config.generation_config.max_tokens",
+    "agent.context_config": "agent.run_config.context_config",
+    "agent.resource_backend": "agent.run_config.context_config.resource_backend",
+    "agent.run_config.resource_backend": "agent.run_config.context_config.resource_backend",
+    # construction: agent.* and agent.init_args.* spellings of agent.init_config.*
+    **{f"agent.{k}": f"agent.init_config.{k}" for k in _INIT_KEYS},
+    "agent.init_args": "agent.init_config",
+    "agent.backend_config.backend": "agent.init_config.backend",
+    "agent.init_config.backend_config.backend": "agent.init_config.backend",
+}
+
+#: Pairs of distinct nodes that must agree (the first is the one components read).
+LINKED: tuple[tuple[str, str], ...] = (
+    ("actor_rollout_ref.model.path", "agent.init_config.model_name_or_path"),
+    ("actor_rollout_ref.rollout.temperature", "agent.run_config.generation_config.temperature"),
+    ("actor_rollout_ref.rollout.top_p", "agent.run_config.generation_config.top_p"),
+)
+
+_BY_LENGTH = sorted(ALIASES, key=len, reverse=True)
+
+
+def canonical_key(key: str) -> str:
+    """The canonical spelling of a dotted key (itself when it is not an alias).
+
+    >>> canonical_key("agent.max_steps")
+    'agent.run_config.max_turns'
+    >>> canonical_key("agent.generation_config.max_tokens")
+    'agent.run_config.generation_config.max_tokens'
+    """
+    # an alias may map into another alias's prefix (agent.init_args.backend_config.backend)
+    for _ in range(4):
+        for alias in _BY_LENGTH:
+            if key == alias or key.startswith(alias + "."):
+                key = ALIASES[alias] + key[len(alias) :]
+                break
+        else:
+            return key
+    return key
+
+
+def is_alias_prefix(key: str) -> bool:
+    """Whether ``key`` is a section that only exists as an alias (``agent.init_config.backend_config``)."""
+    prefix = key + "."
+    return any(alias.startswith(prefix) for alias in ALIASES)
+
+
+def spellings() -> list[str]:
+    """Every alias spelling (used for "did you mean" hints)."""
+    return list(ALIASES)

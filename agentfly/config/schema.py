@@ -1,0 +1,509 @@
+"""Typed dataclasses for the whole config tree (an OmegaConf structured config).
+
+The tree keeps verl's Hydra namespaces (``data``, ``agent``, ``algorithm``,
+``actor_rollout_ref``, ``critic``, ``trainer``) so the seeds' command lines work unchanged.
+Defaults are verl's ``ppo_trainer.yaml`` where the AgentFly documents are silent, and the
+AgentFly documents' where they state one. Departures from verl, each on purpose:
+
+- ``actor.use_kl_loss=True``, ``actor.entropy_coeff=0.001``,
+  ``model.enable_gradient_checkpointing=False``, ``trainer.logger=['console']``: the AgentFly
+  training guide's stated defaults.
+- ``rollout.name='hf'`` (verl: required): the embedded transformers engine, so a CPU run needs
+  no vLLM; ``rollout.tensor_model_parallel_size=1`` (verl: 2), so one GPU works.
+- ``actor.strategy='auto'`` (verl: ``fsdp``): a Lightning strategy name, ``fsdp`` on request.
+- ``trainer.device='auto'`` (verl: ``cuda``): CUDA when present, else CPU.
+- ``data.train_files``/``val_files`` are lists (a single path is accepted and wrapped).
+- Model paths default to ``None`` (verl: a placeholder path); ``critic.model.path`` must be set
+  when the estimator needs a critic.
+- Batch semantics: ``ppo_mini_batch_size`` counts *trajectories* (after the ``num_chains``
+  expansion), see :mod:`agentfly.config.validate`.
+
+Choices (``rollout.name``, ``resume_mode``...) are plain ``str`` fields checked by
+:func:`agentfly.config.validate.validate`; aliases of keys live in :mod:`agentfly.config.aliases`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import II
+
+# --------------------------------------------------------------------------------------- data
+
+
+@dataclass
+class DataConfig:
+    """Task files and batch sizes.
+
+    Attributes:
+        train_files: training task files (JSON, JSONL or parquet rows); one path or a list.
+        val_files: validation task files.
+        train_batch_size: prompts drawn per RL iteration (before ``num_chains`` expansion).
+        val_batch_size: prompts per validation batch; ``None`` = the whole validation set.
+        prompt_key: row field holding the user message; ``None`` = the first present of
+            ``question``, ``prompt``, ``problem``, ``instruction``.
+        shuffle: shuffle the training rows every epoch.
+        seed: seed of the shuffling sampler (defaults to ``trainer.seed``).
+    """
+
+    train_files: list[str] = field(default_factory=list)
+    val_files: list[str] = field(default_factory=list)
+    train_batch_size: int = 1024
+    val_batch_size: int | None = None
+    prompt_key: str | None = None
+    shuffle: bool = True
+    seed: int = II("trainer.seed")
+
+
+# -------------------------------------------------------------------------------------- agent
+
+
+@dataclass
+class AgentInitConfig:
+    """How the agent is built (canonical home of ``agent.tools``, ``agent.template``...).
+
+    Attributes:
+        agent_type: agent class by registry name (``hf``, ``react``, ``code``, ``action``...).
+        model_name_or_path: HF model id or local path; kept equal to
+            ``actor_rollout_ref.model.path`` (one set → copied to the other).
+        template: chat template name; ``None`` = the tokenizer's own template.
+        tools: tool names available to the agent.
+        reward_name: registered reward function.
+        backend: generation backend during training (``async_verl`` in the seeds = the engine
+            pool); ``agent.init_config.backend_config.backend`` is the same node.
+        tool_parser_name: tool-call parser (``hermes``...); ``None`` = the agent type's own.
+        max_model_len: longest conversation in tokens a chain may reach; ``None`` = the model's.
+        system_prompt: replaces the agent type's default system prompt.
+        tool_config: per-tool settings by tool name, free-form (e.g.
+            ``{search: {corpus_path: ..., top_k: 3}}``); its sub-keys are not checked here but
+            by the tools that read them.
+    """
+
+    agent_type: str = "hf"
+    model_name_or_path: str | None = None
+    template: str | None = None
+    tools: list[str] = field(default_factory=list)
+    reward_name: str | None = None
+    backend: str = "async_verl"
+    tool_parser_name: str | None = None
+    max_model_len: int | None = None
+    system_prompt: str | None = None
+    tool_config: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class GenerationConfig:
+    """Sampling per turn during training rollouts.
+
+    Attributes:
+        max_tokens: tokens generated per turn at most.
+        temperature: sampling temperature (kept equal to ``actor_rollout_ref.rollout.temperature``).
+        top_p: nucleus sampling mass (kept equal to ``actor_rollout_ref.rollout.top_p``).
+    """
+
+    max_tokens: int = 512
+    temperature: float = 1.0
+    top_p: float = 1.0
+
+
+@dataclass
+class ContextConfig:
+    """Where stateful tool and reward resources live.
+
+    Attributes:
+        resource_backend: ``local`` (in-process) or ``ray`` (Ray actors).
+    """
+
+    resource_backend: str = "local"
+
+
+@dataclass
+class AgentRunConfig:
+    """The shape of a rollout (canonical home of ``agent.max_turns``, ``agent.num_chains``...).
+
+    Attributes:
+        max_turns: generation/tool turns per chain at most (``agent.max_steps`` is the same node).
+        num_chains: chains (trajectories) per prompt; the group size of GRPO/RLOO.
+        max_concurrent_chains: chains running at once at most; ``None`` = no extra cap.
+        generation_config: per-turn sampling.
+        context_config: resource placement.
+    """
+
+    max_turns: int = 3
+    num_chains: int = 1
+    max_concurrent_chains: int | None = None
+    generation_config: GenerationConfig = field(default_factory=GenerationConfig)
+    context_config: ContextConfig = field(default_factory=ContextConfig)
+
+
+@dataclass
+class AgentConfig:
+    """The agent rollout path (AgentFly's own namespace).
+
+    Attributes:
+        use_agent: use the multi-turn agent loop (always ``True`` for AgentFly training).
+        train_on_last_turn: compute the loss on the last assistant turn only.
+        init_config: how the agent is built.
+        run_config: how chains are run.
+    """
+
+    use_agent: bool = True
+    train_on_last_turn: bool = False
+    init_config: AgentInitConfig = field(default_factory=AgentInitConfig)
+    run_config: AgentRunConfig = field(default_factory=AgentRunConfig)
+
+
+# ---------------------------------------------------------------------------------- algorithm
+
+
+@dataclass
+class KLControlConfig:
+    """The KL-in-reward coefficient controller.
+
+    Attributes:
+        type: ``fixed`` or ``adaptive`` (Ziegler et al., 2019).
+        kl_coef: (initial) KL coefficient.
+        target_kl: target KL of the adaptive controller.
+        horizon: horizon of the adaptive controller, in samples.
+    """
+
+    type: str = "fixed"
+    kl_coef: float = 0.001
+    target_kl: float = 0.1
+    horizon: int = 10000
+
+
+@dataclass
+class AlgorithmConfig:
+    """The RL algorithm.
+
+    Attributes:
+        adv_estimator: registered advantage estimator (``gae``, ``grpo``, ``rloo``...).
+        gamma: discount per sampled token.
+        lam: GAE lambda.
+        norm_adv_by_std_in_grpo: divide group-relative advantages by the group std.
+        use_kl_in_reward: subtract ``kl_coef * KL`` from the token rewards.
+        kl_penalty: KL estimator in the reward (``kl``, ``abs``, ``mse``, ``low_var_kl``...).
+        kl_ctrl: the KL coefficient controller.
+    """
+
+    adv_estimator: str = "gae"
+    gamma: float = 1.0
+    lam: float = 1.0
+    norm_adv_by_std_in_grpo: bool = True
+    use_kl_in_reward: bool = False
+    kl_penalty: str = "kl"
+    kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
+
+
+# -------------------------------------------------------------------------- actor_rollout_ref
+
+
+@dataclass
+class OptimConfig:
+    """AdamW with warm-up and an optional cosine decay.
+
+    Attributes:
+        lr: peak learning rate.
+        lr_warmup_steps_ratio: warm-up length as a fraction of the optimizer steps.
+        lr_warmup_steps: warm-up length in optimizer steps; ``-1`` = use the ratio.
+        weight_decay: AdamW weight decay.
+        betas: AdamW betas.
+        warmup_style: ``constant`` or ``cosine`` after warm-up.
+        min_lr_ratio: floor of the cosine schedule, as a fraction of ``lr``.
+        num_cycles: cosine cycles over the run.
+    """
+
+    lr: float = 1e-6
+    lr_warmup_steps_ratio: float = 0.0
+    lr_warmup_steps: int = -1
+    weight_decay: float = 0.01
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    warmup_style: str = "constant"
+    min_lr_ratio: float = 0.0
+    num_cycles: float = 0.5
+
+
+@dataclass
+class FSDPConfig:
+    """FSDP sharding and offloading (used when the strategy is ``fsdp``).
+
+    Attributes:
+        param_offload: keep parameters on CPU between uses.
+        optimizer_offload: keep optimizer state on CPU.
+        reshard_after_forward: free gathered parameters after the forward pass.
+        fsdp_size: shard group size; ``-1`` = all ranks.
+    """
+
+    param_offload: bool = False
+    optimizer_offload: bool = False
+    reshard_after_forward: bool = True
+    fsdp_size: int = -1
+
+
+@dataclass
+class ActorConfig:
+    """The policy's PPO update.
+
+    Attributes:
+        strategy: Lightning strategy: ``auto``, ``ddp`` or ``fsdp``.
+        ppo_mini_batch_size: trajectories per optimizer step, over all ranks (counted after the
+            ``num_chains`` expansion; AgentFly's seeds use ``train_batch_size * num_chains`` for
+            one update per rollout).
+        ppo_micro_batch_size_per_gpu: trajectories per forward/backward on one device;
+            ``None`` = the whole per-device mini-batch (no gradient accumulation).
+        ppo_epochs: passes over each rollout batch.
+        shuffle: shuffle trajectories between PPO epochs.
+        clip_ratio: PPO clip range ε.
+        clip_ratio_low: lower clip range; ``None`` = ``clip_ratio``.
+        clip_ratio_high: upper clip range; ``None`` = ``clip_ratio`` (DAPO's clip-higher).
+        clip_ratio_c: dual-clip constant (Ye et al., 2020) for negative advantages.
+        loss_agg_mode: ``token-mean``, ``seq-mean-token-sum``, ``seq-mean-token-mean`` or
+            ``seq-mean-token-sum-norm``.
+        grad_clip: max gradient norm.
+        use_kl_loss: add a KL-to-reference term to the loss.
+        kl_loss_coef: its coefficient.
+        kl_loss_type: its estimator (``kl``, ``abs``, ``mse``, ``low_var_kl``, ``full``...).
+        entropy_coeff: entropy bonus coefficient.
+        ulysses_sequence_parallel_size: sequence-parallel degree.
+        optim: the optimizer.
+        fsdp_config: FSDP settings.
+    """
+
+    strategy: str = "auto"
+    ppo_mini_batch_size: int = 256
+    ppo_micro_batch_size_per_gpu: int | None = None
+    ppo_epochs: int = 1
+    shuffle: bool = False
+    clip_ratio: float = 0.2
+    clip_ratio_low: float | None = None
+    clip_ratio_high: float | None = None
+    clip_ratio_c: float = 3.0
+    loss_agg_mode: str = "token-mean"
+    grad_clip: float = 1.0
+    use_kl_loss: bool = True
+    kl_loss_coef: float = 0.001
+    kl_loss_type: str = "low_var_kl"
+    entropy_coeff: float = 0.001
+    ulysses_sequence_parallel_size: int = 1
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
+
+
+@dataclass
+class ModelConfig:
+    """The policy model (shared by actor, rollout engines and reference).
+
+    Attributes:
+        path: HF model id or local path (kept equal to ``agent.init_config.model_name_or_path``).
+        use_remove_padding: pack sequences without padding in the forward pass.
+        enable_gradient_checkpointing: recompute activations in the backward pass.
+        enable_activation_offload: offload activations to CPU.
+        trust_remote_code: allow model code from the hub.
+    """
+
+    path: str | None = None
+    use_remove_padding: bool = False
+    enable_gradient_checkpointing: bool = False
+    enable_activation_offload: bool = False
+    trust_remote_code: bool = False
+
+
+@dataclass
+class SamplingConfig:
+    """Sampling during validation.
+
+    Attributes:
+        temperature: sampling temperature (0 = greedy).
+        top_p: nucleus sampling mass.
+        top_k: top-k cut; ``-1`` = none.
+        do_sample: sample (``False`` = greedy).
+        n: samples per validation prompt.
+    """
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = -1
+    do_sample: bool = False
+    n: int = 1
+
+
+@dataclass
+class RolloutConfig:
+    """The generation engines.
+
+    Attributes:
+        name: engine kind: ``hf`` (transformers) or ``vllm``.
+        temperature: training sampling temperature (kept equal to
+            ``agent.run_config.generation_config.temperature``).
+        top_p: training nucleus mass (kept equal to ``agent...generation_config.top_p``).
+        top_k: top-k cut; ``-1`` = none.
+        response_length: maximum response length in tokens (verl's meaning); the per-turn
+            limit is ``agent.run_config.generation_config.max_tokens``.
+        gpu_memory_utilization: fraction of GPU memory a vLLM engine may take.
+        tensor_model_parallel_size: GPUs per engine.
+        log_prob_micro_batch_size_per_gpu: trajectories per log-prob forward on one device;
+            ``None`` = the actor's micro-batch.
+        n: samples per prompt in verl; must stay 1 with the agent loop (use ``num_chains``).
+        num_engines: engines in the pool (Ray actors); 0 = one engine in this process, no Ray
+            (debugging); ``None`` resolves to
+            ``max(1, n_gpus_per_node * nnodes // tensor_model_parallel_size)``.
+        dtype: engine weights dtype (``bfloat16``, ``float16``, ``float32``, ``auto``).
+        enforce_eager: disable CUDA graphs in vLLM.
+        val_kwargs: sampling during validation.
+    """
+
+    name: str = "hf"
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    response_length: int = 512
+    gpu_memory_utilization: float = 0.5
+    tensor_model_parallel_size: int = 1
+    log_prob_micro_batch_size_per_gpu: int | None = None
+    n: int = 1
+    num_engines: int | None = None
+    dtype: str = "bfloat16"
+    enforce_eager: bool = False
+    val_kwargs: SamplingConfig = field(default_factory=SamplingConfig)
+
+
+@dataclass
+class RefConfig:
+    """The frozen reference policy (used when a KL term is on).
+
+    Attributes:
+        fsdp_config: FSDP settings (only ``param_offload`` matters).
+        log_prob_micro_batch_size_per_gpu: trajectories per forward on one device;
+            ``None`` = the actor's micro-batch.
+        ulysses_sequence_parallel_size: sequence-parallel degree (defaults to the actor's).
+    """
+
+    fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
+    log_prob_micro_batch_size_per_gpu: int | None = None
+    ulysses_sequence_parallel_size: int = II(
+        "actor_rollout_ref.actor.ulysses_sequence_parallel_size"
+    )
+
+
+@dataclass
+class ActorRolloutRefConfig:
+    """verl's grouping of the policy model, its rollout engines and its reference copy."""
+
+    actor: ActorConfig = field(default_factory=ActorConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    ref: RefConfig = field(default_factory=RefConfig)
+
+
+# ------------------------------------------------------------------------------------- critic
+
+
+@dataclass
+class CriticModelConfig:
+    """The value model.
+
+    Attributes:
+        path: HF model id or local path; required when the estimator needs a critic.
+        enable_gradient_checkpointing: recompute activations in the backward pass.
+        enable_activation_offload: offload activations to CPU.
+        use_remove_padding: pack sequences without padding.
+        fsdp_config: FSDP settings.
+    """
+
+    path: str | None = None
+    enable_gradient_checkpointing: bool = True
+    enable_activation_offload: bool = False
+    use_remove_padding: bool = False
+    fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
+
+
+@dataclass
+class CriticConfig:
+    """The value function (used only by estimators that need one, e.g. ``gae``).
+
+    Attributes:
+        model: the value model.
+        optim: its optimizer (lr 1e-5 as in verl).
+        ppo_mini_batch_size: trajectories per critic step (defaults to the actor's).
+        ppo_micro_batch_size_per_gpu: trajectories per forward/backward on one device.
+        ppo_epochs: passes per rollout batch (defaults to the actor's).
+        cliprange_value: value clipping range.
+        grad_clip: max gradient norm.
+        loss_agg_mode: loss aggregation (defaults to the actor's).
+        ulysses_sequence_parallel_size: sequence-parallel degree.
+    """
+
+    model: CriticModelConfig = field(default_factory=CriticModelConfig)
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-5))
+    ppo_mini_batch_size: int = II("actor_rollout_ref.actor.ppo_mini_batch_size")
+    ppo_micro_batch_size_per_gpu: int | None = None
+    ppo_epochs: int = II("actor_rollout_ref.actor.ppo_epochs")
+    cliprange_value: float = 0.5
+    grad_clip: float = 1.0
+    loss_agg_mode: str = II("actor_rollout_ref.actor.loss_agg_mode")
+    ulysses_sequence_parallel_size: int = 1
+
+
+# ------------------------------------------------------------------------------------ trainer
+
+
+@dataclass
+class TrainerConfig:
+    """The outer loop: topology, length, logging, checkpoints.
+
+    Attributes:
+        project_name: logger project.
+        experiment_name: logger run name.
+        logger: any of ``console``, ``wandb``, ``tensorboard``, ``csv``.
+        n_gpus_per_node: devices per node (Lightning ``devices``).
+        nnodes: nodes (Lightning ``num_nodes``).
+        device: ``auto``, ``cuda`` or ``cpu``.
+        total_training_steps: RL iterations (rollout + update), not optimizer steps;
+            ``None`` = ``total_epochs`` passes over the training set.
+        total_epochs: passes over the training set when ``total_training_steps`` is ``None``.
+        save_freq: checkpoint every N iterations; ``-1`` = never.
+        test_freq: validate every N iterations; ``-1`` = never.
+        val_before_train: validate once before the first update.
+        critic_warmup: iterations that update only the critic.
+        resume_mode: ``auto`` (latest checkpoint in ``default_local_dir``), ``disable`` or
+            ``resume_path`` (``resume_from_path``).
+        resume_from_path: checkpoint to resume from.
+        default_local_dir: checkpoint directory.
+        seed: global seed.
+        print_config: print the resolved config before training.
+    """
+
+    project_name: str = "agentfly"
+    experiment_name: str = "default"
+    logger: list[str] = field(default_factory=lambda: ["console"])
+    n_gpus_per_node: int = 8
+    nnodes: int = 1
+    device: str = "auto"
+    total_training_steps: int | None = None
+    total_epochs: int = 30
+    save_freq: int = -1
+    test_freq: int = -1
+    val_before_train: bool = True
+    critic_warmup: int = 0
+    resume_mode: str = "auto"
+    resume_from_path: str | None = None
+    default_local_dir: str = "checkpoints/${trainer.project_name}/${trainer.experiment_name}"
+    seed: int = 42
+    print_config: bool = False
+
+
+# --------------------------------------------------------------------------------------- root
+
+
+@dataclass
+class AgentflyConfig:
+    """The whole resolved config (see each namespace's class)."""
+
+    data: DataConfig = field(default_factory=DataConfig)
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    actor_rollout_ref: ActorRolloutRefConfig = field(default_factory=ActorRolloutRefConfig)
+    critic: CriticConfig = field(default_factory=CriticConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)

@@ -1,0 +1,317 @@
+"""Check a composed config once, before anything starts: choices, ranges and contradictions.
+
+Batch-size semantics (a deliberate reading of AgentFly over plain verl): in verl,
+``actor.ppo_mini_batch_size`` counts *prompts* and the worker multiplies it by
+``rollout.n`` (``fsdp_workers.py``: ``ppo_mini_batch_size *= rollout.n`` then
+``//= world_size // ulysses_sp``). AgentFly keeps ``rollout.n = 1`` and expands each prompt into
+``agent.run_config.num_chains`` chains itself, so the multiplication is a no-op and the number
+counts *trajectories*: its WebShop script sets ``mini_batch_size = batch_size * num_chains`` for
+"full on-policy" (one update per rollout), and its code-agent example leaves the default 256 with
+128 prompts × 4 chains. So here:
+
+- ``ppo_mini_batch_size`` (actor and critic) counts trajectories over all ranks and must divide
+  ``data.train_batch_size * agent.run_config.num_chains`` (updates per rollout = the quotient
+  × ``ppo_epochs``);
+- it must split evenly over the data-parallel ranks,
+  ``n_gpus_per_node * nnodes / ulysses_sequence_parallel_size``;
+- ``ppo_micro_batch_size_per_gpu`` must divide that per-rank mini-batch.
+
+Estimator-dependent checks ask the registry entry (``needs_critic``, ``needs_groups``) rather
+than branching on names.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterable
+from typing import Any
+
+from agentfly.config.errors import ConfigError
+
+ROLLOUT_NAMES = ("hf", "vllm")
+RESUME_MODES = ("auto", "disable", "resume_path")
+RESOURCE_BACKENDS = ("local", "ray")
+KL_CTRL_TYPES = ("fixed", "adaptive")
+LOGGERS = ("console", "wandb", "tensorboard", "csv")
+DEVICES = ("auto", "cuda", "cpu")
+STRATEGIES = ("auto", "ddp", "fsdp")
+LOSS_AGG_MODES = (
+    "token-mean",
+    "seq-mean-token-sum",
+    "seq-mean-token-mean",
+    "seq-mean-token-sum-norm",
+)
+WARMUP_STYLES = ("constant", "cosine")
+DTYPES = ("bfloat16", "float16", "float32", "auto")
+VISION_AGENT_TYPES = ("gui",)
+
+
+class _Checker:
+    """Collects problems so one error reports them all."""
+
+    def __init__(self, cfg: Any) -> None:
+        self.cfg = cfg
+        self.errors: list[str] = []
+
+    def get(self, key: str) -> Any:
+        node = self.cfg
+        for part in key.split("."):
+            node = getattr(node, part)
+        return node
+
+    def choice(self, key: str, options: Iterable[str]) -> None:
+        options = list(options)
+        value = self.get(key)
+        if value not in options:
+            self.errors.append(f"{key}={value!r} is not one of: {', '.join(options)}")
+
+    def at_least(self, key: str, low: float, optional: bool = False) -> None:
+        value = self.get(key)
+        if value is None and optional:
+            return
+        if value is None or value < low:
+            self.errors.append(f"{key}={value!r} must be >= {low}")
+
+    def within(self, key: str, low: float, high: float, low_open: bool = False) -> None:
+        value = self.get(key)
+        ok = (low < value if low_open else low <= value) and value <= high
+        if not ok:
+            bracket = "(" if low_open else "["
+            self.errors.append(f"{key}={value!r} must be in {bracket}{low}, {high}]")
+
+
+def _kl_kinds() -> tuple[str, ...]:
+    from agentfly.estimators.kl import KL_PENALTIES
+
+    return (*KL_PENALTIES, *(k + "+" for k in KL_PENALTIES if k != "full"))
+
+
+def _estimator(c: _Checker) -> Any | None:
+    from agentfly.estimators import ESTIMATORS
+
+    name = c.get("algorithm.adv_estimator")
+    if name not in ESTIMATORS:
+        known = ESTIMATORS.names(include_aliases=True)
+        c.errors.append(f"algorithm.adv_estimator={name!r} is not one of: {', '.join(known)}")
+        return None
+    return ESTIMATORS.get(name)
+
+
+def _check_ranges(c: _Checker) -> None:
+    for key in (
+        "data.train_batch_size",
+        "agent.run_config.max_turns",
+        "agent.run_config.num_chains",
+        "agent.run_config.generation_config.max_tokens",
+        "actor_rollout_ref.actor.ppo_mini_batch_size",
+        "actor_rollout_ref.actor.ppo_epochs",
+        "actor_rollout_ref.actor.ulysses_sequence_parallel_size",
+        "actor_rollout_ref.ref.ulysses_sequence_parallel_size",
+        "actor_rollout_ref.rollout.response_length",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size",
+        "actor_rollout_ref.rollout.val_kwargs.n",
+        "algorithm.kl_ctrl.horizon",
+        "critic.ppo_mini_batch_size",
+        "critic.ppo_epochs",
+        "critic.ulysses_sequence_parallel_size",
+        "trainer.n_gpus_per_node",
+        "trainer.nnodes",
+        "trainer.total_epochs",
+    ):
+        c.at_least(key, 1)
+    c.at_least("actor_rollout_ref.rollout.num_engines", 0)  # 0 = one in-process engine, no Ray
+    for key in (
+        "data.val_batch_size",
+        "agent.run_config.max_concurrent_chains",
+        "agent.init_config.max_model_len",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
+        "critic.ppo_micro_batch_size_per_gpu",
+        "trainer.total_training_steps",
+    ):
+        c.at_least(key, 1, optional=True)
+    for key in (
+        "agent.run_config.generation_config.temperature",
+        "actor_rollout_ref.rollout.val_kwargs.temperature",
+        "actor_rollout_ref.actor.clip_ratio",
+        "actor_rollout_ref.actor.clip_ratio_low",
+        "actor_rollout_ref.actor.clip_ratio_high",
+        "actor_rollout_ref.actor.kl_loss_coef",
+        "actor_rollout_ref.actor.grad_clip",
+        "actor_rollout_ref.actor.optim.lr",
+        "critic.optim.lr",
+        "critic.cliprange_value",
+        "algorithm.kl_ctrl.kl_coef",
+        "trainer.critic_warmup",
+    ):
+        c.at_least(key, 0)
+    for key in (
+        "algorithm.gamma",
+        "algorithm.lam",
+        "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio",
+    ):
+        c.within(key, 0.0, 1.0)
+    for key in (
+        "agent.run_config.generation_config.top_p",
+        "actor_rollout_ref.rollout.val_kwargs.top_p",
+        "actor_rollout_ref.rollout.gpu_memory_utilization",
+    ):
+        c.within(key, 0.0, 1.0, low_open=True)
+
+
+def _check_choices(c: _Checker) -> None:
+    c.choice("actor_rollout_ref.rollout.name", ROLLOUT_NAMES)
+    c.choice("actor_rollout_ref.rollout.dtype", DTYPES)
+    c.choice("actor_rollout_ref.actor.strategy", STRATEGIES)
+    c.choice("actor_rollout_ref.actor.loss_agg_mode", LOSS_AGG_MODES)
+    c.choice("critic.loss_agg_mode", LOSS_AGG_MODES)
+    c.choice("actor_rollout_ref.actor.optim.warmup_style", WARMUP_STYLES)
+    c.choice("critic.optim.warmup_style", WARMUP_STYLES)
+    c.choice("agent.run_config.context_config.resource_backend", RESOURCE_BACKENDS)
+    c.choice("algorithm.kl_ctrl.type", KL_CTRL_TYPES)
+    c.choice("trainer.resume_mode", RESUME_MODES)
+    c.choice("trainer.device", DEVICES)
+    kinds = _kl_kinds()
+    c.choice("algorithm.kl_penalty", kinds)
+    c.choice("actor_rollout_ref.actor.kl_loss_type", kinds)
+    unknown = [name for name in c.get("trainer.logger") if name not in LOGGERS]
+    if unknown:
+        c.errors.append(
+            f"trainer.logger has unknown logger(s) {unknown}; known: {', '.join(LOGGERS)}"
+        )
+    agent_type = c.get("agent.init_config.agent_type")
+    if agent_type in VISION_AGENT_TYPES:
+        c.errors.append(
+            f"agent.init_config.agent_type={agent_type!r}: vision (GUI) agents are out of scope "
+            "for now; use a text agent type (hf, react, code, action...)"
+        )
+
+
+def _check_batches(c: _Checker, prefix: str, needed: bool) -> None:
+    """Mini-batch divides the rollout, splits over ranks, and the micro-batch divides it."""
+    if not needed:
+        return
+    mini = c.get(f"{prefix}.ppo_mini_batch_size")
+    micro = c.get(f"{prefix}.ppo_micro_batch_size_per_gpu")
+    sp_key = (
+        "actor_rollout_ref.actor.ulysses_sequence_parallel_size"
+        if prefix.startswith("actor_rollout_ref")
+        else "critic.ulysses_sequence_parallel_size"
+    )
+    prompts = c.get("data.train_batch_size")
+    chains = c.get("agent.run_config.num_chains")
+    gpus = c.get("trainer.n_gpus_per_node") * c.get("trainer.nnodes")
+    sp = c.get(sp_key)
+    if min(mini or 0, prompts or 0, chains or 0, gpus, sp or 0) < 1:
+        return  # reported by the range checks
+    total = prompts * chains
+    if total % mini:
+        c.errors.append(
+            f"{prefix}.ppo_mini_batch_size={mini} must divide data.train_batch_size × "
+            f"agent.run_config.num_chains = {prompts} × {chains} = {total} trajectories "
+            "(mini-batches count trajectories, after the num_chains expansion)"
+        )
+    if gpus % sp:
+        c.errors.append(
+            f"{sp_key}={sp} must divide trainer.n_gpus_per_node × trainer.nnodes = {gpus}"
+        )
+        return
+    ranks = gpus // sp
+    if mini % ranks:
+        c.errors.append(
+            f"{prefix}.ppo_mini_batch_size={mini} must split evenly over {ranks} data-parallel "
+            f"ranks (trainer.n_gpus_per_node × trainer.nnodes / {sp_key})"
+        )
+        return
+    if micro is not None and micro >= 1 and (mini // ranks) % micro:
+        c.errors.append(
+            f"{prefix}.ppo_micro_batch_size_per_gpu={micro} must divide the per-rank mini-batch "
+            f"{prefix}.ppo_mini_batch_size / {ranks} ranks = {mini // ranks}"
+        )
+
+
+def _check_contradictions(c: _Checker, estimator: Any | None, check_required: bool) -> None:
+    needs_critic = bool(estimator is not None and estimator.needs_critic)
+    _check_batches(c, "actor_rollout_ref.actor", True)
+    _check_batches(c, "critic", needs_critic)
+    if check_required and not c.get("actor_rollout_ref.model.path"):
+        c.errors.append(
+            "actor_rollout_ref.model.path (or agent.init_config.model_name_or_path) is required"
+        )
+    if needs_critic and check_required and not c.get("critic.model.path"):
+        c.errors.append(
+            f"critic.model.path is required: algorithm.adv_estimator="
+            f"{c.get('algorithm.adv_estimator')!r} trains a critic (often the actor's path)"
+        )
+    if c.get("trainer.resume_mode") == "resume_path" and not c.get("trainer.resume_from_path"):
+        c.errors.append("trainer.resume_mode=resume_path needs trainer.resume_from_path")
+    if c.get("algorithm.use_kl_in_reward") and c.get("algorithm.kl_penalty") == "full":
+        c.errors.append(
+            "algorithm.use_kl_in_reward=True cannot use algorithm.kl_penalty='full' (the reward "
+            "penalty is computed from sampled-token log-probs; use kl, abs, mse or low_var_kl)"
+        )
+    if c.get("actor_rollout_ref.rollout.name") == "vllm" and c.get("trainer.device") == "cpu":
+        c.errors.append(
+            "actor_rollout_ref.rollout.name='vllm' needs a GPU but trainer.device='cpu'"
+        )
+    if c.get("agent.use_agent") and c.get("actor_rollout_ref.rollout.n") != 1:
+        c.errors.append(
+            f"actor_rollout_ref.rollout.n={c.get('actor_rollout_ref.rollout.n')} must be 1 with "
+            "agent.use_agent=True; set agent.run_config.num_chains instead"
+        )
+
+
+def _warn(c: _Checker, estimator: Any | None) -> None:
+    name = c.get("algorithm.adv_estimator")
+    if (
+        estimator is not None
+        and estimator.needs_groups
+        and c.get("agent.run_config.num_chains") == 1
+    ):
+        warnings.warn(
+            f"algorithm.adv_estimator={name!r} compares chains of the same prompt but "
+            "agent.run_config.num_chains=1: every advantage will be zero",
+            UserWarning,
+            stacklevel=4,
+        )
+    if estimator is not None and not estimator.needs_critic and c.get("trainer.critic_warmup") > 0:
+        warnings.warn(
+            f"trainer.critic_warmup={c.get('trainer.critic_warmup')} has no effect: "
+            f"algorithm.adv_estimator={name!r} uses no critic",
+            UserWarning,
+            stacklevel=4,
+        )
+    if c.get("algorithm.use_kl_in_reward") and c.get("actor_rollout_ref.actor.use_kl_loss"):
+        warnings.warn(
+            "both algorithm.use_kl_in_reward and actor_rollout_ref.actor.use_kl_loss are on: "
+            "the KL to the reference is penalized twice",
+            UserWarning,
+            stacklevel=4,
+        )
+    if c.get("trainer.resume_from_path") and c.get("trainer.resume_mode") != "resume_path":
+        warnings.warn(
+            "trainer.resume_from_path is ignored unless trainer.resume_mode=resume_path",
+            UserWarning,
+            stacklevel=4,
+        )
+
+
+def validate(cfg: Any, check_required: bool = True) -> None:
+    """Raise :class:`ConfigError` listing every invalid value; warn about suspicious ones.
+
+    Args:
+        cfg: the composed config (a structured ``DictConfig`` or an ``AgentflyConfig``), with
+            interpolations resolvable.
+        check_required: also require the values a training run cannot start without
+            (``actor_rollout_ref.model.path``; ``critic.model.path`` when the estimator trains a
+            critic). ``False`` checks a template such as ``conf/config.yaml`` on its own.
+    """
+    c = _Checker(cfg)
+    _check_ranges(c)
+    _check_choices(c)
+    estimator = _estimator(c)
+    _check_contradictions(c, estimator, check_required)
+    if c.errors:
+        raise ConfigError(c.errors)
+    _warn(c, estimator)

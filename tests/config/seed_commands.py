@@ -1,0 +1,280 @@
+"""The seeds' training commands, as the shell passes their arguments to the program.
+
+Copied from ``/work/shared/seeds``: the three commands of the training guide (000), the WebShop
+script of the Hydra key reference (001, shell variables expanded, its multi-line system prompt
+passed as ``"agent.init_config.system_prompt=\\"${system_prompt}\\""`` so the word keeps one level of
+double quotes), and the two example scripts (002, 004; their ``verl.trainer.main_ppo`` entry point
+takes the same arguments). Shell quoting is already removed: ``"[calculator]"`` arrives as
+``[calculator]`` and ``['console','wandb']`` as ``[console,wandb]``.
+"""
+
+# The WebShop system prompt of seed 001, verbatim.
+WEBSHOP_SYSTEM_PROMPT = """\
+You are an autonomous shopping agent operating in the WebShop web environment. Your goal is to purchase exactly one product that best matches the user's natural-language instruction.
+You must conduct reasoning inside <think> and </think> first every time you get new information. After reasoning, you can do one action by <action> action </action>. If you think you have finished the task, summarize what you have done.
+
+## WebShop page types (you will infer from observation)
+
+- WebShop states are webpages of four types: Search page, Results page, Item page, Item-detail page.
+
+## Available actions (the ONLY actions you may take)
+
+### Search action (only available on the Search page):
+
+- search[QUERY]: Search -> Results
+- QUERY should be a short, high-signal shopping query.
+
+### Choose action (only available on non-search pages; you must choose one of the clickable buttons shown in the page):
+
+- choose[Back to search]: * -> Search
+- choose[Prev page] / choose[Next page]: Results -> Results
+- choose[PRODUCT_TITLE]: Results -> Item
+- choose[OPTION]: Item -> Item (e.g., size/color/pack)
+- choose[Desc] / choose[Overview]: Item -> Item-detail
+- choose[Previous]: Item-detail -> Item
+- choose[Buy] (or choose[Buy Now] if that is the button text shown): Item -> Episode End
+
+Remember that you must put your action inside <action> and </action> tags."""
+
+SEED_000_GSM8K = [
+    "algorithm.adv_estimator=grpo",
+    "data.train_files=./data/rlhf/math/gsm8k_train.json",
+    "data.val_files=./data/rlhf/math/gsm8k_test.json",
+    "data.train_batch_size=64",
+    "agent.use_agent=True",
+    "agent.init_config.agent_type=hf",
+    "agent.init_config.tools=[calculator]",
+    "agent.init_config.template=qwen2.5",
+    "agent.init_config.model_name_or_path=Qwen/Qwen2.5-3B-Instruct",
+    "agent.init_config.reward_name=math_equal_reward_tool",
+    "agent.init_config.backend_config.backend=async_verl",
+    "agent.run_config.max_turns=3",
+    "agent.run_config.num_chains=8",
+    "agent.run_config.generation_config.max_tokens=256",
+    "agent.run_config.context_config.resource_backend=local",
+    "actor_rollout_ref.actor.optim.lr=5e-7",
+    "actor_rollout_ref.model.path=Qwen/Qwen2.5-3B-Instruct",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=64",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
+    "actor_rollout_ref.actor.use_kl_loss=True",
+    "actor_rollout_ref.actor.kl_loss_coef=0.001",
+    "actor_rollout_ref.actor.kl_loss_type=mse",
+    "actor_rollout_ref.actor.entropy_coeff=0.001",
+    "actor_rollout_ref.rollout.name=vllm",
+    "actor_rollout_ref.rollout.response_length=256",
+    "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+    "actor_rollout_ref.rollout.gpu_memory_utilization=0.5",
+    "critic.model.path=Qwen/Qwen2.5-3B-Instruct",
+    "algorithm.kl_ctrl.kl_coef=0.001",
+    "trainer.logger=[console,wandb]",
+    "trainer.project_name=AgentRL",
+    "trainer.experiment_name=test_gsm8k",
+    "trainer.n_gpus_per_node=1",
+    "trainer.nnodes=1",
+    "trainer.save_freq=50",
+    "trainer.test_freq=10",
+    "trainer.total_training_steps=100",
+]
+
+SEED_000_REACT_SEARCH = [
+    "algorithm.adv_estimator=reinforce_plus_plus",
+    "data.train_files=./data/rlhf/qa/train_random_8000.json",
+    "data.val_files=./data/rlhf/qa/dev_random_500.json",
+    "data.train_batch_size=128",
+    "data.val_batch_size=512",
+    "agent.use_agent=True",
+    "agent.init_config.agent_type=react",
+    "agent.init_config.tools=[google_search,answer]",
+    "agent.init_config.model_name_or_path=Qwen/Qwen2.5-3B-Instruct",
+    "agent.init_config.reward_name=qa_f1_reward",
+    "agent.init_config.backend_config.backend=async_verl",
+    "agent.run_config.max_turns=4",
+    "agent.run_config.num_chains=1",
+    "agent.run_config.generation_config.max_tokens=512",
+    "agent.run_config.context_config.resource_backend=local",
+    "actor_rollout_ref.actor.optim.lr=5e-7",
+    "actor_rollout_ref.model.path=Qwen/Qwen2.5-3B-Instruct",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=128",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+    "actor_rollout_ref.actor.use_kl_loss=True",
+    "actor_rollout_ref.actor.kl_loss_coef=0.001",
+    "actor_rollout_ref.actor.kl_loss_type=mse",
+    "actor_rollout_ref.actor.entropy_coeff=0.001",
+    "actor_rollout_ref.rollout.name=vllm",
+    "actor_rollout_ref.rollout.response_length=512",
+    "actor_rollout_ref.rollout.tensor_model_parallel_size=2",
+    "actor_rollout_ref.rollout.gpu_memory_utilization=0.5",
+    "critic.model.path=Qwen/Qwen2.5-3B-Instruct",
+    "critic.ppo_mini_batch_size=32",
+    "algorithm.kl_ctrl.kl_coef=0.001",
+    "trainer.logger=[console,wandb]",
+    "trainer.project_name=AgentRL",
+    "trainer.experiment_name=react_search_agent",
+    "trainer.n_gpus_per_node=8",
+    "trainer.nnodes=1",
+    "trainer.save_freq=50",
+    "trainer.test_freq=10",
+    "trainer.total_training_steps=200",
+    "trainer.val_before_train=True",
+]
+
+SEED_000_CODE = [
+    "algorithm.adv_estimator=grpo",
+    "data.train_files=./data/rlhf/code/train.json",
+    "data.val_files=./data/rlhf/code/val.json",
+    "data.train_batch_size=64",
+    "agent.use_agent=True",
+    "agent.init_config.agent_type=code",
+    "agent.init_config.tools=[python_executor]",
+    "agent.init_config.model_name_or_path=Qwen/Qwen2.5-3B-Instruct",
+    "agent.init_config.reward_name=code_reward",
+    "agent.init_config.backend_config.backend=async_verl",
+    "agent.run_config.max_turns=5",
+    "agent.run_config.num_chains=4",
+    "agent.run_config.generation_config.max_tokens=512",
+    "agent.run_config.context_config.resource_backend=local",
+    "actor_rollout_ref.actor.optim.lr=4e-7",
+    "actor_rollout_ref.model.path=Qwen/Qwen2.5-3B-Instruct",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=64",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+    "actor_rollout_ref.actor.use_kl_loss=True",
+    "actor_rollout_ref.actor.kl_loss_coef=0.001",
+    "actor_rollout_ref.actor.kl_loss_type=mse",
+    "actor_rollout_ref.actor.entropy_coeff=0.001",
+    "actor_rollout_ref.rollout.name=vllm",
+    "actor_rollout_ref.rollout.response_length=512",
+    "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+    "actor_rollout_ref.rollout.gpu_memory_utilization=0.5",
+    "critic.model.path=Qwen/Qwen2.5-3B-Instruct",
+    "algorithm.kl_ctrl.kl_coef=0.001",
+    "trainer.logger=[console,wandb]",
+    "trainer.project_name=AgentRL",
+    "trainer.experiment_name=code_agent",
+    "trainer.n_gpus_per_node=4",
+    "trainer.nnodes=1",
+    "trainer.save_freq=50",
+    "trainer.test_freq=10",
+    "trainer.total_training_steps=300",
+]
+
+SEED_001_WEBSHOP = [
+    "algorithm.adv_estimator=grpo",
+    "data.train_files=./data/rlhf/webshop/webshop_goals_train.json",
+    "data.val_files=./data/rlhf/webshop/webshop_goals_val.json",
+    "data.val_batch_size=512",
+    "data.train_batch_size=64",
+    "agent.use_agent=True",
+    "agent.init_config.agent_type=action",
+    'agent.init_config.system_prompt="' + WEBSHOP_SYSTEM_PROMPT + '"',
+    "agent.init_config.max_model_len=16384",
+    "agent.init_config.tools=[webshop_browser_action]",
+    "agent.init_config.template=action-agent",
+    "agent.init_config.model_name_or_path=Qwen/Qwen2.5-3B-Instruct",
+    "agent.init_config.reward_name=webshop_reward",
+    "agent.run_config.generation_config.max_tokens=384",
+    "agent.run_config.max_turns=15",
+    "agent.run_config.num_chains=8",
+    "actor_rollout_ref.actor.optim.lr=5e-7",
+    "actor_rollout_ref.model.use_remove_padding=False",
+    "actor_rollout_ref.model.path=Qwen/Qwen2.5-3B-Instruct",
+    "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio=0.01",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=512",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
+    "actor_rollout_ref.actor.use_kl_loss=True",
+    "actor_rollout_ref.actor.kl_loss_coef=0.001",
+    "actor_rollout_ref.actor.kl_loss_type=mse",
+    "actor_rollout_ref.actor.entropy_coeff=0.001",
+    "actor_rollout_ref.model.enable_gradient_checkpointing=False",
+    "actor_rollout_ref.actor.fsdp_config.param_offload=True",
+    "actor_rollout_ref.actor.fsdp_config.optimizer_offload=True",
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1",
+    "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+    "actor_rollout_ref.rollout.name=vllm",
+    "actor_rollout_ref.rollout.gpu_memory_utilization=0.60",
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=1",
+    "actor_rollout_ref.ref.fsdp_config.param_offload=True",
+    "critic.model.path=Qwen/Qwen2.5-3B-Instruct",
+    "critic.ppo_mini_batch_size=32",
+    "critic.ppo_micro_batch_size_per_gpu=2",
+    "algorithm.kl_ctrl.kl_coef=0.001",
+    "trainer.critic_warmup=0",
+    "trainer.logger=[console,wandb]",
+    "trainer.project_name=Open",
+    "trainer.experiment_name=webshop_Qwen2.5-3B-Instruct_grpo_test",
+    "trainer.n_gpus_per_node=8",
+    "trainer.nnodes=1",
+    "trainer.save_freq=100",
+    "trainer.test_freq=300",
+    "trainer.total_training_steps=200",
+    "trainer.val_before_train=False",
+]
+
+SEED_002_GSM8K = [
+    "algorithm.adv_estimator=grpo",
+    "data.train_files=./data/rlhf/math/gsm8k_train.json",
+    "data.val_files=./data/rlhf/math/gsm8k_test.json",
+    "data.train_batch_size=32",
+    "agent.agent_type=hf",
+    "agent.tools=[calculator]",
+    "agent.template=qwen2.5",
+    "agent.model_name_or_path=Qwen/Qwen2.5-3B-Instruct",
+    "agent.max_turns=3",
+    "agent.backend=async_verl",
+    "agent.reward_name=math_reward_string_equal",
+    "agent.num_chains=8",
+    "agent.use_agent=True",
+    "actor_rollout_ref.actor.optim.lr=5e-7",
+    "actor_rollout_ref.model.use_remove_padding=False",
+    "actor_rollout_ref.model.path=Qwen/Qwen2.5-3B-Instruct",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=32",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+    "actor_rollout_ref.actor.use_kl_loss=True",
+    "actor_rollout_ref.actor.kl_loss_coef=0.001",
+    "actor_rollout_ref.actor.kl_loss_type=mse",
+    "actor_rollout_ref.actor.entropy_coeff=0.001",
+    "actor_rollout_ref.model.enable_gradient_checkpointing=False",
+    "actor_rollout_ref.actor.fsdp_config.param_offload=True",
+    "actor_rollout_ref.actor.fsdp_config.optimizer_offload=True",
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
+    "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+    "actor_rollout_ref.rollout.name=vllm",
+    "actor_rollout_ref.rollout.response_length=256",
+    "actor_rollout_ref.rollout.gpu_memory_utilization=0.5",
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4",
+    "actor_rollout_ref.ref.fsdp_config.param_offload=True",
+    "critic.model.path=Qwen/Qwen2.5-3B-Instruct",
+    "critic.ppo_mini_batch_size=32",
+    "critic.ppo_micro_batch_size_per_gpu=2",
+    "algorithm.kl_ctrl.kl_coef=0.001",
+    "trainer.critic_warmup=0",
+    "trainer.logger=[console,wandb]",
+    "trainer.project_name=AgentRL",
+    "trainer.experiment_name=test_gsm8k",
+    "trainer.n_gpus_per_node=1",
+    "trainer.nnodes=1",
+    "trainer.save_freq=50",
+    "trainer.test_freq=10",
+    "trainer.total_training_steps=200",
+    "trainer.val_before_train=False",
+]
+
+SEED_004_CODE = [
+    "algorithm.adv_estimator=grpo",
+    "data.train_files=./data/train.json",
+    "data.val_files=./data/val.json",
+    "data.train_batch_size=128",
+    "agent.agent_type=code",
+    "agent.tools=[code_interpreter]",
+    "agent.template=qwen-chat",
+    "agent.model_name_or_path=Qwen/Qwen2.5-3B-Instruct",
+    "agent.max_steps=4",
+    "agent.backend=async_verl",
+    "agent.reward_name=math_reward_format",
+    "agent.num_chains=4",
+    "agent.use_agent=True",
+    "actor_rollout_ref.actor.optim.lr=5e-7",
+    "actor_rollout_ref.model.path=Qwen/Qwen2.5-3B-Instruct",
+    "trainer.n_gpus_per_node=8",
+    "trainer.nnodes=1",
+    "trainer.total_training_steps=200",
+]

@@ -1,0 +1,85 @@
+"""`agentfly rollout`: the same config as training, JSONL out, and bad input named clearly."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agentfly.cli import main
+from agentfly.testing import build_tiny_model
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cli")
+    model = build_tiny_model(root / "model", initializer_range=0.2)
+    data = root / "train.json"
+    data.write_text(json.dumps([{"question": "What is 2+3?", "answer": "5"}, {"question": "What is 4*4?", "answer": "16"}]))
+    return root, model, data
+
+
+def base_args(model, data, extra=()):
+    return [
+        "rollout",
+        f"data.train_files={data}",
+        f"agent.init_config.model_name_or_path={model}",
+        "agent.init_config.agent_type=hf",
+        "agent.init_config.tools=[calculator,answer]",
+        "agent.init_config.template=qwen2.5",
+        "agent.init_config.reward_name=math_equal_reward_tool",
+        "agent.run_config.max_turns=2",
+        "agent.num_chains=2",  # the other spelling reaches the same node
+        "agent.run_config.generation_config.max_tokens=16",
+        "actor_rollout_ref.rollout.name=hf",
+        "actor_rollout_ref.rollout.num_engines=0",  # in-process engine: no Ray in this test
+        *extra,
+    ]
+
+
+def test_rollout_writes_one_line_per_chain_and_a_summary(setup, capsys):
+    root, model, data = setup
+    out = root / "out.jsonl"
+    assert main([*base_args(model, data), f"--output={out}"]) == 0
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(lines) == 4  # 2 prompts x 2 chains
+    for rec in lines:
+        assert len(rec["response_ids"]) == len(rec["loss_mask"]) == len(rec["rollout_logprobs"])
+        assert rec["finish_reason"] in {"answer", "no_tool_call", "max_turns", "max_model_len"}
+        assert rec["reward"] is not None and rec["messages"][-1]["role"] == "assistant"
+        assert "row" in rec and rec["row"]["answer"] in {"5", "16"}
+    summary = json.loads(out.with_suffix(".summary.json").read_text())
+    assert summary["chains"] == 4 and summary["prompts"] == 2
+    assert "accuracy" in summary and "tool_calls_per_tool" in summary and "failures/tool" in summary
+    assert json.loads(capsys.readouterr().out)["chains"] == 4
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["agent.init_config.tools=[calculator,telepathy]"], "telepathy"),
+        (["agent.init_config.reward_name=no_such_reward"], "no_such_reward"),
+        (["agent.init_config.template=qwen9"], "qwen9"),
+        (["agent.init_config.tools=[search]", "agent.init_config.tool_config.search.corpus_path=/nonexistent/corpus.jsonl"], "/nonexistent/corpus.jsonl"),
+        (["agent.run_config.max_turn=3"], "max_turns"),
+    ],
+)
+def test_bad_names_and_paths_stop_with_an_error_naming_them(setup, capsys, extra, message):
+    root, model, data = setup
+    assert main([*base_args(model, data, extra), f"--output={root / 'bad.jsonl'}"]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_row_without_a_question_is_named(setup, capsys):
+    root, model, _ = setup
+    bad = root / "bad.jsonl"
+    bad.write_text('{"question": "ok?", "answer": "1"}\n{"answer": "2"}\n')
+    assert main([*base_args(model, bad), f"--output={root / 'x.jsonl'}"]) == 2
+    err = capsys.readouterr().err
+    assert "row 1" in err and "question" in err and str(bad) in err
+
+
+def test_missing_data_file_is_named(setup, capsys):
+    root, model, _ = setup
+    assert main([*base_args(model, root / "nope.json"), f"--output={root / 'x.jsonl'}"]) == 2
+    assert "nope.json" in capsys.readouterr().err
