@@ -1,9 +1,9 @@
 """The ``agentfly`` command line.
 
 ``agentfly rollout [--config FILE] [key=value ...] --output OUT.jsonl`` runs rollouts alone with
-the same config as training (the seeds' Hydra-style overrides, e.g.
-``agent.init_config.tools=[calculator] agent.run_config.num_chains=4``) and writes one JSON line
-per chain plus a summary. ``agentfly fit`` / ``python -m agentfly.cli train`` arrive with the
+the same config as training and writes one JSON line per chain plus a summary. Both override
+styles work and may be mixed: the seeds' Hydra-style ``agent.run_config.num_chains=4`` and
+LightningCLI-style ``--agent.run_config.num_chains 4``. ``agentfly fit`` / ``python -m agentfly.cli train`` arrive with the
 trainer.
 """
 
@@ -38,6 +38,28 @@ def _rollout(args: argparse.Namespace) -> int:
     return 0
 
 
+def dotted_flags_to_overrides(extra: list[str]) -> list[str]:
+    """LightningCLI-style ``--a.b value`` / ``--a.b=value`` flags as ``a.b=value`` overrides."""
+    out, i = [], 0
+    while i < len(extra):
+        arg = extra[i]
+        if not arg.startswith("-") and "=" in arg:  # a key=value after a flag
+            out.append(arg)
+            i += 1
+            continue
+        if not arg.startswith("--") or "." not in arg.split("=", 1)[0]:
+            raise SystemExit(f"agentfly: unrecognised argument {arg!r}")
+        if "=" in arg:
+            out.append(arg[2:])
+            i += 1
+        elif i + 1 < len(extra):
+            out.append(f"{arg[2:]}={extra[i + 1]}")
+            i += 2
+        else:
+            raise SystemExit(f"agentfly: {arg} needs a value")
+    return out
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agentfly", description=__doc__.split("\n\n")[0])
     parser.add_argument("--version", action="version", version=f"agentfly {__version__}")
@@ -60,7 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] in ("fit", "train", "validate", "test"):
         print(f"agentfly {__version__}: '{argv[0]}' arrives with the trainer", file=sys.stderr)
         return 2
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        args.overrides = [*getattr(args, "overrides", []), *dotted_flags_to_overrides(extra)]
     if args.command is None:
         parser.print_help()
         return 0
