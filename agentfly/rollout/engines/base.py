@@ -135,6 +135,9 @@ class Engine(ABC):
     def wake_up(self) -> None:  # noqa: B027
         """Undo :meth:`sleep`."""
 
+    def close(self) -> None:  # noqa: B027
+        """Release what the engine holds outside this process (shared memory, workers)."""
+
 
 ENGINES: Registry[type[Engine]] = Registry("generation engine")
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import os
 import threading
 from dataclasses import dataclass, field
@@ -73,6 +74,9 @@ class EngineHost:
     def wake_up(self) -> None:
         with self._lock:
             self.engine.wake_up()
+
+    def close(self) -> None:
+        self.engine.close()
 
     def get_tokenizer(self) -> Any:
         return self.engine.tokenizer
@@ -256,7 +260,14 @@ class EnginePool:
             import ray
 
             for h in self._hosts:
+                # let the engine free shared memory (vLLM) before the actor dies; a dead or
+                # hung actor is killed all the same
+                with contextlib.suppress(Exception):
+                    ray.get(h.close.remote(), timeout=30)
                 ray.kill(h)
+        else:
+            for h in self._hosts:
+                h.close()
             if self._started_ray:
                 ray.shutdown()
         self._hosts = []

@@ -29,6 +29,7 @@ vLLM is imported only when an engine is built; a missing or broken installation 
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import shutil
@@ -136,9 +137,8 @@ class VLLMEngine(Engine):
         on_cpu = current_platform.is_cpu()
         if device is not None and on_cpu != device.startswith("cpu"):
             logger.warning("vLLM runs on its platform's device; ignoring device=%r", device)
-        self._sleep_available = bool(current_platform.is_sleep_mode_available())
         if enable_sleep_mode is None:
-            enable_sleep_mode = self._sleep_available
+            enable_sleep_mode = bool(current_platform.is_sleep_mode_available())
         if enforce_eager is None:
             enforce_eager = on_cpu
         if (
@@ -180,6 +180,7 @@ class VLLMEngine(Engine):
         self._sleeping = False
         self._weights_dir = Path(weights_dir) if weights_dir is not None else None
         self._warned_truncation = False
+        self._warned_sleep = False
 
     @property
     def tokenizer(self) -> Any:
@@ -208,7 +209,11 @@ class VLLMEngine(Engine):
         requests = [TokensPrompt(prompt_token_ids=list(p)) for p in prompts]
         vllm_params = [self._to_vllm(sp, len(p)) for p, sp in zip(prompts, params, strict=True)]
         results = self.llm.generate(requests, vllm_params, use_tqdm=False)
-        return [[self._output(o) for o in result.outputs] for result in results]
+        grouped = [[self._output(o) for o in result.outputs] for result in results]
+        for outputs, sp in zip(grouped, params, strict=True):
+            if sp.greedy and len(outputs) < sp.n:  # vLLM refuses n > 1 for greedy requests
+                outputs += [copy.deepcopy(outputs[0]) for _ in range(sp.n - len(outputs))]
+        return grouped
 
     def load_weights(self, weights: Weights) -> None:
         """Reload weights in place (checkpoint names, e.g. ``model.layers.0.mlp.up_proj.weight``).
@@ -237,7 +242,9 @@ class VLLMEngine(Engine):
     def sleep(self) -> None:
         """Release accelerator memory (weights offloaded or discarded, KV cache dropped)."""
         if not self._sleep_enabled:
-            logger.info("vLLM sleep mode is not available here; sleep() does nothing")
+            if not self._warned_sleep:
+                self._warned_sleep = True
+                logger.info("vLLM sleep mode is off on this platform; sleep() does nothing")
             return
         if not self._sleeping:
             self.llm.sleep(level=self.sleep_level)
@@ -267,7 +274,7 @@ class VLLMEngine(Engine):
                 "tokens, not the untruncated log_softmax(logits / temperature)"
             )
         return self._vllm.SamplingParams(
-            n=sp.n,
+            n=1 if sp.greedy else sp.n,
             temperature=sp.temperature,
             top_p=sp.top_p,
             top_k=sp.top_k if sp.top_k > 0 else 0,
@@ -284,10 +291,10 @@ class VLLMEngine(Engine):
 
     def _output(self, completion: Any) -> GenerationOutput:
         token_ids = [int(t) for t in completion.token_ids]
-        steps = completion.logprobs or []
+        steps = completion.logprobs or [None] * len(token_ids)  # one {id: Logprob} per token
         logprobs = [
             float(step[token].logprob) if step and token in step else float("nan")
-            for token, step in zip(token_ids, steps)
+            for token, step in zip(token_ids, steps, strict=True)
         ]
         extras = {} if completion.stop_reason is None else {"stop_reason": completion.stop_reason}
         return GenerationOutput(
@@ -302,7 +309,14 @@ class VLLMEngine(Engine):
         """Write ``state`` to ``<fresh dir>/weights.safetensors`` and return the file."""
         from safetensors.torch import save_file
 
-        tensors = {name: t.detach().to("cpu").contiguous() for name, t in state.items()}
+        tensors: dict[str, torch.Tensor] = {}
+        seen: set[int] = set()
+        for name, tensor in state.items():
+            t = tensor.detach().to("cpu").contiguous()
+            if t.data_ptr() in seen:  # tied weights: safetensors refuses shared storage
+                t = t.clone()
+            seen.add(t.data_ptr())
+            tensors[name] = t
         size = sum(t.numel() * t.element_size() for t in tensors.values())
         root = self._weights_dir or _staging_root(size)
         root.mkdir(parents=True, exist_ok=True)
