@@ -1,0 +1,81 @@
+"""Agent types read tool calls out of the model's text, each in its own format."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentfly.registry import UnknownNameError
+from agentfly.rollout.agents import (
+    AGENTS,
+    Agent,
+    ParsedTurn,
+    ToolCallRequest,
+    get_agent,
+    register_agent,
+)
+from agentfly.rollout.tools import get_tool
+
+
+def tools(*names):
+    return [get_tool(n) for n in names]
+
+
+def test_hermes_reads_several_calls_and_flags_broken_ones():
+    agent = get_agent("hf", tools("calculator", "answer"))
+    text = (
+        'Let me compute.\n<tool_call>\n{"name": "calculator", "arguments": {"expression": "2*3"}}\n</tool_call>\n'
+        '<tool_call>\n{"name": "answer", "arguments": "{\\"answer\\": \\"6\\"}"}\n</tool_call>\n'
+        "<tool_call>\n{oops}\n</tool_call>"
+    )
+    calls = agent.parse(text).calls
+    assert calls[0] == ToolCallRequest("calculator", {"expression": "2*3"})
+    assert calls[1] == ToolCallRequest("answer", {"answer": "6"})  # double-encoded arguments
+    assert calls[2].error and "not valid JSON" in calls[2].error
+    assert agent.parse("The answer is 6.").calls == []
+    # the hermes agent shows its tools through the template
+    assert [s["function"]["name"] for s in agent.template_tools()] == ["calculator", "answer"]
+
+
+def test_react_reads_action_and_input_and_final_answer():
+    agent = get_agent("react", tools("calculator", "answer"))
+    turn = agent.parse('Thought: multiply\nAction: calculator\nInput: {"expression": "7*8"}')
+    assert turn.calls == [ToolCallRequest("calculator", {"expression": "7*8"})]
+    bare = agent.parse("Thought: x\nAction: calculator\nAction Input: 7*8\nObservation: junk")
+    assert bare.calls == [ToolCallRequest("calculator", {"expression": "7*8"})]
+    final = agent.parse("Thought: done\nFinal Answer: 56")
+    assert final == ParsedTurn(answer="56")
+    assert agent.template_tools() is None and "calculator" in agent.system_prompt
+    obs = agent.observation_messages(turn.calls, ["56"])
+    assert obs == [{"role": "user", "content": "Observation: 56"}]
+
+
+def test_code_agent_runs_the_last_python_block():
+    agent = get_agent("code", tools("python_executor"))
+    text = "First:\n```python\nx = 1\n```\nthen\n```python\nprint(x + 1)\n```"
+    # python_executor is an alias: the call goes to the canonical tool
+    assert agent.parse(text).calls == [ToolCallRequest("code_interpreter", {"code": "print(x + 1)\n"})]
+    assert agent.parse("The result is 2.").calls == []
+
+
+def test_action_agent_sends_the_tag_to_its_environment_tool():
+    agent = get_agent("action", tools("search"))
+    turn = agent.parse("<think>look</think> <action>search[red shoes]</action>")
+    assert turn.calls == [ToolCallRequest("search", {"query": "search[red shoes]"})]
+    assert agent.parse("I am done.").calls == []
+
+
+def test_gui_is_out_of_scope_and_unknown_types_list_known_ones():
+    with pytest.raises(ValueError, match="out of scope"):
+        get_agent("gui", [])
+    with pytest.raises(UnknownNameError, match="react"):
+        get_agent("reactt", [])
+
+
+def test_a_user_agent_type_registers_by_name():
+    @register_agent("test_echo_agent")
+    class Echo(Agent):
+        def parse(self, text):
+            return ParsedTurn(answer=text)
+
+    assert "test_echo_agent" in AGENTS
+    assert get_agent("test_echo_agent", []).parse("hi").answer == "hi"
