@@ -169,9 +169,7 @@ def test_bad_pool_arguments() -> None:
 @pytest.fixture(scope="module")
 def local_ray() -> Iterator[None]:
     ray = pytest.importorskip("ray")
-    if ray.is_initialized():  # another test module's cluster: use it, leave it running
-        yield
-        return
+    assert not ray.is_initialized(), "another test left Ray running"
     temp_dir = tempfile.mkdtemp(prefix="ray-res-")  # short: Ray's socket paths have a length limit
     ray.init(
         num_cpus=2,

@@ -265,11 +265,11 @@ class EnginePool:
                 with contextlib.suppress(Exception):
                     ray.get(h.close.remote(), timeout=30)
                 ray.kill(h)
+            if self._started_ray:
+                ray.shutdown()
         else:
             for h in self._hosts:
                 h.close()
-            if self._started_ray:
-                ray.shutdown()
         self._hosts = []
 
     def __enter__(self) -> EnginePool:
