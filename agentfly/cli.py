@@ -35,6 +35,9 @@ def _rollout(args: argparse.Namespace) -> int:
         print(f"agentfly: {e}", file=sys.stderr)
         return 2
     print(json.dumps(summary, indent=2))
+    if summary.get("chains") and summary.get("failures/chain") == summary["chains"]:
+        print(f"agentfly: every chain failed; first error: {summary.get('first_error')}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -45,6 +45,7 @@ def summarize(trajs: list[Trajectory]) -> dict[str, Any]:
         ),
         "failures/reward": sum(1 for t in trajs if t.reward_failed),
         "failures/chain": sum(1 for t in trajs if t.finish_reason == "error"),
+        "first_error": next((t.error for t in trajs if t.error), None),
     }
     extras = sorted({k for t in trajs for k in t.reward_extras})
     for key in extras:

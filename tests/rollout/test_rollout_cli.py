@@ -101,3 +101,15 @@ def test_rollout_with_the_vllm_engine(tmp_path, capsys, monkeypatch):
         n = sum(rec["loss_mask"])
         assert n > 0 and len(rec["rollout_logprobs"]) == len(rec["response_ids"])
         assert all(lp <= 0 for lp, m in zip(rec["rollout_logprobs"], rec["loss_mask"]) if m)
+
+
+def test_exit_status_is_1_when_every_chain_failed(setup, capsys, monkeypatch):
+    import agentfly.rollout.runner as runner
+
+    root, model, data = setup
+    monkeypatch.setattr(
+        runner, "run_rollout",
+        lambda *a, **k: {"chains": 2, "failures/chain": 2, "first_error": "EngineDeadError: boom"},
+    )
+    assert main([*base_args(model, data), f"--output={root / 'f.jsonl'}"]) == 1
+    assert "EngineDeadError: boom" in capsys.readouterr().err

