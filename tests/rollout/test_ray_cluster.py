@@ -6,14 +6,49 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
 
 RAY = Path(sys.executable).with_name("ray")
+
+
+def start_head(env: dict[str, str], temp: str) -> tuple[subprocess.Popen, str]:
+    """`ray start --head --block` in its own process group; returns it and the join address.
+
+    Stopping it with SIGTERM to that group ends only this cluster (`ray stop` would end every
+    Ray on the machine, other users' included)."""
+    log = open(os.path.join(temp, "head.log"), "w+")  # noqa: SIM115 - closed with the process
+    proc = subprocess.Popen(
+        [str(RAY), "start", "--head", "--block", "--num-cpus=2", "--port=0",
+         f"--temp-dir={temp}", "--include-dashboard=false"],
+        stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        log.seek(0)
+        found = re.search(r"--address='([^']+)'", log.read())
+        if found:
+            return proc, found.group(1)
+        if proc.poll() is not None:
+            break
+        time.sleep(0.5)
+    log.seek(0)
+    stop_head(proc)
+    raise AssertionError(f"ray start did not come up:\n{log.read()[-2000:]}")
+
+
+def stop_head(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=60)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 @pytest.mark.slow
@@ -26,18 +61,9 @@ def test_pool_joins_the_cluster_in_ray_address(tmp_path):
     temp = tempfile.mkdtemp(prefix="rayc", dir="/tmp")
     # no auth token: a token file of another Ray on this machine must not get in the way
     env = {**os.environ, "RAY_TMPDIR": temp, "RAY_AUTH_MODE": "disabled"}
-    start = subprocess.run(
-        [str(RAY), "start", "--head", "--num-cpus=2", "--port=0", f"--temp-dir={temp}", "--include-dashboard=false"],
-        capture_output=True, text=True, env=env, timeout=120,
-    )
-    assert start.returncode == 0, start.stderr[-2000:]
-    # the address `ray start` prints for workers to join (not "auto": another Ray on this
-    # machine could be the latest one)
-    found = re.search(r"--address='([^']+)'", start.stdout + start.stderr)
-    assert found, start.stdout[-2000:]
-    address = found.group(1)
+    head, address = start_head(env, temp)
     code = f"""
-import asyncio, ray
+import ray
 from agentfly.rollout.engines import EnginePool, SamplingParams
 pool = EnginePool("scripted", 1, engine_kwargs={{"model": {str(model)!r}, "script": ["hi"]}}, num_cpus_per_engine=0.5)
 joined = ray.get_runtime_context().gcs_address
@@ -54,5 +80,5 @@ pool.shutdown()
         assert run.returncode == 0, run.stderr[-3000:]
         assert "NODES 1" in run.stdout and "TOKENS" in run.stdout
     finally:
-        subprocess.run([str(RAY), "stop", "--force"], capture_output=True, env=env, timeout=120)
+        stop_head(head)
         shutil.rmtree(temp, ignore_errors=True)
