@@ -3,8 +3,8 @@
 ``agentfly rollout [--config FILE] [key=value ...] --output OUT.jsonl`` runs rollouts alone with
 the same config as training and writes one JSON line per chain plus a summary. Both override
 styles work and may be mixed: the seeds' Hydra-style ``agent.run_config.num_chains=4`` and
-LightningCLI-style ``--agent.run_config.num_chains 4``. ``agentfly fit`` / ``python -m agentfly.cli train`` arrive with the
-trainer.
+LightningCLI-style ``--agent.run_config.num_chains 4``. ``agentfly fit`` (or ``train``, as the seeds spell it)
+trains with the same config; ``validate``/``test`` roll out the validation set.
 """
 
 from __future__ import annotations
@@ -38,6 +38,29 @@ def _rollout(args: argparse.Namespace) -> int:
     if summary.get("chains") and summary.get("failures/chain") == summary["chains"]:
         print(f"agentfly: every chain failed; first error: {summary.get('first_error')}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _fit(args: argparse.Namespace) -> int:
+    from agentfly.config import ConfigError, config_to_yaml, load_config
+    from agentfly.fit import run_fit
+
+    try:
+        cfg = load_config(args.overrides, config_file=args.config)
+    except ConfigError as e:
+        print(f"agentfly: config error: {e}", file=sys.stderr)
+        return 2
+    if args.print_config or cfg.trainer.print_config:
+        print(config_to_yaml(cfg))
+        if args.print_config:
+            return 0
+    try:
+        metrics = run_fit(cfg, stage=args.command)
+    except (ValueError, FileNotFoundError, KeyError) as e:
+        print(f"agentfly: {e}", file=sys.stderr)
+        return 2
+    shown = {k: round(v, 4) for k, v in sorted(metrics.items()) if k.startswith(("val/", "critic/score"))}
+    print(json.dumps(shown, indent=2))
     return 0
 
 
@@ -75,6 +98,17 @@ def build_parser() -> argparse.ArgumentParser:
     ro.add_argument("--limit", type=int, help="roll out only the first N rows")
     ro.add_argument("--print_config", action="store_true", help="print the resolved config and exit")
     ro.set_defaults(func=_rollout)
+    for name, helptext in (
+        ("fit", "train (the seeds' `python -m agentfly.cli train ...` is the same command)"),
+        ("train", "same as fit"),
+        ("validate", "roll out the validation set with the (resumed) actor"),
+        ("test", "same as validate"),
+    ):
+        sp = sub.add_parser(name, help=helptext)
+        sp.add_argument("overrides", nargs="*", help="key=value config overrides (Hydra syntax)")
+        sp.add_argument("--config", help="a YAML config (e.g. conf/examples/gsm8k_calculator.yaml)")
+        sp.add_argument("--print_config", action="store_true", help="print the resolved config and exit")
+        sp.set_defaults(func=_fit)
     return parser
 
 
@@ -82,9 +116,6 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in ("fit", "train", "validate", "test"):
-        print(f"agentfly {__version__}: '{argv[0]}' arrives with the trainer", file=sys.stderr)
-        return 2
     args, extra = parser.parse_known_args(argv)
     if extra:
         args.overrides = [*getattr(args, "overrides", []), *dotted_flags_to_overrides(extra)]

@@ -1,0 +1,325 @@
+"""The LightningModule: actor, frozen reference, critic; PPO updates with manual optimisation.
+
+One ``training_step`` is one RL iteration on a collated rollout batch (see
+:mod:`agentfly.rollout.collate`): reference log-probabilities (only when a KL term is on), critic
+values (only when the estimator needs a critic), old log-probabilities (only when an update reuses
+the rollout: several PPO epochs or mini-batches, or a KL penalty in the reward), then the batch
+hooks (KL shaping, advantages), then ``ppo_epochs`` passes over mini-batches of
+``ppo_mini_batch_size`` trajectories, accumulating micro-batches, one optimizer step per
+mini-batch. The loss is the clipped policy loss + ``kl_loss_coef`` × KL − ``entropy_coeff`` ×
+entropy; the critic minimises the clipped value loss. Rollout is not done here.
+
+Departure from verl: with one epoch and one mini-batch the old log-probabilities are the current
+ones detached (the ratio is exactly 1 at the only step), so the extra forward pass is skipped.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+
+from agentfly.callbacks.batch_hooks import run_batch_hooks
+from agentfly.estimators.kl import full_kl, kl_penalty
+from agentfly.modules.losses import (
+    agg_loss,
+    entropy_from_logits,
+    logprobs_from_logits,
+    policy_loss,
+    value_loss,
+)
+from agentfly.ops import masked_mean
+
+MODEL_KEYS = ("input_ids", "attention_mask", "position_ids")
+
+
+def _slice(batch: dict[str, Any], idx: torch.Tensor) -> dict[str, Any]:
+    return {k: (v[idx] if isinstance(v, torch.Tensor) and v.dim() > 0 and v.shape[0] == len(batch["index"]) else v) for k, v in batch.items()}
+
+
+class AgentRLModule(pl.LightningModule):
+    """Holds the models and the losses.
+
+    Args:
+        model_path: the actor (and reference) checkpoint.
+        critic_path: the critic's checkpoint; None when the estimator needs no critic.
+        use_reference: load a frozen reference model (a KL term is on).
+        use_kl_in_reward: the batch hooks need ``old_log_probs`` and ``ref_log_probs``.
+        lr, betas, weight_decay: AdamW for the actor.
+        lr_warmup_steps: linear warm-up length in optimizer steps (0: none).
+        critic_lr: AdamW learning rate of the critic.
+        grad_clip: max gradient norm (actor and critic).
+        ppo_epochs: passes over each rollout batch.
+        ppo_mini_batch_size: trajectories per optimizer step on this rank.
+        micro_batch_size: trajectories per forward/backward.
+        clip_ratio_low, clip_ratio_high, clip_ratio_c: PPO and dual clip.
+        loss_agg_mode: see :func:`agentfly.modules.losses.agg_loss`.
+        entropy_coeff: entropy bonus.
+        use_kl_loss, kl_loss_coef, kl_loss_type: KL-to-reference term in the loss.
+        cliprange_value: value clip.
+        critic_warmup: iterations that update only the critic.
+        temperature: the rollout temperature (log-probabilities use logits / temperature).
+        gradient_checkpointing: trade compute for memory in the actor and critic.
+        dtype: parameter dtype of the models.
+        total_training_steps: RL iterations to run (for the scheduler and the stop).
+    """
+
+    def __init__(
+        self,
+        model_path: str,
+        *,
+        critic_path: str | None = None,
+        use_reference: bool = False,
+        use_kl_in_reward: bool = False,
+        lr: float = 1e-6,
+        betas: tuple[float, float] = (0.9, 0.999),
+        weight_decay: float = 0.01,
+        lr_warmup_steps: int = 0,
+        critic_lr: float = 1e-5,
+        grad_clip: float = 1.0,
+        ppo_epochs: int = 1,
+        ppo_mini_batch_size: int = 256,
+        micro_batch_size: int | None = None,
+        clip_ratio_low: float = 0.2,
+        clip_ratio_high: float = 0.2,
+        clip_ratio_c: float = 3.0,
+        loss_agg_mode: str = "token-mean",
+        entropy_coeff: float = 0.0,
+        use_kl_loss: bool = False,
+        kl_loss_coef: float = 0.001,
+        kl_loss_type: str = "low_var_kl",
+        cliprange_value: float = 0.5,
+        critic_warmup: int = 0,
+        temperature: float = 1.0,
+        gradient_checkpointing: bool = False,
+        dtype: str = "float32",
+        total_training_steps: int = 1,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.automatic_optimization = False
+        self.actor: Any = None
+        self.reference: Any = None
+        self.critic: Any = None
+        self.iteration = 0  # RL iterations done (checkpointed)
+
+    # ------------------------------------------------------------------ models
+
+    def configure_model(self) -> None:
+        if self.actor is not None:
+            return
+        from transformers import AutoModelForCausalLM, AutoModelForTokenClassification
+
+        h = self.hparams
+        dtype = getattr(torch, h.dtype)
+        self.actor = AutoModelForCausalLM.from_pretrained(h.model_path, dtype=dtype).train()
+        if h.gradient_checkpointing:
+            self.actor.gradient_checkpointing_enable()
+        if h.use_reference:
+            self.reference = AutoModelForCausalLM.from_pretrained(h.model_path, dtype=dtype).eval()
+            self.reference.requires_grad_(False)
+        if h.critic_path:
+            self.critic = AutoModelForTokenClassification.from_pretrained(
+                h.critic_path, num_labels=1, dtype=dtype
+            ).train()
+            if h.gradient_checkpointing:
+                self.critic.gradient_checkpointing_enable()
+
+    def configure_optimizers(self) -> Any:
+        h = self.hparams
+        actor_opt = torch.optim.AdamW(self.actor.parameters(), lr=h.lr, betas=tuple(h.betas), weight_decay=h.weight_decay)
+        warmup = max(0, int(h.lr_warmup_steps))
+        actor_sched = torch.optim.lr_scheduler.LambdaLR(
+            actor_opt, lambda step: min(1.0, (step + 1) / warmup) if warmup else 1.0
+        )
+        if self.critic is None:
+            return [actor_opt], [actor_sched]
+        critic_opt = torch.optim.AdamW(self.critic.parameters(), lr=h.critic_lr, weight_decay=h.weight_decay)
+        return [actor_opt, critic_opt], [actor_sched]
+
+    # ------------------------------------------------------------------ forward passes
+
+    def _model_inputs(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+        return {k: batch[k] for k in MODEL_KEYS}
+
+    def _response_logits(self, model: Any, batch: dict[str, Any]) -> torch.Tensor:
+        """Logits at the positions that predict response tokens, / temperature. (B, T, V)."""
+        p = int(batch["prompt_length"])
+        t = batch["responses"].shape[1]
+        logits = model(**self._model_inputs(batch), use_cache=False).logits  # (B, P + T, V)
+        return logits[:, p - 1 : p - 1 + t].float() / self.hparams.temperature
+
+    def log_probs(self, model: Any, batch: dict[str, Any], with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Log-probabilities of the response tokens (B, T), and their entropy when asked."""
+        logits = self._response_logits(model, batch)
+        logp = logprobs_from_logits(logits, batch["responses"])
+        return logp, (entropy_from_logits(logits) if with_entropy else None)
+
+    def values(self, batch: dict[str, Any]) -> torch.Tensor:
+        """Critic values at the positions that predict response tokens. (B, T)."""
+        p = int(batch["prompt_length"])
+        t = batch["responses"].shape[1]
+        out = self.critic(**self._model_inputs(batch)).logits  # (B, P + T, 1)
+        return out[:, p - 1 : p - 1 + t, 0].float()
+
+    def _chunks(self, size: int, chunk: int | None) -> list[torch.Tensor]:
+        idx = torch.arange(size, device=self.device)
+        return list(idx.split(chunk or size))
+
+    @torch.no_grad()
+    def _no_grad_pass(self, fn: Any, batch: dict[str, Any]) -> torch.Tensor:
+        parts = [fn(_slice(batch, i)) for i in self._chunks(len(batch["index"]), self.hparams.micro_batch_size)]
+        return torch.cat(parts)
+
+    # ------------------------------------------------------------------ one RL iteration
+
+    def _reuses_rollout(self, batch_size: int) -> bool:
+        h = self.hparams
+        return h.ppo_epochs > 1 or batch_size > h.ppo_mini_batch_size or h.use_kl_in_reward
+
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        h = self.hparams
+        size = len(batch["index"])
+        metrics: dict[str, float] = {}
+        if self._reuses_rollout(size):
+            batch["old_log_probs"] = self._no_grad_pass(lambda b: self.log_probs(self.actor, b)[0], batch)
+        if self.reference is not None and h.kl_loss_type != "full":
+            batch["ref_log_probs"] = self._no_grad_pass(lambda b: self.log_probs(self.reference, b)[0], batch)
+        if self.critic is not None:
+            batch["values"] = self._no_grad_pass(self.values, batch)
+        metrics.update(batch.get("metrics", {}))  # the rollout's own (reward, tools, timing)
+        metrics.update(run_batch_hooks(self.trainer, self, batch))
+        if "advantages" not in batch:
+            raise RuntimeError("no advantage callback ran: add AdvantageCallback to the trainer's callbacks")
+
+        optimizers = self.optimizers()
+        optimizers = optimizers if isinstance(optimizers, list) else [optimizers]
+        if self.critic is not None:
+            metrics.update(self._update_critic(batch, optimizers[1]))
+        if self.iteration >= h.critic_warmup:
+            metrics.update(self._update_actor(batch, optimizers[0]))
+        metrics.update(self._batch_metrics(batch))
+        self.iteration += 1
+        metrics["training/iteration"] = float(self.iteration)
+        shown = {"reward": "critic/score/mean", "kl": "actor/kl_loss", "entropy": "actor/entropy"}
+        bar = {k: metrics[v] for k, v in shown.items() if v in metrics}
+        self.log_dict(bar, on_step=True, prog_bar=True, logger=False, batch_size=size)
+        self.log_dict(metrics, on_step=True, prog_bar=False, batch_size=size)
+
+    def _minibatches(self, size: int) -> list[torch.Tensor]:
+        mb = min(self.hparams.ppo_mini_batch_size, size)
+        return list(torch.arange(size, device=self.device).split(mb))
+
+    def _update_actor(self, batch: dict[str, Any], opt: Any) -> dict[str, float]:
+        h = self.hparams
+        sums: dict[str, list[float]] = {}
+        scheduler = self.lr_schedulers()
+        scheduler = scheduler[0] if isinstance(scheduler, list) else scheduler
+        for _ in range(h.ppo_epochs):
+            for mini_idx in self._minibatches(len(batch["index"])):
+                mini = _slice(batch, mini_idx)
+                norms = {"num_tokens": mini["response_mask"].sum(), "num_seqs": len(mini_idx)}
+                if h.loss_agg_mode == "seq-mean-token-mean":
+                    norms["num_seqs"] = (mini["response_mask"].sum(-1) > 0).sum()
+                if h.loss_agg_mode in ("token-sum", "seq-mean-token-sum-norm"):
+                    norms = {}
+                opt.zero_grad()
+                for micro_idx in self._chunks(len(mini_idx), h.micro_batch_size):
+                    micro = _slice(mini, micro_idx)
+                    for k, v in self._actor_loss(micro, norms).items():
+                        sums.setdefault(k, []).append(v)
+                grad_norm = torch.nn.utils.clip_grad_norm_(self.actor.parameters(), h.grad_clip)
+                sums.setdefault("actor/grad_norm", []).append(float(grad_norm))
+                if math.isfinite(float(grad_norm)):
+                    opt.step()
+                scheduler.step()
+        out = {k: sum(v) / len(v) for k, v in sums.items()}
+        out["actor/lr"] = float(scheduler.get_last_lr()[0])
+        return out
+
+    def _actor_loss(self, micro: dict[str, Any], norms: dict[str, Any]) -> dict[str, float]:
+        h = self.hparams
+        mask = micro["response_mask"]
+        need_entropy = True  # logged either way; the bonus uses it when entropy_coeff != 0
+        logp, entropy = self.log_probs(self.actor, micro, with_entropy=need_entropy)
+        old = micro.get("old_log_probs", logp.detach())
+        pg, pg_metrics = policy_loss(
+            old, logp, micro["advantages"], mask, h.clip_ratio_low, h.clip_ratio_high, h.clip_ratio_c,
+            h.loss_agg_mode, **norms,
+        )
+        loss = pg
+        out = {"actor/pg_loss": float(pg.detach())}
+        out.update({f"actor/{k}": float(v) for k, v in pg_metrics.items()})
+        assert entropy is not None
+        ent = agg_loss(entropy, mask, h.loss_agg_mode, **norms)
+        out["actor/entropy"] = float(masked_mean(entropy.detach(), mask))
+        if h.entropy_coeff:
+            loss = loss - h.entropy_coeff * ent
+        if h.use_kl_loss:
+            if h.kl_loss_type == "full":
+                with torch.no_grad():
+                    ref_rows = self._response_logits(self.reference, micro).log_softmax(-1)
+                act_rows = self._response_logits(self.actor, micro).log_softmax(-1)
+                kl = full_kl(act_rows, ref_rows)
+            else:
+                kl = kl_penalty(logp, micro["ref_log_probs"], h.kl_loss_type)
+            kl_loss = agg_loss(kl, mask, h.loss_agg_mode, **norms)
+            loss = loss + h.kl_loss_coef * kl_loss
+            out["actor/kl_loss"] = float(kl_loss.detach())
+            out["actor/kl_coef"] = h.kl_loss_coef
+        self.manual_backward(loss)
+        return out
+
+    def _update_critic(self, batch: dict[str, Any], opt: Any) -> dict[str, float]:
+        h = self.hparams
+        sums: dict[str, list[float]] = {}
+        for _ in range(h.ppo_epochs):
+            for mini_idx in self._minibatches(len(batch["index"])):
+                mini = _slice(batch, mini_idx)
+                norms = {"num_tokens": mini["response_mask"].sum(), "num_seqs": len(mini_idx)}
+                opt.zero_grad()
+                for micro_idx in self._chunks(len(mini_idx), h.micro_batch_size):
+                    micro = _slice(mini, micro_idx)
+                    vpreds = self.values(micro)
+                    loss, m = value_loss(
+                        vpreds, micro["values"], micro["returns"], micro["response_mask"],
+                        h.cliprange_value, "token-mean", num_tokens=norms["num_tokens"],
+                    )
+                    self.manual_backward(loss)
+                    sums.setdefault("critic/vf_loss", []).append(float(loss.detach()))
+                    sums.setdefault("critic/vf_clipfrac", []).append(float(m["vf_clipfrac"]))
+                grad_norm = torch.nn.utils.clip_grad_norm_(self.critic.parameters(), h.grad_clip)
+                sums.setdefault("critic/grad_norm", []).append(float(grad_norm))
+                if math.isfinite(float(grad_norm)):
+                    opt.step()
+        return {k: sum(v) / len(v) for k, v in sums.items()}
+
+    def _batch_metrics(self, batch: dict[str, Any]) -> dict[str, float]:
+        mask = batch["response_mask"]
+        scores = batch["token_level_scores"].sum(-1)
+        out = {
+            "critic/score/mean": float(scores.mean()),
+            "critic/score/max": float(scores.max()),
+            "critic/score/min": float(scores.min()),
+            "response_length/mean": float(mask.sum(-1).mean()),
+        }
+        if "ref_log_probs" in batch and "old_log_probs" in batch:
+            out["actor/kl_to_ref"] = float(masked_mean(batch["old_log_probs"] - batch["ref_log_probs"], mask))
+        return out
+
+    # ------------------------------------------------------------------ validation / checkpoint
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        """Validation batches are scored rollouts; the data module computes their metrics."""
+        metrics = batch.get("metrics", {})
+        if metrics:
+            self.log_dict(metrics, on_step=False, on_epoch=True, batch_size=len(batch["index"]))
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["agentfly_iteration"] = self.iteration
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.configure_model()
+        self.iteration = int(checkpoint.get("agentfly_iteration", 0))

@@ -1,0 +1,257 @@
+"""The rollout DataModule: prompts in, scored and collated trajectories out, strictly on-policy.
+
+The dataloader yields *prompts* (cheap; Lightning may fetch them one step ahead). The rollout
+itself runs in ``on_before_batch_transfer``, which Lightning calls right before each
+``training_step`` — after the previous step's update and weight sync — so iteration k's rollout
+always uses the weights after update k−1. (A rollout inside the dataloader would run one step
+early, on stale weights, because of Lightning's prefetch.)
+
+Validation batches are rolled out with ``val_kwargs`` sampling (greedy by default), one chain per
+prompt, and reduced here to metrics per data source.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from torch.utils.data import DataLoader
+
+from agentfly.rollout.collate import collate_trajectories
+from agentfly.rollout.data import load_rows
+from agentfly.rollout.summary import summarize, trajectory_record
+
+logger = logging.getLogger(__name__)
+
+
+def _rows_collate(items: list[tuple[int, dict[str, Any]]]) -> list[tuple[int, dict[str, Any]]]:
+    return items
+
+
+class _Rows(torch.utils.data.Dataset):
+    def __init__(self, rows: list[dict[str, Any]]) -> None:
+        self.rows = rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, i: int) -> tuple[int, dict[str, Any]]:
+        return i, self.rows[i]
+
+
+class IterationBatches(torch.utils.data.IterableDataset):
+    """Prompt batches addressed by RL iteration: batch ``k`` depends only on (seed, k, rank).
+
+    Epoch ``e`` is one seeded permutation of the rows (``seed + e``); iteration ``k`` takes the
+    ``k``-th slice of ``world * batch_size`` rows of it, and this rank its share. A resumed run
+    starts at the iteration the checkpoint holds and so sees exactly the prompts an
+    uninterrupted run would have seen.
+    """
+
+    def __init__(
+        self,
+        rows: list[dict[str, Any]],
+        batch_size: int,
+        *,
+        seed: int,
+        shuffle: bool,
+        start: Callable[[], int],
+        rank: Callable[[], tuple[int, int]],
+    ) -> None:
+        self.rows = rows
+        self.batch_size = batch_size
+        self.seed = seed
+        self.shuffle = shuffle
+        self.start = start
+        self.rank = rank
+
+    def batch(self, k: int) -> list[tuple[int, dict[str, Any]]]:
+        rank, world = self.rank()
+        global_size = self.batch_size * world
+        per_epoch = len(self.rows) // global_size
+        if per_epoch == 0:
+            raise ValueError(
+                f"data.train_batch_size={global_size} is larger than the {len(self.rows)} training rows"
+            )
+        epoch, step = divmod(k, per_epoch)
+        if self.shuffle:
+            order = torch.randperm(len(self.rows), generator=torch.Generator().manual_seed(self.seed + epoch))
+        else:
+            order = torch.arange(len(self.rows))
+        chunk = order[step * global_size : (step + 1) * global_size]
+        mine = chunk[rank * self.batch_size : (rank + 1) * self.batch_size].tolist()
+        return [(i, self.rows[i]) for i in mine]
+
+    def __iter__(self):
+        k = self.start()
+        while True:
+            yield self.batch(k)
+            k += 1
+
+
+class RolloutDataModule(pl.LightningDataModule):
+    """Draws prompts and turns them into training batches through the agent loop.
+
+    Args:
+        session_factory: builds the :class:`~agentfly.rollout.runner.RolloutSession` (engine
+            pool + agent loop); called once, in ``setup``.
+        train_files: training task files.
+        val_files: validation task files (may be empty).
+        train_batch_size: prompts per iteration (on this rank).
+        val_batch_size: prompts per validation batch (None: all).
+        prompt_key: the row field holding the question.
+        shuffle: shuffle the training prompts each epoch.
+        seed: the shuffling seed.
+        val_greedy: validate greedily (else with the training sampling).
+        trajectory_dir: where validation trajectories are written as JSONL (None: nowhere).
+        num_val_samples: trajectories kept per validation in that file.
+    """
+
+    def __init__(
+        self,
+        session_factory: Callable[[], Any],
+        *,
+        train_files: list[str],
+        val_files: list[str] | None = None,
+        train_batch_size: int = 8,
+        val_batch_size: int | None = None,
+        prompt_key: str | None = None,
+        shuffle: bool = True,
+        seed: int = 0,
+        val_greedy: bool = True,
+        trajectory_dir: str | None = None,
+        num_val_samples: int = 16,
+    ) -> None:
+        super().__init__()
+        self.session_factory = session_factory
+        self.train_files = list(train_files)
+        self.val_files = list(val_files or [])
+        self.train_batch_size = train_batch_size
+        self.val_batch_size = val_batch_size
+        self.prompt_key = prompt_key
+        self.shuffle = shuffle
+        self.seed = seed
+        self.val_greedy = val_greedy
+        self.trajectory_dir = trajectory_dir
+        self.num_val_samples = num_val_samples
+        self.session: Any = None
+        self.train_rows: list[dict[str, Any]] = []
+        self.val_rows: list[dict[str, Any]] = []
+        self.last_rollout: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ set-up
+
+    def setup(self, stage: str | None = None) -> None:
+        if not self.train_rows:
+            self.train_rows = [r for f in self.train_files for r in load_rows(f, self.prompt_key)]
+        if self.val_files and not self.val_rows:
+            self.val_rows = [r for f in self.val_files for r in load_rows(f, self.prompt_key)]
+        if self.session is None:
+            self.session = self.session_factory()
+
+    def close(self) -> None:
+        """Stop the engine pool (the session outlives fit so that a final validation reuses it)."""
+        if self.session is not None:
+            self.session.close()
+            self.session = None
+
+    def train_dataloader(self) -> DataLoader:
+        dataset = IterationBatches(
+            self.train_rows, self.train_batch_size, seed=self.seed, shuffle=self.shuffle,
+            start=self._iteration, rank=self._rank,
+        )
+        dataset.batch(0)  # a batch larger than the data fails here, naming both sizes
+        return DataLoader(dataset, batch_size=None, collate_fn=_rows_collate)
+
+    def _iteration(self) -> int:
+        trainer = self.trainer
+        return int(getattr(trainer.lightning_module, "iteration", 0)) if trainer else 0
+
+    def _rank(self) -> tuple[int, int]:
+        trainer = self.trainer
+        return (trainer.global_rank, trainer.world_size) if trainer else (0, 1)
+
+    def val_dataloader(self) -> DataLoader | list:
+        if not self.val_rows:
+            return []
+        size = self.val_batch_size or len(self.val_rows)
+        return DataLoader(_Rows(self.val_rows), batch_size=size, shuffle=False, collate_fn=_rows_collate)
+
+    # ------------------------------------------------------------------ rollouts
+
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        if not (isinstance(batch, list) and batch and isinstance(batch[0], tuple)):
+            return batch  # already a collated batch
+        trainer = self.trainer
+        if trainer is not None and trainer.training:
+            return self.rollout(batch)
+        return self.validate_rollout(batch)
+
+    def rollout(self, items: list[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
+        """Roll out one training batch and collate it (this is the on-policy point)."""
+        loop = self.session.loop
+        start = time.perf_counter()
+        offset = self._group_offset()
+        trajs = loop.run([row for _, row in items], prompt_key=self.prompt_key, group_offset=offset)
+        elapsed = time.perf_counter() - start
+        batch = collate_trajectories(trajs, self._pad_id())
+        summary = summarize(trajs)
+        tokens = sum(sum(t.loss_mask) for t in trajs)
+        self.last_rollout = {
+            "timing/rollout_s": elapsed,
+            "rollout/tokens_per_s": tokens / elapsed if elapsed > 0 else 0.0,
+            **{f"rollout/{k}": v for k, v in summary.items() if isinstance(v, int | float) and v is not None},
+        }
+        batch["metrics"] = self.last_rollout
+        return batch
+
+    def validate_rollout(self, items: list[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
+        loop = self.session.loop
+        rows = [row for _, row in items]
+        trajs = loop.run(rows, prompt_key=self.prompt_key, num_chains=1, greedy=self.val_greedy)
+        self._write_val_samples(trajs)
+        metrics: dict[str, float] = {}
+        by_source: dict[str, list[Any]] = {}
+        for t in trajs:
+            by_source.setdefault(str(t.row.get("data_source", "val")), []).append(t)
+        for source, group in by_source.items():
+            s = summarize(group)
+            metrics[f"val/{source}/reward"] = float(s["reward/mean"] or 0.0)
+            for key in ("accuracy", "tool_call_rate", "turns/mean"):
+                if s.get(key) is not None:
+                    metrics[f"val/{source}/{key}"] = float(s[key])
+        return {"index": torch.arange(len(trajs)), "metrics": metrics}
+
+    def _write_val_samples(self, trajs: list[Any]) -> None:
+        """Append up to ``num_val_samples`` validation trajectories per validation to a JSONL."""
+        if not self.trajectory_dir:
+            return
+        step = getattr(self.trainer.lightning_module, "iteration", 0) if self.trainer else 0
+        path = Path(self.trajectory_dir) / f"val_trajectories_iter{step:06d}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        written = sum(1 for _ in path.open()) if path.exists() else 0
+        with path.open("a", encoding="utf-8") as f:
+            for t in trajs[: max(0, self.num_val_samples - written)]:
+                f.write(json.dumps(trajectory_record(t, self.session.tokenizer), ensure_ascii=False) + "\n")
+
+    def _group_offset(self) -> int:
+        rank, world = self._rank()
+        return (self._iteration() * world + rank) * self.train_batch_size
+
+    def _pad_id(self) -> int:
+        tok = self.session.tokenizer
+        return int(tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0))
+
+    # ------------------------------------------------------------------ resume
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"seed": self.seed}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.seed = int(state.get("seed", self.seed))
