@@ -29,6 +29,7 @@ from agentfly.rollout.rewards.math_rewards import (
     math_reward_string_equal,
 )
 from agentfly.rollout.rewards.qa_rewards import qa_em_reward, qa_f1_reward
+from agentfly.rollout.rewards.webshop_rewards import webshop_reward
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -50,4 +51,5 @@ __all__ = [
     "qa_f1_reward",
     "reward",
     "score_trajectory",
+    "webshop_reward",
 ]

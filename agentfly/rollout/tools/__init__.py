@@ -6,7 +6,7 @@ Heavy dependencies (sympy, bm25s) are imported only when a tool first needs them
 """
 
 # Imported for their side effect: each module registers its tool.
-from agentfly.rollout.tools import answer, calculator, code_interpreter, search  # noqa: F401
+from agentfly.rollout.tools import answer, calculator, code_interpreter, search, webshop  # noqa: F401
 from agentfly.rollout.tools.base import TOOLS, Tool, ToolResult, get_tool, tool, tool_schemas
 from agentfly.rollout.tools.call import run_tool_call
 from agentfly.rollout.tools.search import configure_search

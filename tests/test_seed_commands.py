@@ -1,0 +1,129 @@
+"""The seed documents' training commands, with the model swapped for a tiny local one, the data
+for small local files, `rollout.name=hf` and GPU counts for this machine: each parses, and the
+GSM8K, ReAct-search and code commands train 3 iterations on the CPU, writing metrics and a
+checkpoint. With `adv_estimator=gae` a critic trains too."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+import torch
+
+from agentfly.cli import main
+from agentfly.config import load_config
+from agentfly.testing import build_tiny_model
+from tests.config.seed_commands import (
+    SEED_000_CODE,
+    SEED_000_GSM8K,
+    SEED_000_REACT_SEARCH,
+    SEED_001_WEBSHOP,
+)
+
+TINY_KEYS = ("agent.init_config.model_name_or_path", "actor_rollout_ref.model.path", "critic.model.path")
+
+
+@pytest.fixture(scope="module")
+def local(tmp_path_factory):
+    root = tmp_path_factory.mktemp("seeds")
+    model = build_tiny_model(root / "model", initializer_range=0.2)
+    math = [{"question": f"Tom has {a} apples and buys {b} more. How many?", "answer": f"{a}+{b}={a + b}\n#### {a + b}"} for a, b in [(3, 4), (5, 6), (2, 9), (7, 7)]]
+    qa = [{"question": q, "answer": [a]} for q, a in [("Who wrote Hamlet?", "Shakespeare"), ("What is the capital of France?", "Paris"), ("Which planet is red?", "Mars"), ("What gas do plants absorb?", "carbon dioxide")]]
+    code = [{"question": f"Write add{i}(a, b) returning a + b + {i}.", "test_list": [f"assert add{i}(1, 2) == {3 + i}"]} for i in range(4)]
+    for name, rows in (("math", math), ("qa", qa), ("code", code)):
+        (root / f"{name}.json").write_text(json.dumps(rows))
+    corpus = root / "corpus.jsonl"
+    corpus.write_text("\n".join(json.dumps({"text": t}) for t in ["Hamlet was written by William Shakespeare.", "Paris is the capital of France.", "Mars is called the red planet."]))
+    return root, model, corpus
+
+
+def localize(seed: list[str], replace: dict[str, str], extra: list[str]) -> list[str]:
+    """The seed's arguments with some values replaced (keeping its spelling), then ``extra``."""
+    out = []
+    for arg in seed:
+        key = arg.split("=", 1)[0]
+        out.append(f"{key}={replace[key]}" if key in replace else arg)
+    return out + extra
+
+
+def local_args(seed, data, local_dir, model, corpus=None, extra=()):
+    chains = int(next(a.split("=")[1] for a in seed if a.split("=")[0].endswith("num_chains")))
+    replace = {k: str(model) for k in TINY_KEYS}
+    replace.update({
+        "data.train_files": str(data), "data.val_files": str(data),
+        "data.train_batch_size": "2", "data.val_batch_size": "2",
+        "actor_rollout_ref.actor.ppo_mini_batch_size": str(2 * chains),
+        "critic.ppo_mini_batch_size": str(2 * chains),
+        "critic.ppo_micro_batch_size_per_gpu": "1",
+        "agent.run_config.generation_config.max_tokens": "12",
+        "actor_rollout_ref.rollout.name": "hf",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size": "1",
+        "trainer.total_training_steps": "3", "trainer.save_freq": "3", "trainer.test_freq": "3",
+        "trainer.n_gpus_per_node": "1",  # GPU counts for this machine
+    })
+    more = [
+        "actor_rollout_ref.rollout.num_engines=0",
+        "actor_rollout_ref.actor.optim.lr=1e-3",
+        f"trainer.default_local_dir={local_dir}",
+    ]
+    if corpus is not None:
+        more.append(f"agent.init_config.tool_config.search.corpus_path={corpus}")
+    return localize(seed, replace, more + list(extra))
+
+
+def metrics_rows(run):
+    rows = []
+    for path in sorted((run / "metrics").glob("version_*/metrics.csv")):
+        with open(path) as f:
+            rows += list(csv.DictReader(f))
+    return rows
+
+
+@pytest.mark.parametrize(
+    "name, seed, data, with_corpus",
+    [
+        ("gsm8k", SEED_000_GSM8K, "math", False),
+        ("react_search", SEED_000_REACT_SEARCH, "qa", True),
+        ("code", SEED_000_CODE, "code", False),
+    ],
+)
+def test_seed_command_trains_three_iterations(local, tmp_path, monkeypatch, name, seed, data, with_corpus):
+    root, model, corpus = local
+    monkeypatch.setenv("WANDB_MODE", "offline")  # the seeds log to wandb
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    run = tmp_path / "run"
+    args = local_args(seed, root / f"{data}.json", run, model, corpus if with_corpus else None)
+    assert main(["train", *args]) == 0
+    iterations = [float(r["training/iteration"]) for r in metrics_rows(run) if r.get("training/iteration")]
+    assert iterations == [1.0, 2.0, 3.0]
+    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)["agentfly_iteration"] == 3
+    assert (run / "hf_actor" / "model.safetensors").exists()
+
+
+def test_gae_trains_a_critic(local, tmp_path, monkeypatch):
+    root, model, _ = local
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    run = tmp_path / "run"
+    args = local_args(SEED_000_GSM8K, root / "math.json", run, model, extra=["algorithm.adv_estimator=gae"])
+    assert main(["train", *args]) == 0
+    losses = [float(r["critic/vf_loss"]) for r in metrics_rows(run) if r.get("critic/vf_loss")]
+    assert len(losses) == 3 and all(v >= 0 for v in losses)
+    state = torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
+    assert any(k.startswith("critic.") for k in state)
+
+
+def test_webshop_command_parses_and_its_tool_says_not_available(local, tmp_path):
+    root, model, _ = local
+    args = local_args(SEED_001_WEBSHOP, root / "math.json", tmp_path / "run", model)
+    cfg = load_config(args)
+    assert cfg.agent.init_config.agent_type == "action"
+    assert list(cfg.agent.init_config.tools) == ["webshop_browser_action"]
+    assert cfg.agent.init_config.system_prompt.startswith("You are an autonomous shopping agent")
+    import asyncio
+
+    from agentfly.rollout.tools import run_tool_call
+
+    result = asyncio.run(run_tool_call("webshop_browser_action", {"action": "search[shoes]"}))
+    assert not result.ok and "not available" in result.observation
