@@ -29,6 +29,7 @@ endif
 install: $(STAMP)
 
 test: $(STAMP)
+	bash tests/slurm/install.sh  # a real single-host SLURM for the srun tests (root + apt; else they skip)
 	$(PY) -m ruff check agentfly tests
 	$(PY) -m pytest -q
 

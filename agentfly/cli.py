@@ -113,7 +113,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    # agentfly's own warnings; Lightning and Ray keep their own handlers (no double lines)
+    log = logging.getLogger("agentfly")
+    if not log.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.WARNING)
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     args, extra = parser.parse_known_args(argv)

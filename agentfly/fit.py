@@ -3,6 +3,13 @@
 This is the one place that reads the config tree; every component below takes flat keyword
 arguments. ``trainer.total_training_steps`` counts RL iterations (rollout + update), however many
 optimizer steps each contains.
+
+Devices: ``trainer.device=cuda`` runs ``n_gpus_per_node`` GPU ranks per node; ``trainer.device=cpu``
+runs ``n_gpus_per_node`` CPU ranks (DDP over gloo; the explicit way to get several CPU processes);
+``trainer.device=auto`` (the default) uses GPUs when there are any and otherwise runs one CPU
+process per node (or the ranks SLURM launched), saying "no GPU: running on the CPU" once. Several
+ranks re-execute the command line (Lightning's DDP launcher), so ``agentfly fit ...`` and
+``python -m agentfly.cli fit ...`` both work as they are.
 """
 
 from __future__ import annotations
@@ -15,22 +22,46 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 
+def _is_rank_zero() -> bool:
+    """Rank 0, or not distributed (from the launcher's environment: RANK, SLURM_PROCID...)."""
+    from lightning.fabric.utilities.rank_zero import rank_zero_only
+
+    return getattr(rank_zero_only, "rank", 0) == 0
+
+
 def _world(cfg: Any) -> tuple[str, int, int]:
-    """(accelerator, devices, num_nodes); GPU requests run on the CPU when there is no GPU."""
+    """(accelerator, devices, num_nodes) from ``trainer.device`` and ``trainer.n_gpus_per_node``.
+
+    - ``device=cuda``: GPUs, ``n_gpus_per_node`` per node; an error when none is visible.
+    - ``device=cpu``: ``n_gpus_per_node`` CPU processes per node (DDP over gloo when more than
+      one), GPUs or not: the explicit way to run several CPU ranks on one machine.
+    - ``device=auto``: GPUs when visible; otherwise one CPU process per node (or the ranks that
+      SLURM launched), said once: "no GPU: running on the CPU".
+    """
     import torch
 
-    requested = int(cfg.trainer.n_gpus_per_node)
+    # `srun -n N` on one node sets SLURM_NTASKS but not SLURM_NTASKS_PER_NODE, which Lightning's
+    # SLURMEnvironment requires; on a single node the two are the same.
+    single_node = os.environ.get("SLURM_NNODES", "1") == "1"
+    if "SLURM_NTASKS" in os.environ and "SLURM_NTASKS_PER_NODE" not in os.environ and single_node:
+        os.environ["SLURM_NTASKS_PER_NODE"] = os.environ["SLURM_NTASKS"]
+    requested = max(1, int(cfg.trainer.n_gpus_per_node))
     nodes = int(cfg.trainer.nnodes)
-    if cfg.trainer.device == "cpu" or not torch.cuda.is_available():
-        if cfg.trainer.device == "cuda":
-            raise ValueError("trainer.device=cuda but no CUDA device is visible")
-        if requested > 1 and "SLURM_NTASKS" not in os.environ:
-            logger.warning(
-                "no GPU on this machine: trainer.n_gpus_per_node=%d runs as one CPU process", requested
-            )
-            requested = 1
-        return "cpu", max(1, requested), nodes
-    return "gpu", requested, nodes
+    device = cfg.trainer.device
+    if device == "cpu":
+        return "cpu", requested, nodes
+    if torch.cuda.is_available():
+        return "gpu", requested, nodes
+    if device == "cuda":
+        raise ValueError("trainer.device=cuda but no CUDA device is visible")
+    devices = requested if "SLURM_NTASKS" in os.environ else 1
+    if _is_rank_zero():
+        logger.warning(
+            "no GPU: running on the CPU (trainer.n_gpus_per_node=%d -> %d CPU process%s per node; "
+            "trainer.device=cpu runs n_gpus_per_node CPU processes)",
+            requested, devices, "" if devices == 1 else "es",
+        )
+    return "cpu", devices, nodes
 
 
 def build_module(cfg: Any, world_size: int) -> Any:
@@ -87,15 +118,59 @@ def _total_iterations(cfg: Any) -> int:
     return max(1, rows // cfg.data.train_batch_size) * int(cfg.trainer.total_epochs)
 
 
+class EngineUnavailableError(ValueError):
+    """The configured rollout engine cannot start on this machine (the message names the fix)."""
+
+
+def _engine_error(cfg: Any, err: Exception) -> EngineUnavailableError:
+    name = cfg.actor_rollout_ref.rollout.name
+    return EngineUnavailableError(f"actor_rollout_ref.rollout.name={name}: {err}")
+
+
+def check_engine(cfg: Any) -> None:
+    """Fail before any model loads when ``rollout.name=vllm`` and vLLM is missing.
+
+    An in-process engine (``num_engines=0``) imports vLLM here anyway, so the import is tried in
+    full; engines in Ray actors import it there, so this process only looks for the package.
+    """
+    rollout = cfg.actor_rollout_ref.rollout
+    if rollout.name != "vllm":
+        return
+    import importlib.util
+
+    from agentfly.rollout.engines.vllm import HINT, VLLMUnavailableError, import_vllm
+
+    if rollout.num_engines != 0:
+        if importlib.util.find_spec("vllm") is None:
+            raise _engine_error(cfg, VLLMUnavailableError(f"vLLM is not installed; {HINT}"))
+        return
+    try:
+        import_vllm()
+    except VLLMUnavailableError as err:
+        raise _engine_error(cfg, err) from err
+
+
+def _session_factory(cfg: Any) -> Any:
+    def build() -> Any:
+        from agentfly.rollout.engines.vllm import VLLMUnavailableError
+        from agentfly.rollout.runner import build_rollout
+
+        try:
+            return build_rollout(cfg)
+        except VLLMUnavailableError as err:  # imported, but the engine did not start
+            raise _engine_error(cfg, err) from err
+
+    return build
+
+
 def build_datamodule(cfg: Any, world_size: int, run_dir: Path) -> Any:
     from agentfly.rollout.datamodule import RolloutDataModule
-    from agentfly.rollout.runner import build_rollout
 
     if cfg.data.train_batch_size % world_size:
         raise ValueError(f"data.train_batch_size={cfg.data.train_batch_size} does not split over {world_size} ranks")
     val = cfg.actor_rollout_ref.rollout.val_kwargs
     return RolloutDataModule(
-        lambda: build_rollout(cfg),
+        _session_factory(cfg),
         train_files=list(cfg.data.train_files),
         val_files=list(cfg.data.val_files),
         train_batch_size=cfg.data.train_batch_size // world_size,
@@ -127,21 +202,42 @@ def build_callbacks(cfg: Any, run_dir: Path) -> list[Any]:
     if alg.use_kl_in_reward:
         k = alg.kl_ctrl
         callbacks.append(KLRewardCallback(alg.kl_penalty, k.type, k.kl_coef, k.target_kl, k.horizon))
+    names = [str(n) for n in cfg.trainer.logger]
+    if "wandb" in names:
+        from agentfly.callbacks.trajectory_table import ValTrajectoryTable
+
+        callbacks.append(ValTrajectoryTable())
+    if "console" in names:
+        from agentfly.callbacks.progress import iteration_progress_bar
+
+        callbacks.append(iteration_progress_bar(_total_iterations(cfg)))
     return callbacks
 
 
 def build_loggers(cfg: Any, run_dir: Path) -> list[Any]:
+    """CSV always (``run_dir/metrics``); TensorBoard and wandb when ``trainer.logger`` names them.
+
+    wandb honours its own environment (``WANDB_MODE=offline``, ``WANDB_DIR``; the run directory
+    when ``WANDB_DIR`` is unset) and takes ``project_name``/``experiment_name``.
+    """
+    import importlib.util
+
     from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger, WandbLogger
 
     names = [str(n) for n in cfg.trainer.logger]
     # one version folder per launch (a resumed run adds version_1, ...; none is overwritten)
     loggers: list[Any] = [CSVLogger(str(run_dir), name="metrics")]
     if "tensorboard" in names:
+        if not any(importlib.util.find_spec(m) for m in ("tensorboard", "tensorboardX")):
+            raise ValueError(
+                "trainer.logger names 'tensorboard' but neither tensorboard nor tensorboardX is "
+                "installed (pip install tensorboard), or drop it: metrics are written as CSV anyway"
+            )
         loggers.append(TensorBoardLogger(str(run_dir), name="tensorboard", version=""))
     if "wandb" in names:
-        os.environ.setdefault("WANDB_DIR", str(run_dir))
+        save_dir = os.environ.get("WANDB_DIR") or str(run_dir)
         loggers.append(
-            WandbLogger(project=cfg.trainer.project_name, name=cfg.trainer.experiment_name, save_dir=str(run_dir))
+            WandbLogger(project=cfg.trainer.project_name, name=cfg.trainer.experiment_name, save_dir=save_dir)
         )
     return loggers
 
@@ -155,14 +251,26 @@ def resume_path(cfg: Any, run_dir: Path) -> str | None:
         if not path.exists():
             raise FileNotFoundError(f"trainer.resume_from_path={path} does not exist")
         return str(path)
+    candidates = []
     last = run_dir / "checkpoints" / "last.ckpt"
-    return str(last) if last.exists() else None
+    if last.exists():  # written to a temporary name and renamed: never half-written
+        candidates.append(last)
+    else:
+        candidates += sorted((run_dir / "checkpoints").glob("iter_*.ckpt"))[-1:]
+    # Lightning's SLURM auto-requeue (SIGUSR1) saves hpc_ckpt_N.ckpt into the run directory
+    candidates += sorted(run_dir.glob("hpc_ckpt_*.ckpt"), key=lambda p: int(p.stem.rsplit("_", 1)[1]))[-1:]
+    if not candidates:
+        return None
+    return str(max(candidates, key=lambda p: p.stat().st_mtime))
 
 
 def build_trainer(cfg: Any) -> tuple[Any, Any, Any, str | None]:
     """(Lightning Trainer, module, data module, checkpoint to resume from)."""
     import lightning.pytorch as pl
 
+    from agentfly.estimators import get_estimator
+
+    check_engine(cfg)
     pl.seed_everything(int(cfg.trainer.seed), workers=True)
     accelerator, devices, nodes = _world(cfg)
     world = devices * nodes
@@ -170,10 +278,14 @@ def build_trainer(cfg: Any) -> tuple[Any, Any, Any, str | None]:
     run_dir.mkdir(parents=True, exist_ok=True)
     strategy = cfg.actor_rollout_ref.actor.strategy
     if strategy == "fsdp" and accelerator == "cpu":
-        logger.warning("FSDP needs GPUs; using DDP on the CPU")
+        if _is_rank_zero():
+            logger.warning("FSDP needs GPUs; using DDP on the CPU")
         strategy = "ddp"
     if strategy == "auto" and world > 1:
         strategy = "ddp"
+    if strategy == "ddp" and get_estimator(cfg.algorithm.adv_estimator).needs_critic:
+        # each backward reaches only the actor's or only the critic's parameters
+        strategy = "ddp_find_unused_parameters_true"
     test_freq = cfg.trainer.test_freq
     trainer = pl.Trainer(
         accelerator=accelerator,
@@ -202,10 +314,17 @@ def build_trainer(cfg: Any) -> tuple[Any, Any, Any, str | None]:
 def run_fit(cfg: Any, stage: str = "fit") -> dict[str, float]:
     """Validate (``val_before_train``), train, validate again; returns the last logged metrics."""
     trainer, module, datamodule, ckpt = build_trainer(cfg)
+    try:
+        return _run(cfg, stage, trainer, module, datamodule, ckpt)
+    finally:
+        datamodule.close()
+        _finish_wandb(trainer)
+
+
+def _run(cfg: Any, stage: str, trainer: Any, module: Any, datamodule: Any, ckpt: str | None) -> dict[str, float]:
     has_val = bool(cfg.data.val_files)
     if stage in ("validate", "test"):
         trainer.validate(module, datamodule=datamodule, ckpt_path=ckpt)
-        datamodule.close()
         return {k: float(v) for k, v in trainer.callback_metrics.items()}
     if has_val and cfg.trainer.val_before_train and ckpt is None:
         trainer.validate(module, datamodule=datamodule)
@@ -216,5 +335,15 @@ def run_fit(cfg: Any, stage: str = "fit") -> dict[str, float]:
     if has_val and test_freq != -1 and not validated_at_end:
         trainer.validate(module, datamodule=datamodule)
         metrics.update({k: float(v) for k, v in trainer.callback_metrics.items()})
-    datamodule.close()
     return metrics
+
+
+def _finish_wandb(trainer: Any) -> None:
+    """End this fit's wandb run, so that a later fit in the same process starts its own."""
+    from lightning.pytorch.loggers import WandbLogger
+
+    if any(isinstance(lg, WandbLogger) for lg in trainer.loggers):
+        import wandb
+
+        if wandb.run is not None:
+            wandb.finish()

@@ -1,19 +1,45 @@
-"""Counts RL iterations: stops after ``total_iterations``, checkpoints every ``save_freq``, and
-writes the actor in Hugging Face format (with its tokenizer) at the end.
+"""Counts RL iterations: stops after ``total_iterations``, checkpoints every ``save_freq``, times
+each iteration, and writes the actor in Hugging Face format (with its tokenizer) at the end.
 
 Lightning's own step counter counts optimizer steps (several per iteration with PPO
 mini-batches), so iterations are counted here and in the module (``pl_module.iteration``).
+
+Checkpoints are written to a temporary name and moved into place with ``os.replace``: a process
+killed mid-write (SIGKILL, a pre-empted node) leaves the previous ``last.ckpt`` whole. ``last.ckpt``
+is replaced first and ``iter_{k}.ckpt`` linked to it after, so an existing ``iter_{k}.ckpt``
+implies a ``last.ckpt`` at iteration k or later.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import time
 from pathlib import Path
 from typing import Any
 
 from lightning.pytorch.callbacks import Callback
 
 
+def _publish(src: Path, dst: Path) -> None:
+    """Make ``dst`` a complete copy of ``src`` atomically (a hard link where the filesystem allows)."""
+    tmp = dst.with_name(dst.name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(src, tmp)
+    except OSError:
+        shutil.copyfile(src, tmp)
+    os.replace(tmp, dst)
+
+
 class IterationCallback(Callback):
+    """Stop, checkpoint and time by RL iteration.
+
+    Logs ``timing/iteration_s`` (wall time from the end of the previous iteration, so rollout,
+    update, weight sync and the previous checkpoint count; validation does not) and ``timing/tokens_per_s`` (the
+    batch's prompt and response tokens over that time), and shows both on the progress bar.
+    """
+
     def __init__(
         self,
         total_iterations: int,
@@ -25,13 +51,34 @@ class IterationCallback(Callback):
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
         self.save_freq = save_freq
         self.hf_dir = Path(hf_dir) if hf_dir else None
+        self._last_end: float | None = None
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        self._last_end = time.perf_counter()
+
+    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+        if self._last_end is not None:
+            self._last_end = time.perf_counter()  # validation time is not the next iteration's
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        self._log_timing(pl_module, batch)
         k = pl_module.iteration
         if self.checkpoint_dir is not None and self.save_freq > 0 and k % self.save_freq == 0:
             self.save(trainer, k)
         if k >= self.total_iterations:
             trainer.should_stop = True
+        self._last_end = time.perf_counter()
+
+    def _log_timing(self, pl_module: Any, batch: Any) -> None:
+        if self._last_end is None:
+            return
+        seconds = time.perf_counter() - self._last_end
+        mask = batch.get("attention_mask") if isinstance(batch, dict) else None
+        tokens = float(mask.sum()) if mask is not None else 0.0
+        metrics = {"timing/iteration_s": seconds, "timing/tokens_per_s": tokens / seconds if seconds > 0 else 0.0}
+        pl_module.log_dict(metrics, on_step=True, batch_size=1)
+        bar = {"s/it": seconds, "tok/s": metrics["timing/tokens_per_s"]}
+        pl_module.log_dict(bar, on_step=True, prog_bar=True, logger=False, batch_size=1)
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         k = pl_module.iteration
@@ -45,6 +92,12 @@ class IterationCallback(Callback):
                 tokenizer.save_pretrained(self.hf_dir)
 
     def save(self, trainer: Any, iteration: int) -> None:
+        """Write ``last.ckpt`` and ``iter_{iteration}.ckpt``; every rank calls it (rank 0 writes)."""
         assert self.checkpoint_dir is not None
-        trainer.save_checkpoint(self.checkpoint_dir / f"iter_{iteration:06d}.ckpt")
-        trainer.save_checkpoint(self.checkpoint_dir / "last.ckpt")
+        last = self.checkpoint_dir / "last.ckpt"
+        tmp = self.checkpoint_dir / "last.ckpt.tmp"
+        trainer.save_checkpoint(tmp)  # rank 0 writes; ends with a barrier
+        if trainer.is_global_zero:
+            os.replace(tmp, last)
+            _publish(last, self.checkpoint_dir / f"iter_{iteration:06d}.ckpt")
+        trainer.strategy.barrier("agentfly_checkpoint")

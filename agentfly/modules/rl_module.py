@@ -16,6 +16,7 @@ ones detached (the ratio is exactly 1 at the only step), so the extra forward pa
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 import lightning.pytorch as pl
@@ -183,12 +184,19 @@ class AgentRLModule(pl.LightningModule):
         h = self.hparams
         size = len(batch["index"])
         metrics: dict[str, float] = {}
+        clock = time.perf_counter
         if self._reuses_rollout(size):
+            start = clock()
             batch["old_log_probs"] = self._no_grad_pass(lambda b: self.log_probs(self.actor, b)[0], batch)
+            metrics["timing/old_log_prob_s"] = clock() - start
         if self.reference is not None and h.kl_loss_type != "full":
+            start = clock()
             batch["ref_log_probs"] = self._no_grad_pass(lambda b: self.log_probs(self.reference, b)[0], batch)
+            metrics["timing/reference_s"] = clock() - start
         if self.critic is not None:
+            start = clock()
             batch["values"] = self._no_grad_pass(self.values, batch)
+            metrics["timing/critic_values_s"] = clock() - start
         metrics.update(batch.get("metrics", {}))  # the rollout's own (reward, tools, timing)
         metrics.update(run_batch_hooks(self.trainer, self, batch))
         if "advantages" not in batch:
@@ -197,9 +205,13 @@ class AgentRLModule(pl.LightningModule):
         optimizers = self.optimizers()
         optimizers = optimizers if isinstance(optimizers, list) else [optimizers]
         if self.critic is not None:
+            start = clock()
             metrics.update(self._update_critic(batch, optimizers[1]))
+            metrics["timing/critic_update_s"] = clock() - start
         if self.iteration >= h.critic_warmup:
+            start = clock()
             metrics.update(self._update_actor(batch, optimizers[0]))
+            metrics["timing/update_s"] = clock() - start
         metrics.update(self._batch_metrics(batch))
         self.iteration += 1
         metrics["training/iteration"] = float(self.iteration)

@@ -109,7 +109,8 @@ class RolloutDataModule(pl.LightningDataModule):
         shuffle: shuffle the training prompts each epoch.
         seed: the shuffling seed.
         val_greedy: validate greedily (else with the training sampling).
-        trajectory_dir: where validation trajectories are written as JSONL (None: nowhere).
+        trajectory_dir: where validation trajectories are written as JSONL, and each rank's
+            record of its training rollouts (``rollouts_rank{r}.jsonl``); None: nowhere.
         num_val_samples: trajectories kept per validation in that file.
     """
 
@@ -144,6 +145,7 @@ class RolloutDataModule(pl.LightningDataModule):
         self.train_rows: list[dict[str, Any]] = []
         self.val_rows: list[dict[str, Any]] = []
         self.last_rollout: dict[str, Any] = {}
+        self.val_samples: list[dict[str, Any]] = []  # this validation's written trajectories
 
     # ------------------------------------------------------------------ set-up
 
@@ -209,7 +211,22 @@ class RolloutDataModule(pl.LightningDataModule):
             **{f"rollout/{k}": v for k, v in summary.items() if isinstance(v, int | float) and v is not None},
         }
         batch["metrics"] = self.last_rollout
+        self._write_rollout_record(items, trajs)
         return batch
+
+    def _write_rollout_record(self, items: list[tuple[int, dict[str, Any]]], trajs: list[Any]) -> None:
+        """One JSON line per training rollout in ``rollouts_rank{r}.jsonl``: which rows this rank
+        rolled out at which iteration, and their rewards (the per-rank record of a DDP run)."""
+        if not self.trajectory_dir:
+            return
+        rank, world = self._rank()
+        rewards = [t.reward for t in trajs]
+        record = {"iteration": self._iteration() + 1, "rank": rank, "world_size": world,
+                  "rows": [i for i, _ in items], "chains": len(trajs), "rewards": rewards}
+        path = Path(self.trajectory_dir) / f"rollouts_rank{rank}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
 
     def validate_rollout(self, items: list[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
         loop = self.session.loop
@@ -229,8 +246,9 @@ class RolloutDataModule(pl.LightningDataModule):
         return {"index": torch.arange(len(trajs)), "metrics": metrics}
 
     def _write_val_samples(self, trajs: list[Any]) -> None:
-        """Append up to ``num_val_samples`` validation trajectories per validation to a JSONL."""
-        if not self.trajectory_dir:
+        """Append up to ``num_val_samples`` validation trajectories per validation to a JSONL (rank 0;
+        every rank validates the same rows) and keep them in ``val_samples`` for the loggers."""
+        if not self.trajectory_dir or (self.trainer is not None and self.trainer.global_rank != 0):
             return
         step = getattr(self.trainer.lightning_module, "iteration", 0) if self.trainer else 0
         path = Path(self.trajectory_dir) / f"val_trajectories_iter{step:06d}.jsonl"
@@ -238,7 +256,9 @@ class RolloutDataModule(pl.LightningDataModule):
         written = sum(1 for _ in path.open()) if path.exists() else 0
         with path.open("a", encoding="utf-8") as f:
             for t in trajs[: max(0, self.num_val_samples - written)]:
-                f.write(json.dumps(trajectory_record(t, self.session.tokenizer), ensure_ascii=False) + "\n")
+                record = trajectory_record(t, self.session.tokenizer)
+                self.val_samples.append(record)
+                f.write(json.dumps(record, ensure_ascii=False) + "\n")
 
     def _group_offset(self) -> int:
         rank, world = self._rank()

@@ -1,0 +1,75 @@
+"""Two CPU ranks (Lightning DDP over gloo) run an iteration of `agentfly fit`, each rolling out its own
+share of the prompts; and how `trainer.device` turns a GPU request into CPU processes."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from agentfly.config import load_config
+from agentfly.fit import _world
+from agentfly.testing import build_tiny_model
+from tests.test_fit import fit_args, rows
+
+
+@pytest.fixture(scope="module")
+def task(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ddp")
+    model = build_tiny_model(root / "model", initializer_range=0.2)
+    data = [{"question": f"What is {a}+{b}?", "answer": str(a + b)} for a, b in [(1, 2), (3, 4), (5, 6), (7, 8)]]
+    (root / "train.json").write_text(json.dumps(data))
+    (root / "val.json").write_text(json.dumps(data[:2]))
+    return root, model
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "gae"])  # gae: a critic too, updated apart from the actor
+def test_two_cpu_ranks_roll_out_different_prompts(task, tmp_path, estimator):
+    root, model = task
+    run = tmp_path / "run"
+    args = fit_args(root, model, run, 1, [
+        "trainer.device=cpu",  # explicit: n_gpus_per_node CPU processes, DDP over gloo
+        "trainer.n_gpus_per_node=2",
+        "data.train_batch_size=4",  # 2 prompts per rank
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",  # 2 trajectories per rank per step
+        f"algorithm.adv_estimator={estimator}",
+        *([f"critic.model.path={model}", "critic.ppo_mini_batch_size=4"] if estimator == "gae" else []),
+    ])
+    # the DDP launcher re-executes this command line for rank 1
+    proc = subprocess.run([sys.executable, "-m", "agentfly.cli", *args], capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Starting with 2 processes" in proc.stdout + proc.stderr
+    records = {}
+    for rank in (0, 1):
+        lines = (run / "trajectories" / f"rollouts_rank{rank}.jsonl").read_text().splitlines()
+        [rec] = [json.loads(line) for line in lines]
+        assert (rec["iteration"], rec["rank"], rec["world_size"]) == (1, rank, 2)
+        assert len(rec["rows"]) == 2 and rec["chains"] == 4 and all(r is not None for r in rec["rewards"])
+        records[rank] = set(rec["rows"])
+    assert records[0].isdisjoint(records[1])  # each rank rolled out its own prompts
+    assert records[0] | records[1] == {0, 1, 2, 3}  # together: the iteration's whole batch
+    [row] = [r for r in rows(run) if r.get("training/iteration")]
+    assert float(row["training/iteration"]) == 1.0
+    if estimator == "gae":
+        assert float(row["critic/vf_loss"]) >= 0  # the critic trained on both ranks' batches
+    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)["agentfly_iteration"] == 1
+
+
+@pytest.mark.parametrize(
+    ("device", "expected", "says_no_gpu"),
+    [("cpu", ("cpu", 2, 1), False), ("auto", ("cpu", 1, 1), True)],
+)
+def test_gpu_request_without_gpu(task, tmp_path, monkeypatch, caplog, device, expected, says_no_gpu):
+    root, model = task
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.delenv("SLURM_NTASKS", raising=False)
+    overrides = fit_args(root, model, tmp_path, 1, [f"trainer.device={device}", "trainer.n_gpus_per_node=2"])[1:]
+    cfg = load_config(overrides)
+    with caplog.at_level(logging.WARNING, logger="agentfly.fit"):
+        assert _world(cfg) == expected
+    said = [r.getMessage() for r in caplog.records if "no GPU: running on the CPU" in r.getMessage()]
+    assert len(said) == (1 if says_no_gpu else 0)

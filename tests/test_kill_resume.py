@@ -1,0 +1,111 @@
+"""A run killed with SIGKILL mid-iteration resumes from its last checkpoint with the same command
+(`trainer.resume_mode=auto`), and a checkpoint write cut short never replaces `last.ckpt`."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from agentfly.callbacks.iterations import IterationCallback
+from agentfly.testing import build_tiny_model
+from tests.test_fit import fit_args
+
+
+@pytest.fixture(scope="module")
+def task(tmp_path_factory):
+    root = tmp_path_factory.mktemp("kill")
+    model = build_tiny_model(root / "model", initializer_range=0.2)
+    data = [{"question": f"What is {a}+{b}?", "answer": str(a + b)} for a, b in [(1, 2), (3, 4), (5, 6), (7, 8)]]
+    (root / "train.json").write_text(json.dumps(data))
+    (root / "val.json").write_text(json.dumps(data[:2]))
+    return root, model
+
+
+def launch(root, model, run, steps):
+    args = fit_args(root, model, run, steps, ["trainer.resume_mode=auto", "agent.run_config.generation_config.max_tokens=32"])
+    return [sys.executable, "-m", "agentfly.cli", *args]
+
+
+def iterations_per_launch(run: Path) -> list[list[float]]:
+    out = []
+    for version in sorted((run / "metrics").glob("version_*"), key=lambda p: int(p.name.split("_")[1])):
+        path = version / "metrics.csv"
+        rows = list(csv.DictReader(path.open())) if path.exists() else []
+        out.append([float(r["training/iteration"]) for r in rows if r.get("training/iteration")])
+    return out
+
+
+def test_sigkill_mid_iteration_then_resume(task, tmp_path):
+    root, model = task
+    run = tmp_path / "run"
+    ckpts = run / "checkpoints"
+    log = tmp_path / "first.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(launch(root, model, run, 1000), stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120
+        while not (ckpts / "iter_000001.ckpt").exists():
+            assert proc.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, "no checkpoint within 120 s"
+            time.sleep(0.005)
+        os.kill(proc.pid, signal.SIGKILL)  # iteration 2 has started; nothing gets to clean up
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not (ckpts / "iter_000002.ckpt").exists(), "killed too late: iteration 2 had finished"
+    assert torch.load(ckpts / "last.ckpt", weights_only=False)["agentfly_iteration"] == 1
+    (ckpts / "last.ckpt.tmp").write_bytes(b"half a checkpoint")  # as if killed mid-write
+
+    again = subprocess.run(launch(root, model, run, 2), capture_output=True, text=True, timeout=180)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert torch.load(ckpts / "last.ckpt", weights_only=False)["agentfly_iteration"] == 2
+    assert (ckpts / "iter_000002.ckpt").exists() and not (ckpts / "last.ckpt.tmp").exists()
+    launches = iterations_per_launch(run)
+    assert launches[-1] == [2.0]  # the resumed launch ran iteration 2 only...
+    assert all(2.0 not in its for its in launches[:-1])  # ...and no earlier launch did
+    rollouts = [json.loads(line) for line in (run / "trajectories" / "rollouts_rank0.jsonl").read_text().splitlines()]
+    assert rollouts[0]["iteration"] == 1 and rollouts[-1]["iteration"] == 2
+
+
+class _Trainer:
+    """Just what IterationCallback.save touches; ``fail`` cuts the checkpoint write short."""
+
+    is_global_zero = True
+
+    def __init__(self) -> None:
+        self.strategy = SimpleNamespace(barrier=lambda name=None: None)
+        self.fail = False
+        self.payload = b""
+
+    def save_checkpoint(self, path: Path) -> None:
+        Path(path).write_bytes(self.payload[: len(self.payload) // 2] if self.fail else self.payload)
+        if self.fail:
+            raise KeyboardInterrupt  # stands in for the process dying mid-write
+
+
+def test_interrupted_checkpoint_write_keeps_last_ckpt(tmp_path):
+    cb = IterationCallback(total_iterations=10, checkpoint_dir=tmp_path, save_freq=1)
+    trainer = _Trainer()
+    trainer.payload = b"iteration 1" * 100
+    cb.save(trainer, 1)
+    assert (tmp_path / "last.ckpt").read_bytes() == trainer.payload
+    assert (tmp_path / "iter_000001.ckpt").read_bytes() == trainer.payload
+    trainer.payload, trainer.fail = b"iteration 2" * 100, True
+    with pytest.raises(KeyboardInterrupt):
+        cb.save(trainer, 2)
+    assert (tmp_path / "last.ckpt").read_bytes() == b"iteration 1" * 100  # untouched
+    assert not (tmp_path / "iter_000002.ckpt").exists()
+    trainer.fail = False
+    cb.save(trainer, 2)
+    assert (tmp_path / "last.ckpt").read_bytes() == (tmp_path / "iter_000002.ckpt").read_bytes() == trainer.payload
+    assert (tmp_path / "iter_000001.ckpt").read_bytes() == b"iteration 1" * 100  # a link, not the same file
