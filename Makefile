@@ -30,11 +30,11 @@ install: $(STAMP)
 
 test: $(STAMP)
 	bash tests/slurm/install.sh  # a real single-host SLURM for the srun tests (root + apt; else they skip)
-	$(PY) -m ruff check agentfly tests
+	$(PY) -m ruff check agentfly tests scripts
 	$(PY) -m pytest -q
 
 lint: $(STAMP)
-	$(PY) -m ruff check agentfly tests
+	$(PY) -m ruff check agentfly tests scripts
 	$(PY) -m ruff format --check agentfly tests
 
 clean:
