@@ -155,3 +155,37 @@ def register_engine(name: str, *, aliases: tuple[str, ...] = ()):
 def create_engine(name: str, **kwargs: Any) -> Engine:
     """Build the engine registered as ``name`` with its keyword arguments."""
     return ENGINES.get(name)(**kwargs)
+
+
+def per_prompt(
+    prompts: list[list[int]], sampling: SamplingParams | Sequence[SamplingParams]
+) -> list[SamplingParams]:
+    """One ``SamplingParams`` per prompt."""
+    if isinstance(sampling, SamplingParams):
+        return [sampling] * len(prompts)
+    params = list(sampling)
+    if len(params) != len(prompts):
+        raise ValueError(f"{len(params)} sampling params for {len(prompts)} prompts")
+    return params
+
+
+def check_request(
+    prompts: list[list[int]],
+    sampling: SamplingParams | Sequence[SamplingParams],
+    max_model_len: int,
+) -> list[SamplingParams]:
+    """Validate a generate request; returns one ``SamplingParams`` per prompt.
+
+    Raises:
+        ValueError: a prompt is empty or leaves no room to generate within ``max_model_len``.
+    """
+    params = per_prompt(prompts, sampling)
+    for i, p in enumerate(prompts):
+        if not p:
+            raise ValueError(f"prompt {i} is empty")
+        if len(p) >= max_model_len:
+            raise ValueError(
+                f"prompt {i} has {len(p)} tokens; max_model_len={max_model_len} "
+                "leaves no room to generate"
+            )
+    return params

@@ -18,6 +18,7 @@ from agentfly.rollout.engines.base import (
     Engine,
     GenerationOutput,
     SamplingParams,
+    check_request,
     register_engine,
 )
 from agentfly.rollout.engines.sampling import sample_tokens
@@ -87,15 +88,7 @@ class HFEngine(Engine):
     ) -> list[list[GenerationOutput]]:
         import torch
 
-        params = per_prompt(prompts, sampling)
-        for i, p in enumerate(prompts):
-            if not p:
-                raise ValueError(f"prompt {i} is empty")
-            if len(p) >= self.max_model_len:
-                raise ValueError(
-                    f"prompt {i} has {len(p)} tokens; max_model_len={self.max_model_len} "
-                    "leaves no room to generate"
-                )
+        params = check_request(prompts, sampling, self.max_model_len)
         if self._sleeping:
             self.wake_up()
         generators = [self._generator_for(sp, torch) for sp in params]  # one per prompt
@@ -280,15 +273,3 @@ class _Row:
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     finish: str | None = None
-
-
-def per_prompt(
-    prompts: list[list[int]], sampling: SamplingParams | Sequence[SamplingParams]
-) -> list[SamplingParams]:
-    """One ``SamplingParams`` per prompt."""
-    if isinstance(sampling, SamplingParams):
-        return [sampling] * len(prompts)
-    params = list(sampling)
-    if len(params) != len(prompts):
-        raise ValueError(f"{len(params)} sampling params for {len(prompts)} prompts")
-    return params

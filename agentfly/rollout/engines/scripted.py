@@ -12,7 +12,13 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from agentfly.rollout.engines.base import Engine, GenerationOutput, SamplingParams, register_engine
+from agentfly.rollout.engines.base import (
+    Engine,
+    GenerationOutput,
+    SamplingParams,
+    per_prompt,
+    register_engine,
+)
 
 
 @register_engine("scripted")
@@ -57,18 +63,17 @@ class ScriptedEngine(Engine):
     def generate(
         self, prompts: list[list[int]], sampling: SamplingParams | Sequence[SamplingParams]
     ) -> list[list[GenerationOutput]]:
-        per_prompt = [sampling] * len(prompts) if isinstance(sampling, SamplingParams) else sampling
         outputs = []
-        for prompt, sampling in zip(prompts, per_prompt, strict=True):
+        for prompt, sp in zip(prompts, per_prompt(prompts, sampling), strict=True):
             text = self._tokenizer.decode(prompt, skip_special_tokens=False)
             turn = max(text.count(self.turn_marker) - 1, 0)
             reply = self.script[min(turn, len(self.script) - 1)] + self.end_of_turn
             ids = self._tokenizer.encode(reply, add_special_tokens=False)
             finish = "stop"
-            if len(ids) > sampling.max_tokens:
-                ids, finish = ids[: sampling.max_tokens], "length"
+            if len(ids) > sp.max_tokens:
+                ids, finish = ids[: sp.max_tokens], "length"
             out = GenerationOutput(ids, [self.logprob] * len(ids), finish)
-            outputs.append([out] * sampling.n)
+            outputs.append([out] * sp.n)
         return outputs
 
     def load_weights(self, weights: Any) -> None:

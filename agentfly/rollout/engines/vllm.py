@@ -44,9 +44,9 @@ from agentfly.rollout.engines.base import (
     Engine,
     GenerationOutput,
     SamplingParams,
+    check_request,
     register_engine,
 )
-from agentfly.rollout.engines.hf import per_prompt
 from agentfly.rollout.engines.weights import read_weights
 
 if TYPE_CHECKING:
@@ -197,15 +197,7 @@ class VLLMEngine(Engine):
     ) -> list[list[GenerationOutput]]:
         from vllm.inputs import TokensPrompt
 
-        params = per_prompt(prompts, sampling)
-        for i, p in enumerate(prompts):
-            if not p:
-                raise ValueError(f"prompt {i} is empty")
-            if len(p) >= self.max_model_len:
-                raise ValueError(
-                    f"prompt {i} has {len(p)} tokens; max_model_len={self.max_model_len} "
-                    "leaves no room to generate"
-                )
+        params = check_request(prompts, sampling, self.max_model_len)
         if not prompts:
             return []
         if self._sleeping:
