@@ -64,14 +64,13 @@ def _world(cfg: Any) -> tuple[str, int, int]:
     return "cpu", devices, nodes
 
 
-def build_module(cfg: Any, world_size: int) -> Any:
+def build_module(cfg: Any, world_size: int, total: int) -> Any:
     from agentfly.estimators import get_estimator
     from agentfly.modules.rl_module import AgentRLModule
 
     actor = cfg.actor_rollout_ref.actor
     needs_critic = get_estimator(cfg.algorithm.adv_estimator).needs_critic
     use_kl_in_reward = bool(cfg.algorithm.use_kl_in_reward)
-    total = _total_iterations(cfg)
     per_rank_batch = cfg.data.train_batch_size * cfg.agent.run_config.num_chains // world_size
     mini = max(1, actor.ppo_mini_batch_size // world_size)
     steps_per_iter = actor.ppo_epochs * max(1, per_rank_batch // mini)
@@ -183,7 +182,7 @@ def build_datamodule(cfg: Any, world_size: int, run_dir: Path) -> Any:
     )
 
 
-def build_callbacks(cfg: Any, run_dir: Path) -> list[Any]:
+def build_callbacks(cfg: Any, run_dir: Path, total: int) -> list[Any]:
     from agentfly.callbacks import AdvantageCallback, KLRewardCallback
     from agentfly.callbacks.iterations import IterationCallback
     from agentfly.callbacks.weight_sync import WeightSyncCallback
@@ -193,7 +192,7 @@ def build_callbacks(cfg: Any, run_dir: Path) -> list[Any]:
         AdvantageCallback(alg.adv_estimator, alg.gamma, alg.lam, alg.norm_adv_by_std_in_grpo),
         WeightSyncCallback(),
         IterationCallback(
-            total_iterations=_total_iterations(cfg),
+            total_iterations=total,
             checkpoint_dir=run_dir / "checkpoints",
             save_freq=cfg.trainer.save_freq or -1,
             hf_dir=run_dir / "hf_actor",
@@ -210,7 +209,7 @@ def build_callbacks(cfg: Any, run_dir: Path) -> list[Any]:
     if "console" in names:
         from agentfly.callbacks.progress import iteration_progress_bar
 
-        callbacks.append(iteration_progress_bar(_total_iterations(cfg)))
+        callbacks.append(iteration_progress_bar(total))
     return callbacks
 
 
@@ -287,6 +286,7 @@ def build_trainer(cfg: Any) -> tuple[Any, Any, Any, str | None]:
         # each backward reaches only the actor's or only the critic's parameters
         strategy = "ddp_find_unused_parameters_true"
     test_freq = cfg.trainer.test_freq
+    total = _total_iterations(cfg)  # reads the data files when counted in epochs: once, here
     trainer = pl.Trainer(
         accelerator=accelerator,
         devices=devices,
@@ -295,7 +295,7 @@ def build_trainer(cfg: Any) -> tuple[Any, Any, Any, str | None]:
         max_epochs=-1,
         max_steps=-1,
         logger=build_loggers(cfg, run_dir),
-        callbacks=build_callbacks(cfg, run_dir),
+        callbacks=build_callbacks(cfg, run_dir, total),
         default_root_dir=str(run_dir),
         enable_checkpointing=False,  # IterationCallback checkpoints every save_freq iterations
         num_sanity_val_steps=0,
@@ -306,7 +306,7 @@ def build_trainer(cfg: Any) -> tuple[Any, Any, Any, str | None]:
         use_distributed_sampler=False,  # IterationBatches shards prompts by rank itself
         enable_progress_bar="console" in [str(n) for n in cfg.trainer.logger],
     )
-    module = build_module(cfg, world)
+    module = build_module(cfg, world, total)
     datamodule = build_datamodule(cfg, world, run_dir)
     return trainer, module, datamodule, resume_path(cfg, run_dir)
 

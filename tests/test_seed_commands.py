@@ -5,7 +5,6 @@ checkpoint. With `adv_estimator=gae` a critic trains too."""
 
 from __future__ import annotations
 
-import csv
 import json
 
 import pytest
@@ -20,6 +19,7 @@ from tests.config.seed_commands import (
     SEED_000_REACT_SEARCH,
     SEED_001_WEBSHOP,
 )
+from tests.test_fit import rows as metrics_rows
 
 TINY_KEYS = ("agent.init_config.model_name_or_path", "actor_rollout_ref.model.path", "critic.model.path")
 
@@ -70,14 +70,6 @@ def local_args(seed, data, local_dir, model, corpus=None, extra=()):
     if corpus is not None:
         more.append(f"agent.init_config.tool_config.search.corpus_path={corpus}")
     return localize(seed, replace, more + list(extra))
-
-
-def metrics_rows(run):
-    rows = []
-    for path in sorted((run / "metrics").glob("version_*/metrics.csv")):
-        with open(path) as f:
-            rows += list(csv.DictReader(f))
-    return rows
 
 
 @pytest.mark.parametrize(

@@ -254,8 +254,8 @@ class AgentRLModule(pl.LightningModule):
     def _actor_loss(self, micro: dict[str, Any], norms: dict[str, Any]) -> dict[str, float]:
         h = self.hparams
         mask = micro["response_mask"]
-        need_entropy = True  # logged either way; the bonus uses it when entropy_coeff != 0
-        logp, entropy = self.log_probs(self.actor, micro, with_entropy=need_entropy)
+        # entropy is logged either way; the bonus uses it when entropy_coeff != 0
+        logp, entropy = self.log_probs(self.actor, micro, with_entropy=True)
         old = micro.get("old_log_probs", logp.detach())
         pg, pg_metrics = policy_loss(
             old, logp, micro["advantages"], mask, h.clip_ratio_low, h.clip_ratio_high, h.clip_ratio_c,
