@@ -33,9 +33,10 @@ test: $(STAMP)
 	$(PY) -m ruff check agentfly tests scripts
 	$(PY) -m pytest -q
 
-# The embedded demo: GRPO on the tiny calculator agent, CPU only (run directory: runs/demo).
+# The embedded demo: `agentfly fit` with no arguments trains the default task, GRPO on the tiny
+# calculator agent (conf/examples/demo_calculator.yaml), CPU only; run directory: runs/demo.
 demo: $(STAMP)
-	$(VENV)/bin/agentfly fit --config conf/examples/demo_calculator.yaml
+	$(VENV)/bin/agentfly fit
 
 lint: $(STAMP)
 	$(PY) -m ruff check agentfly tests scripts

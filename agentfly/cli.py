@@ -14,6 +14,8 @@ import json
 import logging
 import sys
 
+import yaml
+
 from agentfly import __version__
 
 
@@ -22,7 +24,7 @@ def _rollout(args: argparse.Namespace) -> int:
     from agentfly.rollout.runner import run_rollout
 
     try:
-        cfg = load_config(args.overrides, config_file=args.config, check_required=False)
+        cfg = load_config(args.overrides, config_file=args.config, check_required=False, default_task=True)
     except ConfigError as e:
         print(f"agentfly: config error: {e}", file=sys.stderr)
         return 2
@@ -46,7 +48,7 @@ def _fit(args: argparse.Namespace) -> int:
     from agentfly.fit import run_fit
 
     try:
-        cfg = load_config(args.overrides, config_file=args.config)
+        cfg = load_config(args.overrides, config_file=args.config, default_task=True)
     except ConfigError as e:
         print(f"agentfly: config error: {e}", file=sys.stderr)
         return 2
@@ -65,25 +67,67 @@ def _fit(args: argparse.Namespace) -> int:
 
 
 def dotted_flags_to_overrides(extra: list[str]) -> list[str]:
-    """LightningCLI-style ``--a.b value`` / ``--a.b=value`` flags as ``a.b=value`` overrides."""
-    out, i = [], 0
+    """LightningCLI-style flags as ``key=value`` overrides.
+
+    ``--a.b value`` / ``--a.b=value`` set a key; ``--a.l+=value`` (or ``--a.l+ value``) appends to a
+    list key. ``--trainer.callbacks+=NAME`` adds a callback and the ``--trainer.callbacks.init_args.K V``
+    (or ``--trainer.callbacks.K V``) flags after it give its arguments, as in LightningCLI.
+    """
+    out: list[str] = []
+    callbacks: list[dict] = []  # added on this command line, in order
+    slots: list[int] = []  # where each one goes in `out`
+    i = 0
     while i < len(extra):
         arg = extra[i]
         if not arg.startswith("-") and "=" in arg:  # a key=value after a flag
             out.append(arg)
             i += 1
             continue
-        if not arg.startswith("--") or "." not in arg.split("=", 1)[0]:
+        name = arg.split("=", 1)[0]
+        if not arg.startswith("--") or "." not in name:
             raise SystemExit(f"agentfly: unrecognised argument {arg!r}")
         if "=" in arg:
-            out.append(arg[2:])
+            key, value = arg[2:].split("=", 1)
             i += 1
         elif i + 1 < len(extra):
-            out.append(f"{arg[2:]}={extra[i + 1]}")
+            key, value = arg[2:], extra[i + 1]
             i += 2
         else:
             raise SystemExit(f"agentfly: {arg} needs a value")
+        if key in ("trainer.callbacks+", "trainer.callbacks"):  # --trainer.callbacks+=NAME
+            callbacks.append({"class_path": value, "init_args": {}})
+            slots.append(len(out))
+            out.append("")
+        elif key.startswith("trainer.callbacks."):
+            if not callbacks:
+                raise SystemExit(f"agentfly: {arg} comes before any --trainer.callbacks+=CLASS")
+            field = key[len("trainer.callbacks."):]
+            field = field[len("init_args."):] if field.startswith("init_args.") else field
+            callbacks[-1]["init_args"][field] = yaml.safe_load(value)
+        else:
+            out.append(f"{key}={value}")  # key ends with '+' for --a.l+=x: key+=value
+    for slot, spec in zip(slots, callbacks, strict=True):
+        out[slot] = "trainer.callbacks+=" + json.dumps([spec])
     return out
+
+
+def split_dotted_flags(argv: list[str]) -> tuple[list[str], list[str]]:
+    """Take the ``--a.b[=value]`` flags (and their values) out of ``argv``, in order, before argparse
+    sees them (argparse would give a flag's value to the positional overrides)."""
+    rest: list[str] = []
+    flags: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg.startswith("--") and "." in arg.split("=", 1)[0]:
+            flags.append(arg)
+            if "=" not in arg and i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+                flags.append(argv[i + 1])
+                i += 1
+        else:
+            rest.append(arg)
+        i += 1
+    return rest, flags
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -122,9 +166,10 @@ def main(argv: list[str] | None = None) -> int:
         log.setLevel(logging.WARNING)
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
-    args, extra = parser.parse_known_args(argv)
-    if extra:
-        args.overrides = [*getattr(args, "overrides", []), *dotted_flags_to_overrides(extra)]
+    rest, flags = split_dotted_flags(argv)
+    args, extra = parser.parse_known_args(rest)
+    if extra or flags:
+        args.overrides = [*getattr(args, "overrides", []), *dotted_flags_to_overrides([*extra, *flags])]
     if args.command is None:
         parser.print_help()
         return 0

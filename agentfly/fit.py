@@ -47,7 +47,7 @@ def _world(cfg: Any) -> tuple[str, int, int]:
         os.environ["SLURM_NTASKS_PER_NODE"] = os.environ["SLURM_NTASKS"]
     requested = max(1, int(cfg.trainer.n_gpus_per_node))
     nodes = int(cfg.trainer.nnodes)
-    device = cfg.trainer.device
+    device = "cuda" if cfg.trainer.device == "gpu" else cfg.trainer.device
     if device == "cpu":
         return "cpu", requested, nodes
     if torch.cuda.is_available():
@@ -177,7 +177,12 @@ def build_datamodule(cfg: Any, world_size: int, run_dir: Path) -> Any:
         prompt_key=cfg.data.prompt_key,
         shuffle=cfg.data.shuffle,
         seed=cfg.data.seed,
-        val_greedy=not val.do_sample,
+        # do_sample with temperature 0 samples at the training temperature
+        val_temperature=(val.temperature or cfg.agent.run_config.generation_config.temperature) if val.do_sample else None,
+        val_top_p=val.top_p,
+        val_top_k=val.top_k,
+        val_n=val.n,
+        val_also_greedy=bool(val.also_greedy),
         trajectory_dir=str(run_dir / "trajectories"),
     )
 
@@ -266,7 +271,9 @@ def resume_path(cfg: Any, run_dir: Path) -> str | None:
 def build_trainer(cfg: Any) -> tuple[Any, Any, Any, str | None]:
     """(Lightning Trainer, module, data module, checkpoint to resume from)."""
     import lightning.pytorch as pl
+    from omegaconf import OmegaConf
 
+    from agentfly.config.lightning_args import build_callbacks as build_lightning_callbacks
     from agentfly.estimators import get_estimator
 
     check_engine(cfg)
@@ -275,11 +282,18 @@ def build_trainer(cfg: Any) -> tuple[Any, Any, Any, str | None]:
     world = devices * nodes
     run_dir = Path(str(cfg.trainer.default_local_dir))
     run_dir.mkdir(parents=True, exist_ok=True)
-    strategy = cfg.actor_rollout_ref.actor.strategy
+    strategy: Any = cfg.actor_rollout_ref.actor.strategy
     if strategy == "fsdp" and accelerator == "cpu":
         if _is_rank_zero():
-            logger.warning("FSDP needs GPUs; using DDP on the CPU")
+            logger.warning("FSDP needs GPUs (torch's FullyShardedDataParallel); using DDP on the CPU")
         strategy = "ddp"
+    elif strategy == "fsdp":
+        from agentfly.modules.fsdp import fsdp_strategy
+
+        paths = [str(cfg.actor_rollout_ref.model.path)]
+        if get_estimator(cfg.algorithm.adv_estimator).needs_critic:
+            paths.append(str(cfg.critic.model.path))
+        strategy = fsdp_strategy(cfg.actor_rollout_ref.actor.fsdp_config, paths, world)
     if strategy == "auto" and world > 1:
         strategy = "ddp"
     if strategy == "ddp" and get_estimator(cfg.algorithm.adv_estimator).needs_critic:
@@ -287,7 +301,9 @@ def build_trainer(cfg: Any) -> tuple[Any, Any, Any, str | None]:
         strategy = "ddp_find_unused_parameters_true"
     test_freq = cfg.trainer.test_freq
     total = _total_iterations(cfg)  # reads the data files when counted in epochs: once, here
-    trainer = pl.Trainer(
+    callbacks = build_callbacks(cfg, run_dir, total)
+    callbacks += build_lightning_callbacks(OmegaConf.to_container(cfg.trainer.callbacks, resolve=True))
+    settings: dict[str, Any] = dict(
         accelerator=accelerator,
         devices=devices,
         num_nodes=nodes,
@@ -295,7 +311,7 @@ def build_trainer(cfg: Any) -> tuple[Any, Any, Any, str | None]:
         max_epochs=-1,
         max_steps=-1,
         logger=build_loggers(cfg, run_dir),
-        callbacks=build_callbacks(cfg, run_dir, total),
+        callbacks=callbacks,
         default_root_dir=str(run_dir),
         enable_checkpointing=False,  # IterationCallback checkpoints every save_freq iterations
         num_sanity_val_steps=0,
@@ -306,6 +322,10 @@ def build_trainer(cfg: Any) -> tuple[Any, Any, Any, str | None]:
         use_distributed_sampler=False,  # IterationBatches shards prompts by rank itself
         enable_progress_bar="console" in [str(n) for n in cfg.trainer.logger],
     )
+    settings.update(OmegaConf.to_container(cfg.trainer.lightning, resolve=True))  # --trainer.<Trainer argument>
+    trainer = pl.Trainer(**settings)
+    # what an explicit validation covers (before training, at the end): all, or the user's limit
+    trainer.agentfly_val_limit = cfg.trainer.lightning.get("limit_val_batches", 1.0)
     module = build_module(cfg, world, total)
     datamodule = build_datamodule(cfg, world, run_dir)
     return trainer, module, datamodule, resume_path(cfg, run_dir)
@@ -324,18 +344,29 @@ def run_fit(cfg: Any, stage: str = "fit") -> dict[str, float]:
 def _run(cfg: Any, stage: str, trainer: Any, module: Any, datamodule: Any, ckpt: str | None) -> dict[str, float]:
     has_val = bool(cfg.data.val_files)
     if stage in ("validate", "test"):
-        trainer.validate(module, datamodule=datamodule, ckpt_path=ckpt)
+        _validate(trainer, module, datamodule, ckpt)
         return {k: float(v) for k, v in trainer.callback_metrics.items()}
     if has_val and cfg.trainer.val_before_train and ckpt is None:
-        trainer.validate(module, datamodule=datamodule)
+        _validate(trainer, module, datamodule)
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt)
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     test_freq = cfg.trainer.test_freq
     validated_at_end = test_freq and test_freq > 0 and module.iteration % test_freq == 0
     if has_val and test_freq != -1 and not validated_at_end:
-        trainer.validate(module, datamodule=datamodule)
+        _validate(trainer, module, datamodule)
         metrics.update({k: float(v) for k, v in trainer.callback_metrics.items()})
     return metrics
+
+
+def _validate(trainer: Any, module: Any, datamodule: Any, ckpt: str | None = None) -> None:
+    """A validation asked for explicitly (before training, at the end, ``agentfly validate``) runs
+    over the whole validation set even when ``test_freq`` turned periodic validation off."""
+    periodic = trainer.limit_val_batches
+    trainer.limit_val_batches = getattr(trainer, "agentfly_val_limit", 1.0)
+    try:
+        trainer.validate(module, datamodule=datamodule, ckpt_path=ckpt)
+    finally:
+        trainer.limit_val_batches = periodic
 
 
 def _finish_wandb(trainer: Any) -> None:

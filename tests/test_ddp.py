@@ -23,7 +23,7 @@ def task(tmp_path_factory):
     model = build_tiny_model(root / "model", initializer_range=0.2)
     data = [{"question": f"What is {a}+{b}?", "answer": str(a + b)} for a, b in [(1, 2), (3, 4), (5, 6), (7, 8)]]
     (root / "train.json").write_text(json.dumps(data))
-    (root / "val.json").write_text(json.dumps(data[:2]))
+    (root / "val.json").write_text(json.dumps(data[:3]))  # uneven over two ranks: 1 + 2 rows
     return root, model
 
 
@@ -37,6 +37,7 @@ def test_two_cpu_ranks_roll_out_different_prompts(task, tmp_path, estimator):
         "data.train_batch_size=4",  # 2 prompts per rank
         "actor_rollout_ref.actor.ppo_mini_batch_size=4",  # 2 trajectories per rank per step
         f"algorithm.adv_estimator={estimator}",
+        "trainer.val_before_train=True",
         *([f"critic.model.path={model}", "critic.ppo_mini_batch_size=4"] if estimator == "gae" else []),
     ])
     # the DDP launcher re-executes this command line for rank 1
@@ -57,6 +58,13 @@ def test_two_cpu_ranks_roll_out_different_prompts(task, tmp_path, estimator):
     if estimator == "gae":
         assert float(row["critic/vf_loss"]) >= 0  # the critic trained on both ranks' batches
     assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)["agentfly_iteration"] == 1
+    # validation: each rank validated its own slice (rank 0 writes its 1 row of 3), and the logged
+    # means count all three rows (sums and counts added over ranks): multiples of 1/3
+    val_lines = (run / "trajectories" / "val_trajectories_iter000000.jsonl").read_text().splitlines()
+    assert [json.loads(line)["row"]["question"] for line in val_lines] == ["What is 1+2?"]
+    [val] = [r for r in rows(run) if r.get("val/val/turns/mean")]
+    for key in ("val/val/reward", "val/val/tool_call_rate"):
+        assert abs(float(val[key]) * 3 - round(float(val[key]) * 3)) < 1e-6, (key, val[key])
 
 
 @pytest.mark.parametrize(

@@ -84,9 +84,14 @@ class IterationCallback(Callback):
         k = pl_module.iteration
         if self.checkpoint_dir is not None and self.save_freq > 0 and k % self.save_freq:
             self.save(trainer, k)  # the end is always checkpointed
-        if self.hf_dir is not None and trainer.is_global_zero:
+        if self.hf_dir is None:
+            return
+        from agentfly.modules.fsdp import full_actor_state
+
+        state = full_actor_state(trainer, pl_module)  # every rank: a collective under FSDP
+        if trainer.is_global_zero:
             self.hf_dir.mkdir(parents=True, exist_ok=True)
-            pl_module.actor.save_pretrained(self.hf_dir)
+            pl_module.actor.save_pretrained(self.hf_dir, state_dict=state)
             tokenizer = getattr(getattr(trainer.datamodule, "session", None), "tokenizer", None)
             if tokenizer is not None:
                 tokenizer.save_pretrained(self.hf_dir)

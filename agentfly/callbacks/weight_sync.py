@@ -7,6 +7,8 @@ from typing import Any
 
 from lightning.pytorch.callbacks import Callback
 
+from agentfly.modules.fsdp import full_actor_state
+
 
 class WeightSyncCallback(Callback):
     """After each training step, rank 0 sends the actor's full state dict to the engine pool.
@@ -32,7 +34,8 @@ class WeightSyncCallback(Callback):
         if session is None:
             return
         start = time.perf_counter()
-        state = {k: v.detach() for k, v in pl_module.actor.state_dict().items()}
-        if trainer.global_rank == 0 or not getattr(session, "shared", False):
+        shared = bool(getattr(session, "shared", False))  # one pool for all ranks: rank 0 pushes
+        state = full_actor_state(trainer, pl_module, everywhere=not shared)
+        if state is not None and (trainer.global_rank == 0 or not shared):
             session.pool.update_weights(state)
         self.last_seconds = time.perf_counter() - start

@@ -48,6 +48,14 @@ ALIASES: dict[str, str] = {
     "agent.init_args": "agent.init_config",
     "agent.backend_config.backend": "agent.init_config.backend",
     "agent.init_config.backend_config.backend": "agent.init_config.backend",
+    # Lightning Trainer arguments that agentfly's own keys express (--trainer.max_steps 100)
+    "trainer.max_steps": "trainer.total_training_steps",  # RL iterations, not optimizer steps
+    "trainer.max_epochs": "trainer.total_epochs",
+    "trainer.devices": "trainer.n_gpus_per_node",
+    "trainer.num_nodes": "trainer.nnodes",
+    "trainer.accelerator": "trainer.device",
+    "trainer.default_root_dir": "trainer.default_local_dir",
+    "trainer.strategy": "actor_rollout_ref.actor.strategy",
 }
 
 #: Pairs of distinct nodes that must agree (the first is the one components read).

@@ -37,6 +37,12 @@ from agentfly.config.validate import validate
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 DEFAULTS_FILE = CONF_DIR / "config.yaml"
+# The default task: what `agentfly fit` trains when neither a config file nor data.train_files is given
+DEFAULT_TASK_FILE = CONF_DIR / "examples" / "demo_calculator.yaml"
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+# ${pkg:demo/model} = a path inside the installed agentfly package, whatever the working directory
+if not OmegaConf.has_resolver("pkg"):
+    OmegaConf.register_new_resolver("pkg", lambda rel: str(PACKAGE_DIR / rel))
 IGNORED_NAMESPACES = ("hydra",)  # accepted for seed compatibility (+hydra.job.chdir=False)
 
 _FILE_RANK, _CLI_RANK = 1, 2  # conf/config.yaml counts as the defaults (rank 0)
@@ -51,6 +57,7 @@ class _Entry:
     origin: str
     is_sweep: bool = False
     raw: str = ""
+    append: bool = False  # key+=value: add to the list earlier sources left
 
 
 class _Schema:
@@ -100,6 +107,11 @@ class _Schema:
 
     def unknown(self, spelling: str, origin: str) -> str:
         hint = self.suggest(spelling)
+        if spelling.startswith("trainer.") and spelling.count(".") == 1:  # a Lightning argument?
+            from agentfly.config.lightning_args import trainer_arguments
+
+            name = spelling.partition(".")[2]
+            hint += [f"trainer.{m}" for m in difflib.get_close_matches(name, sorted(trainer_arguments()), n=2)]
         did_you_mean = f"; did you mean {' or '.join(map(repr, hint))}?" if hint else ""
         return f"unknown key {spelling!r} ({origin}){did_you_mean}"
 
@@ -140,8 +152,26 @@ def _flatten(
             errors.append(
                 f"{key} is a section, not a value ({origin}); set its keys, e.g. {key}.<name>=..."
             )
+    elif (routed := _lightning_argument(canon)) is not None:
+        from agentfly.config.lightning_args import MANAGED
+
+        name = routed.rpartition(".")[2]
+        if name in MANAGED:
+            errors.append(f"{key} ({origin}): agentfly sets this Trainer argument itself; use {MANAGED[name]}")
+        else:
+            out.append(_Entry(routed, key, value, origin))
     else:
         errors.append(schema.unknown(key, origin))
+
+
+def _lightning_argument(canon: str) -> str | None:
+    """``trainer.lightning.<name>`` for ``trainer.<name>`` naming a ``pl.Trainer`` argument."""
+    section, _, name = canon.partition(".")
+    if section != "trainer" or not name or "." in name:
+        return None
+    from agentfly.config.lightning_args import trainer_arguments
+
+    return f"trainer.lightning.{name}" if name in trainer_arguments() else None
 
 
 def _dedupe(entries: list[_Entry], errors: list[str]) -> list[_Entry]:
@@ -151,7 +181,10 @@ def _dedupe(entries: list[_Entry], errors: list[str]) -> list[_Entry]:
     followed by the user's). Two spellings of one key with different values: an error naming both.
     """
     seen: dict[str, _Entry] = {}
+    appends = [e for e in entries if e.append]  # each one adds, in order
     for e in entries:
+        if e.append:
+            continue
         prev = seen.get(e.key)
         if (
             prev is not None
@@ -164,7 +197,7 @@ def _dedupe(entries: list[_Entry], errors: list[str]) -> list[_Entry]:
             )
             continue
         seen[e.key] = e
-    return list(seen.values())
+    return [*seen.values(), *appends]
 
 
 def _show(value: Any) -> str:
@@ -201,8 +234,13 @@ def _apply(cfg: DictConfig, schema: _Schema, entry: _Entry, errors: list[str]) -
     if is_list_type(tp):  # a single item or null for a list key: [item] or []
         if value is None:
             value = []
-        elif isinstance(value, (str, tuple)):
-            value = [value] if isinstance(value, str) else list(value)
+        elif isinstance(value, (str, tuple, dict)):
+            value = list(value) if isinstance(value, tuple) else [value]
+        if entry.append:
+            value = [*OmegaConf.to_container(OmegaConf.select(cfg, entry.key), resolve=False), *value]
+    elif entry.append:
+        errors.append(f"{entry.spelling}+= ({entry.origin}): {entry.key} is not a list; use {entry.spelling}=")
+        return False
     try:  # a mapping into a free-form node merges with what earlier sources put there
         merge = entry.key in schema.open_nodes or entry.key not in schema.leaves
         OmegaConf.update(cfg, entry.key, value, merge=merge)
@@ -306,6 +344,7 @@ def load_config(
     config_file: str | Path | None = None,
     *,
     check_required: bool = True,
+    default_task: bool = False,
 ) -> AgentflyConfig:
     """Compose, resolve and validate the config.
 
@@ -315,6 +354,9 @@ def load_config(
             a relative path not found from the working directory is tried from the repository.
         check_required: require a model path (and a critic path when the estimator trains a
             critic); ``False`` accepts a template such as the bare defaults.
+        default_task: when no ``config_file`` is given and no override sets ``data.train_files``,
+            layer the default task (``conf/examples/demo_calculator.yaml``, the embedded demo)
+            where a config file would go: ``agentfly fit`` with no arguments trains it.
 
     Returns:
         A read-only structured ``DictConfig`` typed as :class:`AgentflyConfig`.
@@ -327,9 +369,13 @@ def load_config(
     cfg = _defaults_layer(schema)
     errors: list[str] = []
     sources: list[tuple[int, list[_Entry]]] = []
+    cli = _entries_from_overrides(schema, overrides, errors)
+    names_a_task = any(e.key == "data.train_files" for e in cli)
+    if config_file is None and default_task and not names_a_task and DEFAULT_TASK_FILE.is_file():
+        config_file = DEFAULT_TASK_FILE
     if config_file is not None:
         sources.append((_FILE_RANK, _entries_from_yaml(schema, _find_file(config_file), errors)))
-    sources.append((_CLI_RANK, _entries_from_overrides(schema, overrides, errors)))
+    sources.append((_CLI_RANK, cli))
     ranks: dict[str, int] = {}
     for rank, entries in sources:
         for entry in entries:
@@ -365,7 +411,7 @@ def _entries_from_overrides(
         value = _DELETE if ov.kind == "delete" else ov.value
         _flatten(schema, ov.key, value, "command line", found, errors)
         for e in found:
-            e.is_sweep, e.raw = ov.is_sweep, ov.raw
+            e.is_sweep, e.raw, e.append = ov.is_sweep, ov.raw, ov.kind == "append"
         out += found
     return _dedupe(out, errors)
 

@@ -44,7 +44,8 @@ class Override:
     Attributes:
         key: the dotted key as written (no ``+``/``++``/``~`` prefix).
         value: the typed value (``None`` for ``null`` and for deletions).
-        kind: ``set`` (``a=1``, ``+a=1``, ``++a=1``) or ``delete`` (``~a``).
+        kind: ``set`` (``a=1``, ``+a=1``, ``++a=1``), ``delete`` (``~a``) or ``append``
+            (``a+=x`` or ``a+=[x,y]``: add to a list key, after what earlier sources put there).
         text: the argument as given, for error messages.
         raw: the value text after ``=``, one level of surrounding quotes stripped.
         is_sweep: the value was a Hydra sweep (``a=x,y``); ``value`` is then ``raw``.
@@ -140,8 +141,15 @@ def _simple(arg: str) -> Override | None:
     return Override(key, value, "set", arg, raw=text)
 
 
+_APPEND = re.compile(r"^(?P<key>[A-Za-z_][\w\-]*(?:\.[\w\-]+)*)\+=(?P<value>.*)$", re.S)
+
+
 def parse_override(arg: str) -> Override:
     """Parse one command-line argument; raises :class:`ConfigError` naming it when it cannot."""
+    append = _APPEND.match(arg)
+    if append is not None:  # LightningCLI's list append (trainer.callbacks+=...), not Hydra's
+        parsed = parse_override(f"{append.group('key')}={append.group('value')}")
+        return Override(parsed.key, parsed.value, "append", arg, raw=parsed.raw)
     simple = _simple(arg)
     if simple is not None:
         return simple

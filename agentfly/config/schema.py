@@ -315,11 +315,13 @@ class SamplingConfig:
     """Sampling during validation.
 
     Attributes:
-        temperature: sampling temperature (0 = greedy).
+        temperature: sampling temperature when ``do_sample`` (0 = the training temperature).
         top_p: nucleus sampling mass.
         top_k: top-k cut; ``-1`` = none.
         do_sample: sample (``False`` = greedy).
         n: samples per validation prompt.
+        also_greedy: with ``do_sample``, also validate greedily (one chain per prompt), logged
+            as ``val_greedy/...`` beside the sampled ``val/...`` (agentfly's addition).
     """
 
     temperature: float = 0.0
@@ -327,6 +329,7 @@ class SamplingConfig:
     top_k: int = -1
     do_sample: bool = False
     n: int = 1
+    also_greedy: bool = False
 
 
 @dataclass
@@ -473,6 +476,11 @@ class TrainerConfig:
         default_local_dir: checkpoint directory.
         seed: global seed.
         print_config: print the resolved config before training.
+        lightning: further ``lightning.pytorch.Trainer`` arguments, as they are (e.g.
+            ``{precision: bf16-true, profiler: simple}``); ``--trainer.<argument>`` on the
+            command line lands here (see :mod:`agentfly.config.lightning_args`).
+        callbacks: further Lightning callbacks: class paths (a bare name is looked up in
+            ``lightning.pytorch.callbacks``) or ``{class_path: ..., init_args: {...}}``.
     """
 
     project_name: str = "agentfly"
@@ -492,6 +500,8 @@ class TrainerConfig:
     default_local_dir: str = "checkpoints/${trainer.project_name}/${trainer.experiment_name}"
     seed: int = 42
     print_config: bool = False
+    lightning: dict[str, Any] = field(default_factory=dict)
+    callbacks: list[Any] = field(default_factory=list)
 
 
 # --------------------------------------------------------------------------------------- root

@@ -33,7 +33,7 @@ RESUME_MODES = ("auto", "disable", "resume_path")
 RESOURCE_BACKENDS = ("local", "ray")
 KL_CTRL_TYPES = ("fixed", "adaptive")
 LOGGERS = ("console", "wandb", "tensorboard", "csv")
-DEVICES = ("auto", "cuda", "cpu")
+DEVICES = ("auto", "cuda", "gpu", "cpu")  # gpu = cuda (Lightning's accelerator name)
 STRATEGIES = ("auto", "ddp", "fsdp")
 LOSS_AGG_MODES = (
     "token-mean",
@@ -180,6 +180,18 @@ def _check_choices(c: _Checker) -> None:
         c.errors.append(
             f"trainer.logger has unknown logger(s) {unknown}; known: {', '.join(LOGGERS)}"
         )
+    lightning_kwargs = c.get("trainer.lightning")
+    if lightning_kwargs:
+        from agentfly.config.lightning_args import check_lightning_kwargs
+
+        c.errors += check_lightning_kwargs(dict(lightning_kwargs))
+    for spec in c.get("trainer.callbacks"):
+        from agentfly.config.lightning_args import callback_spec
+
+        try:
+            callback_spec(spec if isinstance(spec, str) else dict(spec))
+        except ValueError as exc:
+            c.errors.append(str(exc))
     agent_type = c.get("agent.init_config.agent_type")
     if agent_type in VISION_AGENT_TYPES:
         c.errors.append(

@@ -32,6 +32,7 @@ from agentfly.modules.losses import (
     value_loss,
 )
 from agentfly.ops import masked_mean
+from agentfly.rollout.datamodule import val_means
 
 MODEL_KEYS = ("input_ids", "attention_mask", "position_ids")
 
@@ -323,11 +324,27 @@ class AgentRLModule(pl.LightningModule):
 
     # ------------------------------------------------------------------ validation / checkpoint
 
+    def on_validation_epoch_start(self) -> None:
+        self._val_sums: dict[str, list[float]] = {}
+
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
-        """Validation batches are scored rollouts; the data module computes their metrics."""
-        metrics = batch.get("metrics", {})
+        """Validation batches are scored rollouts: the data module hands over [sum, count] per metric."""
+        for name, (total, count) in batch.get("val_sums", {}).items():
+            entry = self._val_sums.setdefault(name, [0.0, 0.0])
+            entry[0] += total
+            entry[1] += count
+
+    def on_validation_epoch_end(self) -> None:
+        """Add every rank's sums and counts (each rank validated its own rows), then log the means."""
+        parts = [dict(getattr(self, "_val_sums", {}))]
+        if self.trainer.world_size > 1 and torch.distributed.is_available() and torch.distributed.is_initialized():
+            gathered: list[Any] = [None] * torch.distributed.get_world_size()
+            torch.distributed.all_gather_object(gathered, parts[0])
+            parts = gathered
+        metrics = val_means(parts)
         if metrics:
-            self.log_dict(metrics, on_step=False, on_epoch=True, batch_size=len(batch["index"]))
+            self.log_dict(metrics, on_step=False, on_epoch=True, sync_dist=False)
+        self._val_sums = {}
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["agentfly_iteration"] = self.iteration

@@ -6,8 +6,10 @@ itself runs in ``on_before_batch_transfer``, which Lightning calls right before 
 always uses the weights after update k−1. (A rollout inside the dataloader would run one step
 early, on stale weights, because of Lightning's prefetch.)
 
-Validation batches are rolled out with ``val_kwargs`` sampling (greedy by default), one chain per
-prompt, and reduced here to metrics per data source.
+Validation batches are rolled out with ``val_kwargs`` sampling (greedy by default; ``n`` chains per
+prompt), optionally a greedy pass beside a sampled one, and reduced to sums and counts per data
+source. Each rank validates its own slice of the validation rows; the module adds the ranks'
+sums and counts before logging, so the logged means are exact whatever the world size.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +31,34 @@ from agentfly.rollout.data import load_rows
 from agentfly.rollout.summary import summarize, trajectory_record
 
 logger = logging.getLogger(__name__)
+
+
+def _add_val_sums(sums: dict[str, list[float]], prefix: str, trajs: list[Any]) -> None:
+    """Add one pass's reward, accuracy, tool-call rate and turns, per data source, as [sum, count]."""
+    for t in trajs:
+        source = str(t.row.get("data_source", "val"))
+        values = {
+            "reward": float(t.reward or 0.0),
+            "tool_call_rate": 1.0 if t.tool_calls else 0.0,
+            "turns/mean": float(t.num_turns),
+        }
+        if "acc" in t.reward_extras:
+            values["accuracy"] = float(t.reward_extras["acc"])
+        for name, value in values.items():
+            entry = sums.setdefault(f"{prefix}/{source}/{name}", [0.0, 0.0])
+            entry[0] += value
+            entry[1] += 1.0
+
+
+def val_means(parts: list[dict[str, list[float]]]) -> dict[str, float]:
+    """Means of validation metrics from each rank's ``{metric: [sum, count]}`` (exact for uneven ranks)."""
+    totals: dict[str, list[float]] = {}
+    for part in parts:
+        for name, (total, count) in part.items():
+            entry = totals.setdefault(name, [0.0, 0.0])
+            entry[0] += total
+            entry[1] += count
+    return {name: total / count for name, (total, count) in sorted(totals.items()) if count}
 
 
 def _rows_collate(items: list[tuple[int, dict[str, Any]]]) -> list[tuple[int, dict[str, Any]]]:
@@ -108,7 +139,12 @@ class RolloutDataModule(pl.LightningDataModule):
         prompt_key: the row field holding the question.
         shuffle: shuffle the training prompts each epoch.
         seed: the shuffling seed.
-        val_greedy: validate greedily (else with the training sampling).
+        val_temperature: validation sampling temperature; ``None`` or 0 = greedy.
+        val_top_p: validation nucleus mass (when sampling).
+        val_top_k: validation top-k (when sampling; -1 = none).
+        val_n: chains per validation prompt.
+        val_also_greedy: when validation samples, also run a greedy pass (one chain per prompt),
+            logged as ``val_greedy/...``.
         trajectory_dir: where validation trajectories are written as JSONL, and each rank's
             record of its training rollouts (``rollouts_rank{r}.jsonl``); None: nowhere.
         num_val_samples: trajectories kept per validation in that file.
@@ -125,7 +161,11 @@ class RolloutDataModule(pl.LightningDataModule):
         prompt_key: str | None = None,
         shuffle: bool = True,
         seed: int = 0,
-        val_greedy: bool = True,
+        val_temperature: float | None = None,
+        val_top_p: float = 1.0,
+        val_top_k: int = -1,
+        val_n: int = 1,
+        val_also_greedy: bool = False,
         trajectory_dir: str | None = None,
         num_val_samples: int = 16,
     ) -> None:
@@ -138,7 +178,11 @@ class RolloutDataModule(pl.LightningDataModule):
         self.prompt_key = prompt_key
         self.shuffle = shuffle
         self.seed = seed
-        self.val_greedy = val_greedy
+        self.val_temperature = val_temperature
+        self.val_top_p = val_top_p
+        self.val_top_k = val_top_k
+        self.val_n = max(1, int(val_n))
+        self.val_also_greedy = val_also_greedy
         self.trajectory_dir = trajectory_dir
         self.num_val_samples = num_val_samples
         self.session: Any = None
@@ -180,10 +224,21 @@ class RolloutDataModule(pl.LightningDataModule):
         return (trainer.global_rank, trainer.world_size) if trainer else (0, 1)
 
     def val_dataloader(self) -> DataLoader | list:
+        """This rank's contiguous slice of the validation rows (ranks may differ by one row)."""
         if not self.val_rows:
             return []
-        size = self.val_batch_size or len(self.val_rows)
-        return DataLoader(_Rows(self.val_rows), batch_size=size, shuffle=False, collate_fn=_rows_collate)
+        rank, world = self._rank()
+        n = len(self.val_rows)
+        if n < world:
+            raise ValueError(f"{n} validation rows cannot be split over {world} ranks (each needs one)")
+        mine = list(range(rank * n // world, (rank + 1) * n // world))
+        size = self.val_batch_size or len(mine)
+        dataset = torch.utils.data.Subset(_Rows(self.val_rows), mine)
+        return DataLoader(dataset, batch_size=size, shuffle=False, collate_fn=_rows_collate)
+
+    @property
+    def val_sampled(self) -> bool:
+        return bool(self.val_temperature)
 
     # ------------------------------------------------------------------ rollouts
 
@@ -229,35 +284,44 @@ class RolloutDataModule(pl.LightningDataModule):
             f.write(json.dumps(record) + "\n")
 
     def validate_rollout(self, items: list[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
-        loop = self.session.loop
+        """Roll out a validation batch: ``{"index": ..., "val_sums": {metric: [sum, count]}}``."""
         rows = [row for _, row in items]
-        trajs = loop.run(rows, prompt_key=self.prompt_key, num_chains=1, greedy=self.val_greedy)
-        self._write_val_samples(trajs)
-        metrics: dict[str, float] = {}
-        by_source: dict[str, list[Any]] = {}
-        for t in trajs:
-            by_source.setdefault(str(t.row.get("data_source", "val")), []).append(t)
-        for source, group in by_source.items():
-            s = summarize(group)
-            metrics[f"val/{source}/reward"] = float(s["reward/mean"] or 0.0)
-            for key in ("accuracy", "tool_call_rate", "turns/mean"):
-                if s.get(key) is not None:
-                    metrics[f"val/{source}/{key}"] = float(s[key])
-        return {"index": torch.arange(len(trajs)), "metrics": metrics}
+        sums: dict[str, list[float]] = {}
+        passes = [("val", self.val_sampled)]
+        if self.val_sampled and self.val_also_greedy:
+            passes.append(("val_greedy", False))
+        chains = 0
+        for prefix, sampled in passes:
+            trajs = self._val_pass(rows, sampled)
+            chains += len(trajs)
+            self._write_val_samples(trajs, prefix)
+            _add_val_sums(sums, prefix, trajs)
+        return {"index": torch.arange(chains), "val_sums": sums}
 
-    def _write_val_samples(self, trajs: list[Any]) -> None:
-        """Append up to ``num_val_samples`` validation trajectories per validation to a JSONL (rank 0;
-        every rank validates the same rows) and keep them in ``val_samples`` for the loggers."""
+    def _val_pass(self, rows: list[dict[str, Any]], sampled: bool) -> list[Any]:
+        loop = self.session.loop
+        if not sampled:
+            return loop.run(rows, prompt_key=self.prompt_key, num_chains=1, greedy=True)
+        sampling = replace(
+            loop.sampling, temperature=float(self.val_temperature), top_p=self.val_top_p, top_k=self.val_top_k
+        )
+        return loop.run(rows, prompt_key=self.prompt_key, num_chains=self.val_n, sampling=sampling)
+
+    def _write_val_samples(self, trajs: list[Any], prefix: str = "val") -> None:
+        """Append up to ``num_val_samples`` validation trajectories per validation to a JSONL
+        (``{prefix}_trajectories_iterNNNNNN.jsonl``; rank 0, from its slice of the rows) and keep
+        those of the main pass in ``val_samples`` for the loggers."""
         if not self.trajectory_dir or (self.trainer is not None and self.trainer.global_rank != 0):
             return
         step = getattr(self.trainer.lightning_module, "iteration", 0) if self.trainer else 0
-        path = Path(self.trajectory_dir) / f"val_trajectories_iter{step:06d}.jsonl"
+        path = Path(self.trajectory_dir) / f"{prefix}_trajectories_iter{step:06d}.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
         written = sum(1 for _ in path.open()) if path.exists() else 0
         with path.open("a", encoding="utf-8") as f:
             for t in trajs[: max(0, self.num_val_samples - written)]:
                 record = trajectory_record(t, self.session.tokenizer)
-                self.val_samples.append(record)
+                if prefix == "val":
+                    self.val_samples.append(record)
                 f.write(json.dumps(record, ensure_ascii=False) + "\n")
 
     def _group_offset(self) -> int:

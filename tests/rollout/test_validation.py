@@ -1,0 +1,57 @@
+"""Validation: ``val_kwargs`` sampling with ``n`` chains, a greedy pass beside it, and exact means
+when ranks validate different numbers of rows."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agentfly.cli import main
+from agentfly.rollout.datamodule import val_means
+from tests.test_fit import fit_args, rows, task  # noqa: F401  (the fixture)
+
+
+def test_val_means_weights_ranks_by_their_rows():
+    # rank 0 validated one row (reward 1), rank 1 two rows (rewards 0, 0): the mean is 1/3,
+    # not the mean of the ranks' means (1/2)
+    parts = [{"val/a/reward": [1.0, 1.0]}, {"val/a/reward": [0.0, 2.0], "val/b/reward": [3.0, 4.0]}]
+    assert val_means(parts) == pytest.approx({"val/a/reward": 1 / 3, "val/b/reward": 0.75})
+    assert val_means([{}, {"val/a/accuracy": [0.0, 0.0]}]) == {}  # nothing counted, nothing logged
+
+
+def _records(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _val_row(run):
+    [row] = [r for r in rows(run) if r.get("val/val/reward")]
+    return row
+
+
+def test_sampled_validation_with_greedy_beside(task, tmp_path):  # noqa: F811
+    root, model = task
+    run = tmp_path / "run"
+    kw = "actor_rollout_ref.rollout.val_kwargs"
+    extra = ["trainer.val_before_train=True", f"{kw}.do_sample=True", f"{kw}.temperature=1.0",
+             f"{kw}.n=2", f"{kw}.also_greedy=True"]
+    assert main(fit_args(root, model, run, 1, extra)) == 0
+    sampled = _records(run / "trajectories" / "val_trajectories_iter000000.jsonl")
+    greedy = _records(run / "trajectories" / "val_greedy_trajectories_iter000000.jsonl")
+    assert len(sampled) == 2 * 2 and len(greedy) == 2  # two val rows: n=2 sampled chains, one greedy
+    row = _val_row(run)
+    assert float(row["val/val/reward"]) == pytest.approx(sum(r["reward"] or 0 for r in sampled) / 4)
+    assert float(row["val_greedy/val/reward"]) == pytest.approx(sum(r["reward"] or 0 for r in greedy) / 2)
+    rate = sum(1 for r in sampled if r["tool_calls"]) / 4
+    assert float(row["val/val/tool_call_rate"]) == pytest.approx(rate)
+
+
+def test_greedy_validation_by_default(task, tmp_path):  # noqa: F811
+    root, model = task
+    run = tmp_path / "run"
+    assert main(fit_args(root, model, run, 1, ["trainer.val_before_train=True"])) == 0
+    traj = run / "trajectories"
+    assert len(_records(traj / "val_trajectories_iter000000.jsonl")) == 2
+    assert not list(traj.glob("val_greedy_*"))
+    row = _val_row(run)
+    assert not any(k.startswith("val_greedy/") and v for k, v in row.items())
