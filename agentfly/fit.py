@@ -69,6 +69,7 @@ def build_module(cfg: Any, world_size: int, total: int) -> Any:
     from agentfly.modules.rl_module import AgentRLModule
 
     actor = cfg.actor_rollout_ref.actor
+    fsdp = actor.fsdp_config  # the actor's settings shard the reference and the critic too
     needs_critic = get_estimator(cfg.algorithm.adv_estimator).needs_critic
     use_kl_in_reward = bool(cfg.algorithm.use_kl_in_reward)
     per_rank_batch = cfg.data.train_batch_size * cfg.agent.run_config.num_chains // world_size
@@ -103,6 +104,9 @@ def build_module(cfg: Any, world_size: int, total: int) -> Any:
         critic_warmup=cfg.trainer.critic_warmup,
         temperature=cfg.agent.run_config.generation_config.temperature or 1.0,
         gradient_checkpointing=cfg.actor_rollout_ref.model.enable_gradient_checkpointing,
+        fsdp_offload=bool(fsdp.param_offload or fsdp.optimizer_offload),
+        fsdp_reshard_after_forward=bool(fsdp.reshard_after_forward),
+        fsdp_size=int(fsdp.fsdp_size),
         dtype="float32",
         total_training_steps=total,
     )
@@ -277,26 +281,24 @@ def build_trainer(cfg: Any) -> tuple[Any, Any, Any, str | None]:
     from agentfly.estimators import get_estimator
 
     check_engine(cfg)
+    needs_critic = get_estimator(cfg.algorithm.adv_estimator).needs_critic
+    if cfg.trainer.num_threads:
+        import torch
+
+        torch.set_num_threads(int(cfg.trainer.num_threads))
     pl.seed_everything(int(cfg.trainer.seed), workers=True)
     accelerator, devices, nodes = _world(cfg)
     world = devices * nodes
     run_dir = Path(str(cfg.trainer.default_local_dir))
     run_dir.mkdir(parents=True, exist_ok=True)
     strategy: Any = cfg.actor_rollout_ref.actor.strategy
-    if strategy == "fsdp" and accelerator == "cpu":
-        if _is_rank_zero():
-            logger.warning("FSDP needs GPUs (torch's FullyShardedDataParallel); using DDP on the CPU")
-        strategy = "ddp"
-    elif strategy == "fsdp":
+    if strategy == "fsdp":
         from agentfly.modules.fsdp import fsdp_strategy
 
-        paths = [str(cfg.actor_rollout_ref.model.path)]
-        if get_estimator(cfg.algorithm.adv_estimator).needs_critic:
-            paths.append(str(cfg.critic.model.path))
-        strategy = fsdp_strategy(cfg.actor_rollout_ref.actor.fsdp_config, paths, world)
+        strategy = fsdp_strategy(world)  # FSDP2; the sharding itself happens in configure_model
     if strategy == "auto" and world > 1:
         strategy = "ddp"
-    if strategy == "ddp" and get_estimator(cfg.algorithm.adv_estimator).needs_critic:
+    if strategy == "ddp" and needs_critic:
         # each backward reaches only the actor's or only the critic's parameters
         strategy = "ddp_find_unused_parameters_true"
     test_freq = cfg.trainer.test_freq
@@ -322,6 +324,13 @@ def build_trainer(cfg: Any) -> tuple[Any, Any, Any, str | None]:
         use_distributed_sampler=False,  # IterationBatches shards prompts by rank itself
         enable_progress_bar="console" in [str(n) for n in cfg.trainer.logger],
     )
+    from lightning.fabric.plugins.environments import SLURMEnvironment
+
+    if SLURMEnvironment.detect():  # requeue at an iteration boundary, not inside the signal handler
+        from agentfly.callbacks.requeue import SlurmRequeue
+
+        settings["plugins"] = [SLURMEnvironment(auto_requeue=False)]
+        settings["callbacks"] = [*callbacks, SlurmRequeue()]
     settings.update(OmegaConf.to_container(cfg.trainer.lightning, resolve=True))  # --trainer.<Trainer argument>
     trainer = pl.Trainer(**settings)
     # what an explicit validation covers (before training, at the end): all, or the user's limit
@@ -332,13 +341,29 @@ def build_trainer(cfg: Any) -> tuple[Any, Any, Any, str | None]:
 
 
 def run_fit(cfg: Any, stage: str = "fit") -> dict[str, float]:
-    """Validate (``val_before_train``), train, validate again; returns the last logged metrics."""
+    """Validate (``val_before_train``), train, validate again, then print and write the run's report
+    (:mod:`agentfly.report`: before → after table, sample trajectories, ``training_curves.png``);
+    returns the last logged metrics."""
+    import time
+
+    start = time.perf_counter()
     trainer, module, datamodule, ckpt = build_trainer(cfg)
     try:
-        return _run(cfg, stage, trainer, module, datamodule, ckpt)
+        metrics = _run(cfg, stage, trainer, module, datamodule, ckpt)
     finally:
         datamodule.close()
         _finish_wandb(trainer)
+    if stage not in ("validate", "test") and trainer.is_global_zero:
+        from agentfly.report import write_run_report
+
+        try:
+            write_run_report(
+                Path(str(cfg.trainer.default_local_dir)), elapsed_s=time.perf_counter() - start,
+                console="console" in [str(n) for n in cfg.trainer.logger],
+            )
+        except Exception as err:  # the training is done and saved; a report never fails it
+            logger.warning("run report not written: %s", err)
+    return metrics
 
 
 def _run(cfg: Any, stage: str, trainer: Any, module: Any, datamodule: Any, ckpt: str | None) -> dict[str, float]:

@@ -8,6 +8,7 @@ import json
 
 import lightning.pytorch as pl
 import pytest
+import torch
 from lightning.pytorch.callbacks import ModelSummary
 
 from agentfly.cli import main
@@ -49,7 +50,13 @@ def test_other_trainer_arguments_pass_through(task, tmp_path):  # noqa: F811
     overrides = fit_args(root, model, tmp_path / "run", 1)[1:]
     cfg = load_config([*overrides, "trainer.detect_anomaly=true", "trainer.enable_model_summary=false"])
     assert dict(cfg.trainer.lightning) == {"detect_anomaly": True, "enable_model_summary": False}
-    trainer, *_ = build_trainer(cfg)
+    threads = torch.get_num_threads()
+    try:
+        trainer, *_ = build_trainer(load_config([*overrides, "trainer.detect_anomaly=true",
+                                                 "trainer.enable_model_summary=false", "trainer.num_threads=1"]))
+        assert torch.get_num_threads() == 1  # trainer.num_threads
+    finally:
+        torch.set_num_threads(threads)
     assert trainer._detect_anomaly is True
     assert not any(isinstance(c, ModelSummary) for c in trainer.callbacks)
     plain, *_ = build_trainer(load_config(overrides))
@@ -89,3 +96,20 @@ def test_unknown_callback_stops_before_any_model_loads(task, tmp_path, capsys): 
     assert main(args) == 2
     assert "NoSuchCallback" in capsys.readouterr().err
     assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_a_lightningcli_style_yaml_file(tmp_path):
+    config = tmp_path / "run.yaml"
+    config.write_text(
+        "trainer:\n"
+        "  max_steps: 4\n"
+        "  precision: 32\n"
+        "  callbacks:\n"
+        "    - class_path: lightning.pytorch.callbacks.LearningRateMonitor\n"
+        "      init_args: {logging_interval: step}\n"
+    )
+    cfg = load_config(["trainer.callbacks+=ModelSummary"], config_file=config, check_required=False)
+    assert cfg.trainer.total_training_steps == 4
+    assert dict(cfg.trainer.lightning) == {"precision": 32}
+    specs = [c if isinstance(c, str) else c.class_path for c in cfg.trainer.callbacks]
+    assert specs == ["lightning.pytorch.callbacks.LearningRateMonitor", "ModelSummary"]  # appended after the file's

@@ -89,3 +89,22 @@ def test_resume_continues_like_an_uninterrupted_run(task, tmp_path):
     ra = [r["rollout/reward/mean"] for r in rows(straight) if r.get("training/iteration")]
     rb = [r["rollout/reward/mean"] for r in rows(split) if r.get("training/iteration")]
     assert ra[-1] == rb[-1]
+
+
+def test_logged_losses_do_not_depend_on_the_micro_batch_size(task, tmp_path):
+    """Each micro-batch holds a share of the mini-batch's loss (global normalisers): the logged
+    policy and KL losses are the mini-batch's, whether it ran in one piece or in four."""
+    root, model = task
+    extra = ["actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.kl_loss_type=mse",
+             "actor_rollout_ref.actor.entropy_coeff=0.05",  # moves the weights after the first step
+             "actor_rollout_ref.actor.ppo_mini_batch_size=4"]  # 2 prompts x 2 chains: one mini-batch...
+    logged = {}
+    for micro in ("null", "1"):  # ... in one piece, or four micro-batches of one
+        run = tmp_path / f"micro_{micro}"
+        args = fit_args(root, model, run, 2, [*extra, f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro}"])
+        assert main(args) == 0
+        [*_, last] = [r for r in rows(run) if r.get("training/iteration")]
+        logged[micro] = {k: float(last[k]) for k in ("actor/kl_loss", "actor/pg_loss")}
+    assert logged["null"]["actor/kl_loss"] > 0  # iteration 2 starts away from the reference
+    for key, value in logged["null"].items():
+        assert abs(logged["1"][key] - value) <= 1e-6 + 1e-4 * abs(value), (key, logged)

@@ -377,7 +377,7 @@ class RefConfig:
     """The frozen reference policy (used when a KL term is on).
 
     Attributes:
-        fsdp_config: FSDP settings (only ``param_offload`` matters).
+        fsdp_config: FSDP settings (the actor's fsdp_config shards the reference too; kept for the seeds).
         log_prob_micro_batch_size_per_gpu: trajectories per forward on one device;
             ``None`` = the actor's micro-batch.
         ulysses_sequence_parallel_size: sequence-parallel degree (defaults to the actor's).
@@ -476,6 +476,9 @@ class TrainerConfig:
         default_local_dir: checkpoint directory.
         seed: global seed.
         print_config: print the resolved config before training.
+        num_threads: torch threads in each training process (``torch.set_num_threads``);
+            ``None`` = torch's default (one per core). Fewer avoid oversubscription when the
+            machine is shared or small (the demo uses 1 on two cores).
         lightning: further ``lightning.pytorch.Trainer`` arguments, as they are (e.g.
             ``{precision: bf16-true, profiler: simple}``); ``--trainer.<argument>`` on the
             command line lands here (see :mod:`agentfly.config.lightning_args`).
@@ -500,6 +503,7 @@ class TrainerConfig:
     default_local_dir: str = "checkpoints/${trainer.project_name}/${trainer.experiment_name}"
     seed: int = 42
     print_config: bool = False
+    num_threads: int | None = None
     lightning: dict[str, Any] = field(default_factory=dict)
     callbacks: list[Any] = field(default_factory=list)
 

@@ -129,6 +129,7 @@ def _check_ranges(c: _Checker) -> None:
         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
         "critic.ppo_micro_batch_size_per_gpu",
         "trainer.total_training_steps",
+        "trainer.num_threads",
     ):
         c.at_least(key, 1, optional=True)
     for key in (

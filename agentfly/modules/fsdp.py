@@ -1,19 +1,22 @@
-"""FSDP for the actor, critic and reference: the Lightning strategy from the seed keys, and the
-actor's full weights gathered from the shards (for the engines and the Hugging Face export).
+"""FSDP for the actor, critic and reference: the Lightning strategy from the seed keys, the
+sharding applied in ``configure_model``, and the actor's full weights gathered from the shards
+(for the engines and the Hugging Face export).
 
-``actor.strategy=fsdp`` builds Lightning's ``FSDPStrategy`` with
+agentfly optimises manually (several forward passes and backward calls inside one
+``training_step``), which Lightning's ``FSDPStrategy`` (FSDP1, one root wrapper) does not support
+(Lightning-AI/pytorch-lightning#19685). So ``actor.strategy=fsdp`` uses FSDP2 (``fully_shard``)
+through Lightning's ``ModelParallelStrategy``: each model is sharded on its own, one unit per
+transformer block (the model class's ``_no_split_modules``, e.g. ``Qwen2DecoderLayer``) plus the
+model itself, so calling the actor, the reference or the critic directly works. From the seed keys:
 
-- one FSDP unit per transformer block (the model class's ``_no_split_modules``, e.g.
-  ``Qwen2DecoderLayer``), so each block's parameters are gathered only while it runs;
-- ``fsdp_config.param_offload`` / ``optimizer_offload`` → ``cpu_offload=True`` (FSDP keeps
-  parameters, gradients and the optimizer state on the CPU together: either key turns it on);
-- ``fsdp_config.reshard_after_forward: false`` → ``SHARD_GRAD_OP`` (ZeRO-2), else ``FULL_SHARD``;
-- ``fsdp_config.fsdp_size`` > 0 and smaller than the world → ``HYBRID_SHARD`` (shard within
-  groups of that size, replicate across them);
-- full (not sharded) checkpoints, so a checkpoint resumes on any number of ranks.
+- ``fsdp_config.param_offload`` / ``optimizer_offload`` → ``CPUOffloadPolicy`` (parameters,
+  gradients and the optimizer state live on the CPU together: either key turns it on; GPUs only);
+- ``fsdp_config.reshard_after_forward`` → the same ``fully_shard`` argument (false = ZeRO-2);
+- ``fsdp_config.fsdp_size`` > 0 and smaller than the world → hybrid sharding (shard within groups
+  of that size, replicate across them);
+- checkpoints hold the full state (one file on rank 0), so they resume on any number of ranks.
 
-Gradient checkpointing is the models' own (``enable_gradient_checkpointing``). FSDP (torch's
-``FullyShardedDataParallel``) needs GPUs: on CPUs ``fit`` uses DDP instead and says so.
+FSDP2 runs on CPU ranks too (gloo): the tests shard a tiny model over two CPU processes.
 """
 
 from __future__ import annotations
@@ -21,83 +24,75 @@ from __future__ import annotations
 from typing import Any
 
 
-def block_classes(model_path: str) -> set[type]:
-    """The transformer block classes of the model at ``model_path`` (its ``_no_split_modules``)."""
-    import importlib
-
-    import transformers
-    from transformers import AutoConfig
-
-    config = AutoConfig.from_pretrained(model_path)
-    names: set[str] = set()
-    for arch in config.architectures or []:
-        cls = getattr(transformers, arch, None)
-        names.update(getattr(cls, "_no_split_modules", None) or [])
-    found: set[type] = set()
-    for arch in config.architectures or []:
-        cls = getattr(transformers, arch, None)
-        if cls is None:
-            continue
-        module = importlib.import_module(cls.__module__)
-        found.update(getattr(module, n) for n in names if hasattr(module, n))
-    return found
+def block_classes(model: Any) -> tuple[type, ...]:
+    """The transformer block classes inside ``model`` (its ``_no_split_modules``)."""
+    names = set(getattr(model, "_no_split_modules", None) or [])
+    return tuple({type(m) for m in model.modules() if type(m).__name__ in names})
 
 
-def fsdp_strategy(fsdp_config: Any, model_paths: list[str], world_size: int) -> Any:
-    """Lightning's ``FSDPStrategy`` from an ``fsdp_config`` section (see the module docstring)."""
-    from lightning.pytorch.strategies import FSDPStrategy
+def fsdp_strategy(world_size: int) -> Any:
+    """Lightning's ``ModelParallelStrategy`` for data-parallel FSDP2 over ``world_size`` ranks."""
+    from lightning.pytorch.strategies import ModelParallelStrategy
 
-    policy: set[type] = set()
-    for path in model_paths:
-        policy |= block_classes(path)
-    size = int(fsdp_config.fsdp_size)
-    if 0 < size < world_size:
-        sharding = "HYBRID_SHARD"
-    elif not fsdp_config.reshard_after_forward:
-        sharding = "SHARD_GRAD_OP"
-    else:
-        sharding = "FULL_SHARD"
-    kwargs: dict[str, Any] = {}
-    if sharding == "HYBRID_SHARD":
-        kwargs["device_mesh"] = (world_size // size, size)
-    return FSDPStrategy(
-        auto_wrap_policy=policy or None,
-        cpu_offload=bool(fsdp_config.param_offload or fsdp_config.optimizer_offload),
-        sharding_strategy=sharding,
-        state_dict_type="full",
-        use_orig_params=True,  # frozen (reference) and trained parameters side by side
-        **kwargs,
+    return ModelParallelStrategy(
+        data_parallel_size=world_size, tensor_parallel_size=1, save_distributed_checkpoint=False
     )
 
 
+def shard_mesh(device_mesh: Any, fsdp_size: int) -> Any:
+    """The mesh to shard over: the data-parallel ranks, or (replicate, shard) groups of ``fsdp_size``."""
+    dp = device_mesh["data_parallel"]
+    world = dp.size()
+    if fsdp_size <= 0 or fsdp_size >= world:
+        return dp
+    if world % fsdp_size:
+        raise ValueError(f"fsdp_config.fsdp_size={fsdp_size} does not divide the {world} data-parallel ranks")
+    from torch.distributed.device_mesh import init_device_mesh
+
+    return init_device_mesh(
+        dp.device_type, (world // fsdp_size, fsdp_size), mesh_dim_names=("replicate", "shard")
+    )
+
+
+def shard_model(model: Any, mesh: Any, *, offload: bool = False, reshard_after_forward: bool = True) -> Any:
+    """``fully_shard`` every transformer block of ``model``, then the model itself (in place)."""
+    from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard
+
+    policy = CPUOffloadPolicy() if offload and mesh.device_type != "cpu" else OffloadPolicy()
+    kwargs = {"mesh": mesh, "reshard_after_forward": reshard_after_forward, "offload_policy": policy}
+    blocks = block_classes(model)
+    for module in list(model.modules()):
+        if blocks and isinstance(module, blocks):
+            fully_shard(module, **kwargs)
+    fully_shard(model, **kwargs)
+    return model
+
+
+def is_sharded(model: Any) -> bool:
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(model, FSDPModule)
+
+
+def full_state(model: Any, *, everywhere: bool = False) -> dict[str, Any] | None:
+    """A model's full state dict. Under FSDP2 every rank must call it (a collective): rank 0 gets it
+    on the CPU, every rank when ``everywhere`` (each rank has its own engine), the others ``None``."""
+    if not is_sharded(model):
+        return {k: v.detach() for k, v in model.state_dict().items()}
+    import torch.distributed as dist
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    options = StateDictOptions(full_state_dict=True, cpu_offload=not everywhere)
+    state = get_model_state_dict(model, options=options)
+    return state if (everywhere or dist.get_rank() == 0) else None
+
+
 def full_actor_state(trainer: Any, pl_module: Any, *, everywhere: bool = False) -> dict[str, Any] | None:
-    """The actor's full state dict, gathered from the shards under FSDP.
-
-    Every rank must call it (under FSDP it is a collective). Returns the state on rank 0, and on
-    every rank when ``everywhere`` (each rank has its own engine); ``None`` on the others.
-    Without FSDP each rank already holds the full weights.
-    """
-    from lightning.pytorch.strategies import FSDPStrategy
-
-    if not isinstance(trainer.strategy, FSDPStrategy):
-        return {k: v.detach() for k, v in pl_module.actor.state_dict().items()}
-    from torch.distributed.fsdp import FullStateDictConfig, StateDictType
-    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-
-    root = trainer.strategy.model
-    config = FullStateDictConfig(offload_to_cpu=True, rank0_only=not everywhere)
-    with FSDP.state_dict_type(root, StateDictType.FULL_STATE_DICT, config):
-        full = root.state_dict()
-    if not full:
-        return None
-    prefix = _actor_prefix(full)
-    return {k[len(prefix):]: v for k, v in full.items() if k.startswith(prefix)}
+    """The actor's full weights (see :func:`full_state`); every rank calls it."""
+    return full_state(pl_module.actor, everywhere=everywhere)
 
 
-def _actor_prefix(state: dict[str, Any]) -> str:
-    """Where the actor's keys start in the root's state dict (``actor.`` or ``module.actor.``...)."""
-    for key in state:
-        head, sep, _ = key.partition("actor.")
-        if sep and (not head or head.endswith(".")):
-            return head + "actor."
-    raise KeyError("no actor parameters in the FSDP state dict")
+def total_norm(grad_norm: Any) -> float:
+    """``clip_grad_norm_``'s result as a float (a DTensor under FSDP2)."""
+    full = getattr(grad_norm, "full_tensor", None)
+    return float(full() if full is not None else grad_norm)

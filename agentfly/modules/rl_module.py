@@ -24,6 +24,7 @@ import torch
 
 from agentfly.callbacks.batch_hooks import run_batch_hooks
 from agentfly.estimators.kl import full_kl, kl_penalty
+from agentfly.modules.fsdp import total_norm
 from agentfly.modules.losses import (
     agg_loss,
     entropy_from_logits,
@@ -31,10 +32,14 @@ from agentfly.modules.losses import (
     policy_loss,
     value_loss,
 )
+from agentfly.modules.response_logits import response_logits
 from agentfly.ops import masked_mean
 from agentfly.rollout.datamodule import val_means
 
 MODEL_KEYS = ("input_ids", "attention_mask", "position_ids")
+# Losses computed with the mini-batch's normalisers: each micro-batch holds a share of the
+# mini-batch's value, so they add up within a mini-batch (and average over mini-batches).
+ADDITIVE_METRICS = ("actor/pg_loss", "actor/kl_loss")
 
 
 def _slice(batch: dict[str, Any], idx: torch.Tensor) -> dict[str, Any]:
@@ -64,6 +69,8 @@ class AgentRLModule(pl.LightningModule):
         critic_warmup: iterations that update only the critic.
         temperature: the rollout temperature (log-probabilities use logits / temperature).
         gradient_checkpointing: trade compute for memory in the actor and critic.
+        fsdp_offload, fsdp_reshard_after_forward, fsdp_size: FSDP2 settings, used when the
+            strategy provides a device mesh (``actor.strategy=fsdp``; see :mod:`agentfly.modules.fsdp`).
         dtype: parameter dtype of the models.
         total_training_steps: RL iterations to run (for the scheduler and the stop).
     """
@@ -96,6 +103,9 @@ class AgentRLModule(pl.LightningModule):
         critic_warmup: int = 0,
         temperature: float = 1.0,
         gradient_checkpointing: bool = False,
+        fsdp_offload: bool = False,
+        fsdp_reshard_after_forward: bool = True,
+        fsdp_size: int = -1,
         dtype: str = "float32",
         total_training_steps: int = 1,
     ) -> None:
@@ -128,6 +138,13 @@ class AgentRLModule(pl.LightningModule):
             ).train()
             if h.gradient_checkpointing:
                 self.critic.gradient_checkpointing_enable()
+        if self._device_mesh is not None:  # ModelParallelStrategy: FSDP2, each model on its own
+            from agentfly.modules.fsdp import shard_mesh, shard_model
+
+            mesh = shard_mesh(self._device_mesh, h.fsdp_size)
+            for model in (self.actor, self.reference, self.critic):
+                if model is not None:
+                    shard_model(model, mesh, offload=h.fsdp_offload, reshard_after_forward=h.fsdp_reshard_after_forward)
 
     def configure_optimizers(self) -> Any:
         h = self.hparams
@@ -147,11 +164,16 @@ class AgentRLModule(pl.LightningModule):
         return {k: batch[k] for k in MODEL_KEYS}
 
     def _response_logits(self, model: Any, batch: dict[str, Any]) -> torch.Tensor:
-        """Logits at the positions that predict response tokens, / temperature. (B, T, V)."""
-        p = int(batch["prompt_length"])
-        t = batch["responses"].shape[1]
-        logits = model(**self._model_inputs(batch), use_cache=False).logits  # (B, P + T, V)
-        return logits[:, p - 1 : p - 1 + t].float() / self.hparams.temperature
+        """Logits at the positions that predict response tokens, / temperature. (B, T, V).
+
+        Only response positions reach the LM head, and chains sharing a prompt encode it once
+        (:mod:`agentfly.modules.response_logits`)."""
+        logits = response_logits(
+            model, batch["input_ids"], batch["attention_mask"], batch["position_ids"],
+            int(batch["prompt_length"]), batch["responses"].shape[1],
+        ).float()  # (B, T, V); no copy in fp32
+        temperature = self.hparams.temperature
+        return logits if temperature == 1.0 else logits / temperature
 
     def log_probs(self, model: Any, batch: dict[str, Any], with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Log-probabilities of the response tokens (B, T), and their entropy when asked."""
@@ -239,11 +261,17 @@ class AgentRLModule(pl.LightningModule):
                 if h.loss_agg_mode in ("token-sum", "seq-mean-token-sum-norm"):
                     norms = {}
                 opt.zero_grad()
+                parts: dict[str, float] = {}
                 for micro_idx in self._chunks(len(mini_idx), h.micro_batch_size):
                     micro = _slice(mini, micro_idx)
                     for k, v in self._actor_loss(micro, norms).items():
-                        sums.setdefault(k, []).append(v)
-                grad_norm = torch.nn.utils.clip_grad_norm_(self.actor.parameters(), h.grad_clip)
+                        if k in ADDITIVE_METRICS:
+                            parts[k] = parts.get(k, 0.0) + v
+                        else:
+                            sums.setdefault(k, []).append(v)
+                for k, v in parts.items():  # the mini-batch's loss: the sum of its micro-batch shares
+                    sums.setdefault(k, []).append(v)
+                grad_norm = total_norm(torch.nn.utils.clip_grad_norm_(self.actor.parameters(), h.grad_clip))
                 sums.setdefault("actor/grad_norm", []).append(float(grad_norm))
                 if math.isfinite(float(grad_norm)):
                     opt.step()
@@ -255,8 +283,15 @@ class AgentRLModule(pl.LightningModule):
     def _actor_loss(self, micro: dict[str, Any], norms: dict[str, Any]) -> dict[str, float]:
         h = self.hparams
         mask = micro["response_mask"]
-        # entropy is logged either way; the bonus uses it when entropy_coeff != 0
-        logp, entropy = self.log_probs(self.actor, micro, with_entropy=True)
+        # entropy is logged either way; it joins the graph only when the bonus uses it
+        logits = self._response_logits(self.actor, micro)  # (B, T, V)
+        logp = logprobs_from_logits(logits, micro["responses"])
+        if h.entropy_coeff:
+            entropy = entropy_from_logits(logits)
+        else:
+            with torch.no_grad():
+                entropy = entropy_from_logits(logits.detach())
+        del logits
         old = micro.get("old_log_probs", logp.detach())
         pg, pg_metrics = policy_loss(
             old, logp, micro["advantages"], mask, h.clip_ratio_low, h.clip_ratio_high, h.clip_ratio_c,
@@ -293,6 +328,7 @@ class AgentRLModule(pl.LightningModule):
                 mini = _slice(batch, mini_idx)
                 norms = {"num_tokens": mini["response_mask"].sum(), "num_seqs": len(mini_idx)}
                 opt.zero_grad()
+                vf_loss = 0.0
                 for micro_idx in self._chunks(len(mini_idx), h.micro_batch_size):
                     micro = _slice(mini, micro_idx)
                     vpreds = self.values(micro)
@@ -301,9 +337,10 @@ class AgentRLModule(pl.LightningModule):
                         h.cliprange_value, "token-mean", num_tokens=norms["num_tokens"],
                     )
                     self.manual_backward(loss)
-                    sums.setdefault("critic/vf_loss", []).append(float(loss.detach()))
+                    vf_loss += float(loss.detach())  # a share of the mini-batch's loss
                     sums.setdefault("critic/vf_clipfrac", []).append(float(m["vf_clipfrac"]))
-                grad_norm = torch.nn.utils.clip_grad_norm_(self.critic.parameters(), h.grad_clip)
+                sums.setdefault("critic/vf_loss", []).append(vf_loss)
+                grad_norm = total_norm(torch.nn.utils.clip_grad_norm_(self.critic.parameters(), h.grad_clip))
                 sums.setdefault("critic/grad_norm", []).append(float(grad_norm))
                 if math.isfinite(float(grad_norm)):
                     opt.step()

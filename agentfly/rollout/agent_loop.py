@@ -17,8 +17,10 @@ observation would not fit), ``error`` (the chain failed; recorded, never raised)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -49,6 +51,32 @@ def question_of(
         f"{where} has no question field: expected one of {', '.join(keys)} holding text; "
         f"the row has fields {sorted(row)}"
     )
+
+
+class PhaseTimer:
+    """Wall time during which at least one chain is in a phase (generation, tools, reward).
+
+    Chains overlap, so per-chain durations would add up to more than the rollout took; this
+    counts the union of the intervals instead: the time the phase kept the rollout busy.
+    """
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._active: dict[str, int] = {}
+        self._since: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, phase: str) -> Iterator[None]:
+        if not self._active.get(phase):
+            self._since[phase] = time.perf_counter()
+        self._active[phase] = self._active.get(phase, 0) + 1
+        try:
+            yield
+        finally:
+            self._active[phase] -= 1
+            if not self._active[phase]:
+                elapsed = time.perf_counter() - self._since[phase]
+                self.seconds[phase] = self.seconds.get(phase, 0.0) + elapsed
 
 
 class AgentLoop:
@@ -108,6 +136,9 @@ class AgentLoop:
         self.max_model_len = max_model_len
         self.train_on_last_turn = train_on_last_turn
         self.seed = seed
+        #: wall seconds of the last ``arun`` spent generating / in tools / scoring (union over chains)
+        self.last_timing: dict[str, float] = {}
+        self._timer = PhaseTimer()
         self.sampling = SamplingParams(
             temperature=temperature,
             top_p=top_p,
@@ -160,8 +191,13 @@ class AgentLoop:
             async with gate:
                 return await self._chain(rows[i], questions[i], group_offset + i, k, chain_sampling)
 
+        self._timer = PhaseTimer()
+        start = time.perf_counter()
         tasks = [one(i, k) for i in range(len(rows)) for k in range(n)]
-        return list(await asyncio.gather(*tasks))
+        trajs = list(await asyncio.gather(*tasks))
+        self.last_timing = {f"{k}_s": v for k, v in self._timer.seconds.items()}
+        self.last_timing["rollout_s"] = time.perf_counter() - start
+        return trajs
 
     # ------------------------------------------------------------------ one chain
 
@@ -199,7 +235,8 @@ class AgentLoop:
         if self.train_on_last_turn:
             traj.mask_all_but_last_turn()
         if self.reward is not None:
-            await ascore_trajectory(self.reward, traj)
+            with self._timer("reward"):
+                await ascore_trajectory(self.reward, traj)
         return traj
 
     async def _turns(
@@ -212,7 +249,8 @@ class AgentLoop:
                 traj.finish_reason = "max_model_len"
                 break
             turn_sampling = replace(sampling, max_tokens=min(sampling.max_tokens, budget))
-            (out,) = (await self.engine.generate([traj.input_ids], turn_sampling))[0]
+            with self._timer("generation"):
+                (out,) = (await self.engine.generate([traj.input_ids], turn_sampling))[0]
             traj.append_sampled(out.token_ids, out.logprobs)
             traj.num_turns += 1
             text = self.tokenizer.decode(out.token_ids, skip_special_tokens=False)
@@ -227,7 +265,8 @@ class AgentLoop:
                 if out.finish_reason == "length" and budget <= sampling.max_tokens:
                     traj.finish_reason = "max_model_len"
                 return
-            results = await asyncio.gather(*(self._call(c, chain_resources) for c in parsed.calls))
+            with self._timer("tools"):
+                results = await asyncio.gather(*(self._call(c, chain_resources) for c in parsed.calls))
             for call, result in zip(parsed.calls, results, strict=True):
                 traj.tool_calls.append(
                     ToolCallRecord(

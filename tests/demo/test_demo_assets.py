@@ -66,7 +66,9 @@ def test_model_loads_offline_and_is_small(monkeypatch):
     tokenizer = AutoTokenizer.from_pretrained(MODEL, local_files_only=True)
     assert model.config.model_type == "qwen2" and model.config.num_hidden_layers == 2
     assert model.get_input_embeddings().num_embeddings == len(tokenizer)
-    assert [tokenizer.decode([i]) for i in tokenizer.encode("1234", add_special_tokens=False)] == list("1234")
+    assert [
+        tokenizer.decode([i]) for i in tokenizer.encode("1234", add_special_tokens=False)
+    ] == list("1234")
 
 
 def test_tokenizer_chat_template_renders_like_the_named_template():
@@ -77,11 +79,16 @@ def test_tokenizer_chat_template_renders_like_the_named_template():
     tokenizer = AutoTokenizer.from_pretrained(MODEL)
     messages = [
         {"role": "user", "content": "What is 2*3?"},
-        {"role": "assistant", "content": '<tool_call>\n{"name": "calculator", "arguments": {"expression": "2*3"}}\n</tool_call>'},
+        {
+            "role": "assistant",
+            "content": '<tool_call>\n{"name": "calculator", "arguments": {"expression": "2*3"}}\n</tool_call>',
+        },
         {"role": "tool", "content": "6"},
     ]
     ours = get_template(TEMPLATE).render(messages, add_generation_prompt=True)
-    assert tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) == ours
+    assert (
+        tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) == ours
+    )
 
 
 def test_greedy_rollout_calls_the_tools_in_the_warm_start_format():
@@ -98,9 +105,13 @@ def test_greedy_rollout_calls_the_tools_in_the_warm_start_format():
     try:
         tokenizer = pool.tokenizer
         loop = AgentLoop(
-            engine=pool, tokenizer=tokenizer, template=template,
+            engine=pool,
+            tokenizer=tokenizer,
+            template=template,
             agent=get_agent("hf", [get_tool("calculator"), get_tool("answer")]),
-            reward="math_equal_reward_tool", max_turns=3, max_tokens=32,
+            reward="math_equal_reward_tool",
+            max_turns=3,
+            max_tokens=32,
         )
         trajs = loop.run(val, greedy=True)
     finally:
@@ -113,7 +124,9 @@ def test_greedy_rollout_calls_the_tools_in_the_warm_start_format():
         assert t.reward in (0.1, 1.0)
         if t.reward == 1.0 and t.tool_calls[0].arguments == {"expression": row["question"][8:-1]}:
             # a clean chain is token for token a noise-free warm-start trace
-            segments = maker.trace_segments(row["question"][8:-1], template, random.Random(0), noise=0.0)
+            segments = maker.trace_segments(
+                row["question"][8:-1], template, random.Random(0), noise=0.0
+            )
             assert maker.encode_trace(tokenizer, segments)[0] == t.input_ids
             matched += 1
     assert matched >= 1

@@ -1,117 +1,105 @@
-"""FSDP wiring: the seed keys' fsdp_config → Lightning's FSDPStrategy, the wrapped block classes,
-and where the actor's weights sit in a gathered state dict. FSDP itself needs GPUs (the `gpu`
-test runs a fit under it); on CPUs `fit` falls back to DDP and says so."""
+"""FSDP (FSDP2 through Lightning's ModelParallelStrategy) on two CPU ranks over gloo: actor,
+reference and critic sharded per transformer block; after each update the engine serves the
+gathered weights; the result equals DDP's; the Hugging Face export and checkpoints hold full
+weights."""
 
 from __future__ import annotations
 
-import logging
-from types import SimpleNamespace
+import json
+import subprocess
+import sys
+from pathlib import Path
 
+import lightning.pytorch as pl
 import pytest
 import torch
-from transformers.models.qwen2.modeling_qwen2 import Qwen2DecoderLayer
+from safetensors.torch import load_file
 
-from agentfly.modules.fsdp import _actor_prefix, block_classes, fsdp_strategy
 from agentfly.testing import build_tiny_model
+from tests.test_fit import rows
+
+PROMPT = "<|im_start|>user\nWhat is 7*7?<|im_end|>\n<|im_start|>assistant\n"
 
 
-def _fsdp_config(**kw):
-    base = {"param_offload": False, "optimizer_offload": False, "reshard_after_forward": True, "fsdp_size": -1}
-    return SimpleNamespace(**{**base, **kw})
+class SyncProbe(pl.Callback):
+    """After each update (and the weight sync before it in the callback list), every rank compares
+    its engine's greedy log-probabilities of a fixed prompt with the (sharded) actor's own."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        from agentfly.modules.fsdp import is_sharded
+        from agentfly.rollout.engines import SamplingParams
+
+        session = trainer.datamodule.session
+        prompt = session.tokenizer.encode(PROMPT, add_special_tokens=False)
+        params = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)
+        (out,) = session.pool.generate_sync([prompt], params)[0]
+        seq, n = prompt + list(out.token_ids), len(out.token_ids)
+        with torch.no_grad():  # a collective under FSDP: every rank runs it
+            logits = pl_module.actor(torch.tensor([seq])).logits.float()
+        logp = logits.log_softmax(-1)[0, :-1].gather(-1, torch.tensor(seq[1:]).unsqueeze(-1)).squeeze(-1)[-n:]
+        gap = (torch.tensor(out.logprobs) - logp).abs().max().item()
+        record = {"rank": trainer.global_rank, "iteration": pl_module.iteration, "gap": gap,
+                  "sharded": is_sharded(pl_module.actor) and (pl_module.critic is None or is_sharded(pl_module.critic))}
+        with open(f"{self.path}.rank{trainer.global_rank}", "a") as f:
+            f.write(json.dumps(record) + "\n")
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    return build_tiny_model(tmp_path_factory.mktemp("fsdp") / "model")
+def task(tmp_path_factory):
+    root = tmp_path_factory.mktemp("fsdp")
+    model = build_tiny_model(root / "model", hidden_size=128, head_dim=32, initializer_range=0.2)
+    data = [{"question": f"What is {a}+{b}?", "answer": str(a + b)} for a, b in [(1, 2), (3, 4), (5, 6), (7, 8)]]
+    (root / "train.json").write_text(json.dumps(data))
+    return root, model
 
 
-def test_one_unit_per_transformer_block(model):
-    assert block_classes(str(model)) == {Qwen2DecoderLayer}
-
-
-@pytest.mark.parametrize(
-    ("config", "world", "offload", "sharding"),
-    [
-        ({}, 8, False, "FULL_SHARD"),
-        ({"param_offload": True}, 8, True, "FULL_SHARD"),
-        ({"optimizer_offload": True}, 8, True, "FULL_SHARD"),
-        ({"reshard_after_forward": False}, 8, False, "SHARD_GRAD_OP"),
-        ({"fsdp_size": 4}, 8, False, "HYBRID_SHARD"),
-        ({"fsdp_size": 8}, 8, False, "FULL_SHARD"),  # one group of all ranks: plain sharding
-    ],
-)
-def test_seed_keys_map_onto_the_strategy(model, config, world, offload, sharding):
-    from torch.distributed.fsdp import ShardingStrategy
-
-    strategy = fsdp_strategy(_fsdp_config(**config), [str(model)], world)
-    assert bool(strategy.cpu_offload and strategy.cpu_offload.offload_params) is offload
-    assert strategy.sharding_strategy == getattr(ShardingStrategy, sharding)
-    assert strategy.kwargs["use_orig_params"] is True
-    assert strategy._state_dict_type == "full"  # checkpoints resume on any number of ranks
-    if sharding == "HYBRID_SHARD":
-        assert strategy.kwargs["device_mesh"] == (2, 4)
-
-
-@pytest.mark.parametrize(
-    ("keys", "prefix"),
-    [
-        (["actor.model.embed_tokens.weight", "reference.model.norm.weight"], "actor."),
-        (["_forward_module.critic.score.weight", "_forward_module.actor.lm_head.weight"], "_forward_module.actor."),
-    ],
-)
-def test_actor_prefix(keys, prefix):
-    assert _actor_prefix(dict.fromkeys(keys)) == prefix
-
-
-def test_no_actor_in_state_dict_is_an_error():
-    with pytest.raises(KeyError, match="no actor"):
-        _actor_prefix({"critic.x": 1})
-
-
-def test_fsdp_on_cpu_falls_back_to_ddp_and_says_so(model, tmp_path, caplog, monkeypatch):
-    from agentfly.config import load_config
-    from agentfly.fit import build_trainer
-
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    data = tmp_path / "train.json"
-    data.write_text('[{"question": "1+1?", "answer": "2"}]')
-    cfg = load_config([
-        f"data.train_files={data}", "data.train_batch_size=1", f"actor_rollout_ref.model.path={model}",
-        "algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.ppo_mini_batch_size=1",
-        "actor_rollout_ref.actor.strategy=fsdp", "trainer.device=cpu", "trainer.n_gpus_per_node=1",
-        f"trainer.default_local_dir={tmp_path / 'run'}", "actor_rollout_ref.rollout.num_engines=0",
-        "trainer.logger=[csv]",
-    ])
-    with caplog.at_level(logging.WARNING, logger="agentfly.fit"):
-        trainer, *_ = build_trainer(cfg)
-    assert any("FSDP needs GPUs" in r.getMessage() for r in caplog.records)
-    assert type(trainer.strategy).__name__ != "FSDPStrategy"
-
-
-@pytest.mark.gpu
-def test_fsdp_fit_on_one_gpu_syncs_full_weights(model, tmp_path):
-    """One GPU, FSDP: an iteration trains, the engine gets the gathered actor, the HF export loads."""
-    import json
-
-    from safetensors.torch import load_file
-
-    from agentfly.cli import main
-
-    rows = [{"question": f"What is {a}+{b}?", "answer": str(a + b)} for a, b in [(1, 2), (3, 4)]]
-    (tmp_path / "train.json").write_text(json.dumps(rows))
-    run = tmp_path / "run"
+def _fit(root, model, run, strategy, probe=None):
     args = [
-        "fit", f"data.train_files={tmp_path / 'train.json'}", "data.train_batch_size=2",
+        "fit", f"data.train_files={root / 'train.json'}", "data.train_batch_size=4",
         f"actor_rollout_ref.model.path={model}", "agent.init_config.tools=[calculator,answer]",
         "agent.init_config.template=qwen2.5", "agent.init_config.reward_name=math_equal_reward_tool",
-        "agent.run_config.num_chains=2", "agent.run_config.generation_config.max_tokens=12",
-        "algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-        "actor_rollout_ref.actor.strategy=fsdp", "actor_rollout_ref.actor.fsdp_config.param_offload=true",
-        "actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.rollout.num_engines=0",
-        "trainer.device=cuda", "trainer.n_gpus_per_node=1", "trainer.logger=[csv]",
-        "trainer.total_training_steps=1", f"trainer.default_local_dir={run}",
+        "agent.init_config.max_model_len=1024", "agent.run_config.num_chains=2", "agent.run_config.max_turns=1",
+        "agent.run_config.generation_config.max_tokens=8",
+        "algorithm.adv_estimator=gae", f"critic.model.path={model}", "critic.ppo_mini_batch_size=8",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=8", "actor_rollout_ref.actor.optim.lr=2e-2",
+        "actor_rollout_ref.actor.entropy_coeff=0.01",  # a gradient whatever the (tiny model's) rewards
+        "actor_rollout_ref.actor.use_kl_loss=true",  # a reference model, sharded too
+        f"actor_rollout_ref.actor.strategy={strategy}", "actor_rollout_ref.rollout.num_engines=0",
+        "trainer.device=cpu", "trainer.n_gpus_per_node=2", "trainer.logger=[csv]",
+        "trainer.total_training_steps=2", "trainer.save_freq=1", "trainer.val_before_train=false",
+        f"trainer.default_local_dir={run}",
+        *(["--trainer.callbacks+=tests.modules.test_fsdp.SyncProbe", "--trainer.callbacks.path", str(probe)] if probe else []),
     ]
-    assert main(args) == 0
-    before, after = load_file(model / "model.safetensors"), load_file(run / "hf_actor" / "model.safetensors")
-    assert set(before) == set(after)
-    assert any(not torch.equal(before[k], after[k].to(before[k].dtype)) for k in before)
+    proc = subprocess.run([sys.executable, "-m", "agentfly.cli", *args], capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_fsdp_on_two_cpu_ranks_syncs_and_matches_ddp(task, tmp_path):
+    root, model = task
+    probe = tmp_path / "probe.jsonl"
+    _fit(root, model, tmp_path / "fsdp", "fsdp", probe)
+    _fit(root, model, tmp_path / "ddp", "ddp")
+    for rank in (0, 1):
+        records = [json.loads(line) for line in Path(f"{probe}.rank{rank}").read_text().splitlines()]
+        assert [r["iteration"] for r in records] == [1, 2]
+        assert all(r["sharded"] for r in records)  # actor and critic were FSDP modules
+        assert max(r["gap"] for r in records) < 1e-4, records  # the engine serves the updated actor
+    start = load_file(model / "model.safetensors")
+    fsdp = load_file(tmp_path / "fsdp" / "hf_actor" / "model.safetensors")
+    ddp = load_file(tmp_path / "ddp" / "hf_actor" / "model.safetensors")
+    common = set(start) & set(fsdp) & set(ddp)
+    assert set(start) <= common  # the export holds every weight, gathered in full
+    update = torch.cat([(fsdp[k] - start[k]).abs().flatten() for k in common])
+    apart = torch.cat([(fsdp[k] - ddp[k]).abs().flatten() for k in common])
+    assert update.mean() > 1e-3  # it trained
+    # as DDP would: the same updates up to reduction-order rounding, which Adam amplifies only
+    # where gradients are ~0 (measured: mean gap ~1e-5 against a mean update ~3e-2)
+    assert apart.mean() < 0.01 * update.mean(), (apart.mean(), update.mean())
+    ckpt = torch.load(tmp_path / "fsdp" / "checkpoints" / "last.ckpt", weights_only=False)
+    assert ckpt["agentfly_iteration"] == 2
+    assert ckpt["state_dict"]["actor.model.embed_tokens.weight"].shape == start["model.embed_tokens.weight"].shape
+    vf = [float(r["critic/vf_loss"]) for r in rows(tmp_path / "fsdp") if r.get("critic/vf_loss")]
+    assert len(vf) == 2  # the critic trained under FSDP too

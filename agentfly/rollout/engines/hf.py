@@ -1,10 +1,13 @@
 """The transformers engine: a hand-written sampling loop over ``model(...)`` with a KV cache.
 
 The embedded default and the test engine. Prompts are left-padded into one batch (``n`` rows
-per prompt; each prompt may bring its own sampling parameters), position ids come from the attention mask (cumulative sum − 1) so padding does not
-shift positions, and finished rows keep being fed padding until every row is done (their outputs
-are ignored). A hand-written loop rather than ``model.generate`` gives the exact log-probabilities
-defined in :mod:`agentfly.rollout.engines.base` and stop strings that keep the completing token.
+per prompt; each prompt may bring its own sampling parameters); position ids come from the
+attention mask (cumulative sum − 1) so padding does not shift positions. Identical prompts (a
+request's ``n`` rows, GRPO's chains of one task) are prefilled once and their KV cache gathered
+to every row; a row that finishes leaves the batch (and the cache) at once, so one long row no
+longer drags finished ones through every step. A hand-written loop rather than
+``model.generate`` gives the exact log-probabilities defined in
+:mod:`agentfly.rollout.engines.base` and stop strings that keep the completing token.
 """
 
 from __future__ import annotations
@@ -151,24 +154,23 @@ class HFEngine(Engine):
         import torch
 
         device = self.device
-        batch, width = len(rows), max(len(r.prompt) for r in rows)
-        input_ids = torch.full((batch, width), self.pad_token_id, dtype=torch.long)
-        attention_mask = torch.zeros((batch, width), dtype=torch.long)
-        for i, row in enumerate(rows):  # left padding
-            input_ids[i, width - len(row.prompt) :] = torch.tensor(row.prompt, dtype=torch.long)
-            attention_mask[i, width - len(row.prompt) :] = 1
+        limits = [min(r.sampling.max_tokens, self.max_model_len - len(r.prompt)) for r in rows]
+        stop_ids = [self._stop_ids(r.sampling) for r in rows]
+        # identical prompts (a request's n rows, or chains of one task) are prefilled once
+        distinct: dict[tuple[int, ...], int] = {}
+        inverse = [distinct.setdefault(tuple(r.prompt), len(distinct)) for r in rows]
+        unique = list(distinct)
+        width = max(len(p) for p in unique)
+        input_ids = torch.full((len(unique), width), self.pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(unique), width), dtype=torch.long)
+        for i, prompt in enumerate(unique):  # left padding
+            input_ids[i, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
+            attention_mask[i, width - len(prompt) :] = 1
         input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
-        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # (B, L)
+        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # (U, L)
 
         def column(values: list[float], dtype: torch.dtype) -> torch.Tensor:
             return torch.tensor(values, dtype=dtype, device=device)
-
-        temperature = column([r.sampling.temperature for r in rows], torch.float32)  # (B,)
-        top_p = column([r.sampling.top_p for r in rows], torch.float32)  # (B,)
-        top_k = column([r.sampling.top_k for r in rows], torch.long)  # (B,)
-        draws = self._draws(rows, device)
-        limits = [min(r.sampling.max_tokens, self.max_model_len - len(r.prompt)) for r in rows]
-        stop_ids = [self._stop_ids(r.sampling) for r in rows]
 
         with torch.inference_mode():
             out = self.model(
@@ -178,35 +180,57 @@ class HFEngine(Engine):
                 use_cache=True,
                 logits_to_keep=1,
             )
-            positions = position_ids[:, -1:]  # (B, 1)
+            cache = out.past_key_values
+            expand = torch.tensor(inverse, device=device)  # (B,) row -> its prompt
+            if len(unique) < len(rows):
+                cache.reorder_cache(expand)  # (U, ...) -> (B, ...)
+            logits = out.logits[:, -1, :].float().index_select(0, expand)  # (B, V)
+            attention_mask = attention_mask.index_select(0, expand)  # (B, L)
+            positions = position_ids[:, -1:].index_select(0, expand)  # (B, 1)
+            active = list(range(len(rows)))  # rows still generating, in batch order
             for step in range(max(limits)):
-                logits = out.logits[:, -1, :].float()  # (B, V)
-                chosen, chosen_logprobs = sample_tokens(logits, temperature, top_p, top_k, draws)
+                live = [rows[i] for i in active]
+                chosen, chosen_logprobs = sample_tokens(
+                    logits,
+                    column([r.sampling.temperature for r in live], torch.float32),  # (A,)
+                    column([r.sampling.top_p for r in live], torch.float32),  # (A,)
+                    column([r.sampling.top_k for r in live], torch.long),  # (A,)
+                    self._draws(live, device),
+                )
                 chosen_list, logprob_list = chosen.tolist(), chosen_logprobs.tolist()
-                for i, row in enumerate(rows):
-                    if row.finish is not None:
-                        continue
-                    row.tokens.append(chosen_list[i])
-                    row.logprobs.append(logprob_list[i])
-                    if chosen_list[i] in stop_ids[i] or self._hits_stop(row):
+                keep: list[int] = []
+                for j, i in enumerate(active):
+                    row = rows[i]
+                    row.tokens.append(chosen_list[j])
+                    row.logprobs.append(logprob_list[j])
+                    if chosen_list[j] in stop_ids[i] or self._hits_stop(row):
                         row.finish = "stop"
                     elif step + 1 >= limits[i]:
                         row.finish = "length"
-                if all(r.finish is not None for r in rows):
+                    else:
+                        keep.append(j)
+                if not keep:
                     break
-                done = torch.tensor([r.finish is not None for r in rows], device=device)
-                next_ids = chosen.masked_fill(done, self.pad_token_id)[:, None]  # (B, 1)
+                if len(keep) < len(active):  # finished rows leave the batch and its cache
+                    kept = torch.tensor(keep, device=device)
+                    cache.reorder_cache(kept)
+                    chosen = chosen.index_select(0, kept)
+                    attention_mask = attention_mask.index_select(0, kept)
+                    positions = positions.index_select(0, kept)
+                    active = [active[j] for j in keep]
                 attention_mask = torch.cat(
-                    [attention_mask, torch.ones((batch, 1), dtype=torch.long, device=device)], -1
-                )  # (B, L + step + 1)
+                    [attention_mask, attention_mask.new_ones((len(active), 1))], -1
+                )  # (A, L + step + 1)
                 positions = positions + 1
                 out = self.model(
-                    input_ids=next_ids,
+                    input_ids=chosen[:, None],
                     attention_mask=attention_mask,
                     position_ids=positions,
-                    past_key_values=out.past_key_values,
+                    past_key_values=cache,
                     use_cache=True,
                 )
+                cache = out.past_key_values
+                logits = out.logits[:, -1, :].float()  # (A, V)
         return [
             GenerationOutput(
                 token_ids=r.tokens,

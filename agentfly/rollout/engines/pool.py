@@ -124,7 +124,11 @@ class EnginePool:
         engine_kwargs: constructor arguments of every engine (model path, dtype, max_model_len,
             device, seed...). With Ray, engine ``i`` gets ``seed + i`` so samples differ.
         backend: ``"ray"`` (actors) or ``"local"`` (in-process, for debugging).
-        num_cpus_per_engine: Ray CPUs per actor (also its torch thread count).
+        num_cpus_per_engine: Ray CPUs per actor (its torch thread count on GPU engines).
+        num_threads: torch intra-op threads of each engine actor. None: on CPU-only engines,
+            the machine's cores split between the engines (rollout and update alternate, so an
+            engine may use every core the trainer is not using, which is all of them while it
+            generates); on GPU engines, ``num_cpus_per_engine``.
         num_gpus_per_engine: Ray GPUs per actor.
         max_batch_size: rows (prompts × n) one merged batch may hold.
         ray_init: ``ray.init`` keyword arguments when the pool starts Ray (``num_cpus``,
@@ -142,6 +146,7 @@ class EnginePool:
         num_gpus_per_engine: float = 0,
         max_batch_size: int = 256,
         ray_init: dict[str, Any] | None = None,
+        num_threads: int | None = None,
     ) -> None:
         self.backend = "local" if num_engines == 0 else backend
         self.max_batch_size = max_batch_size
@@ -156,7 +161,9 @@ class EnginePool:
             actor = ray.remote(num_cpus=num_cpus_per_engine, num_gpus=num_gpus_per_engine)(
                 EngineHost
             )
-            threads = max(1, int(num_cpus_per_engine))
+            if num_threads is None and not num_gpus_per_engine:
+                num_threads = (os.cpu_count() or 1) // max(1, num_engines)
+            threads = max(1, int(num_threads or num_cpus_per_engine))
             self._hosts = [
                 actor.remote(engine, {**kwargs, "seed": kwargs.get("seed", 0) + i}, threads)
                 for i in range(num_engines)

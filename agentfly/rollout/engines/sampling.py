@@ -31,7 +31,8 @@ def sample_tokens(
         top_p: (B,) nucleus mass kept per row (1 keeps all).
         top_k: (B,) most likely tokens kept per row (<= 0 keeps all).
         draws: (row indices, generator) pairs covering the sampled (non-greedy) rows; each
-            generator draws for its rows in one call.
+            generator draws one uniform per row, in row order, and all rows are then sampled
+            by one batched inverse-CDF lookup.
 
     Returns:
         chosen ids (B,) and their log-probabilities (B,).
@@ -45,11 +46,19 @@ def sample_tokens(
     chosen = logits.argmax(dim=-1)  # (B,) greedy rows keep this
 
     if draws:
-        filtered = truncate(scaled, top_p, top_k)  # (B, V)
-        probs = filtered.softmax(dim=-1)
-        for rows, generator in draws:
-            drawn = torch.multinomial(probs[rows], 1, generator=generator)[:, 0]  # (R,)
-            chosen[rows] = drawn
+        rows = torch.cat([r for r, _ in draws])  # (S,) every sampled row
+        # one uniform per row from the row's own generator (a few scalars), then one batched
+        # inverse-CDF lookup: per-row seeds without a multinomial call per generator
+        uniforms = torch.cat([torch.rand(len(r), generator=g, device=r.device) for r, g in draws])
+        picked = scaled[rows]  # (S, V)
+        vocab = picked.shape[-1]
+        if bool(((top_p[rows] < 1) | ((top_k[rows] > 0) & (top_k[rows] < vocab))).any()):
+            picked = truncate(picked, top_p[rows], top_k[rows])  # the sort only when asked for
+        cdf = picked.softmax(dim=-1).cumsum(dim=-1)  # (S, V)
+        drawn = torch.searchsorted(cdf, (uniforms * cdf[:, -1])[:, None], right=True)[:, 0]  # (S,)
+        # rounding may put the draw past the last token with mass: take that token instead
+        last = vocab - 1 - (picked > float("-inf")).flip(-1).int().argmax(-1)  # (S,)
+        chosen[rows] = torch.minimum(drawn, last)
     return chosen, logp.gather(-1, chosen[:, None])[:, 0]
 
 

@@ -1,0 +1,446 @@
+"""The end-of-run report: validation before → after, time taken, sample trajectories, a plot.
+
+Reads only files in the run directory, so it works on a finished, resumed or copied run:
+
+- ``metrics/version_*/metrics.csv`` (one folder per launch, read in launch order). Training rows
+  carry ``training/iteration``; a validation row (``val/...``, ``val_greedy/...``) belongs to the
+  last iteration logged before it (0 for validation before training).
+- ``trajectories/val_trajectories_iterNNNNNN.jsonl`` (and ``val_greedy_...``): sample chains.
+
+Writes ``training_curves.png`` (reward, accuracy, KL, entropy over iterations) and ``report.md``
+(table and samples) into the run directory. Whatever is missing (no validation, no KL term, a
+single validation, matplotlib absent) is named in the report instead of failing.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+PLOT_NAME = "training_curves.png"
+REPORT_NAME = "report.md"
+VAL_PREFIXES = ("val/", "val_greedy/")
+TABLE_METRICS = ("reward", "accuracy", "tool_call_rate")
+KL_KEYS = ("actor/kl_loss", "actor/kl_to_ref")  # KL to the reference; the first present is plotted
+NUM_SAMPLES = 3
+
+
+# ---------------------------------------------------------------------------------- reading
+
+
+def _float(text: str | None) -> float | None:
+    try:
+        value = float(text)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _version_key(path: Path) -> int:
+    match = re.search(r"version_(\d+)$", path.parent.name)
+    return int(match.group(1)) if match else -1
+
+
+def read_metrics(run_dir: Path) -> tuple[dict[int, dict[str, float]], dict[int, dict[str, float]]]:
+    """(training metrics by iteration, validation metrics by iteration) over every launch.
+
+    A resumed launch that repeats an iteration overrides the earlier row (what the run kept).
+    """
+    train: dict[int, dict[str, float]] = {}
+    val: dict[int, dict[str, float]] = {}
+    iteration = 0
+    for path in sorted((run_dir / "metrics").glob("version_*/metrics.csv"), key=_version_key):
+        with path.open(newline="", encoding="utf-8") as f:
+            for row in csv.DictReader(f):
+                values = {
+                    k: v for k, v in ((k, _float(x)) for k, x in row.items() if k) if v is not None
+                }
+                if "training/iteration" in values:
+                    iteration = int(values["training/iteration"])
+                    train.setdefault(iteration, {}).update(values)
+                vals = {k: v for k, v in values.items() if k.startswith(VAL_PREFIXES)}
+                if vals:
+                    val.setdefault(iteration, {}).update(vals)
+    return train, val
+
+
+def _val_files(run_dir: Path, kind: str) -> dict[int, Path]:
+    pattern = re.compile(rf"^{kind}_trajectories_iter(\d+)\.jsonl$")
+    out = {}
+    for path in (run_dir / "trajectories").glob(f"{kind}_trajectories_iter*.jsonl"):
+        match = pattern.match(path.name)
+        if match:
+            out[int(match.group(1))] = path
+    return out
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    records = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # a line cut short by a killed run
+    return records
+
+
+# ---------------------------------------------------------------------------------- figures
+
+
+def _sources(val: dict[int, dict[str, float]]) -> list[str]:
+    """Data sources seen in validation metrics (``val/<source>/<metric>``), in first-seen order."""
+    seen: dict[str, None] = {}
+    for metrics in val.values():
+        for key in metrics:
+            parts = key.split("/")
+            if len(parts) >= 3:
+                seen.setdefault(parts[1], None)
+    return list(seen)
+
+
+def comparison(
+    val: dict[int, dict[str, float]],
+) -> tuple[list[dict[str, Any]], int | None, int | None]:
+    """Table rows and the two iterations compared.
+
+    A row: ``source``, ``metric``, and ``val`` (the validation as ``val_kwargs`` configure it) and
+    ``val_greedy`` (the greedy pass beside a sampled one), each a (before, after) pair.
+    """
+    if not val:
+        return [], None, None
+    first, last = min(val), max(val)
+    rows = []
+    for source in _sources(val):
+        for metric in TABLE_METRICS:
+            row: dict[str, Any] = {"source": source, "metric": metric}
+            for prefix in ("val", "val_greedy"):
+                key = f"{prefix}/{source}/{metric}"
+                row[prefix] = (val[first].get(key), val[last].get(key))
+            if any(v is not None for pair in (row["val"], row["val_greedy"]) for v in pair):
+                rows.append(row)
+    return rows, first, last
+
+
+def timing(train: dict[int, dict[str, float]]) -> dict[str, float | int | None]:
+    """Iterations run and the training time (sum of ``timing/iteration_s``, validation excluded)."""
+    seconds = [m["timing/iteration_s"] for m in train.values() if "timing/iteration_s" in m]
+    total = sum(seconds) if seconds else None
+    return {
+        "iterations": max(train) if train else 0,
+        "training_s": total,
+        "s_per_iteration": total / len(seconds) if seconds else None,
+    }
+
+
+def _one_line(text: Any) -> str:
+    return " ".join(str(text or "").split())
+
+
+def _sample_text(record: dict[str, Any]) -> str:
+    """The chain after the question, one line per message (tool calls and observations as text)."""
+    messages = record.get("messages") or []
+    lines = [
+        f"{m.get('role', '?')}: {_one_line(m.get('content'))}"
+        for m in messages
+        if m.get("role") not in ("system", "user")
+    ]
+    if not lines and record.get("response_text"):
+        lines = [_one_line(record["response_text"])]
+    return "\n".join(lines)
+
+
+def _question(record: dict[str, Any]) -> str:
+    row = record.get("row") or {}
+    for key in ("question", "prompt", "problem", "instruction"):
+        if row.get(key):
+            return str(row[key])
+    users = [m for m in record.get("messages") or [] if m.get("role") == "user"]
+    return str(users[0].get("content", "")) if users else "?"
+
+
+def samples(
+    run_dir: Path, first: int | None, last: int | None, k: int = NUM_SAMPLES
+) -> tuple[list[dict[str, Any]], str | None]:
+    """Up to ``k`` validation questions with the chain before and after training (same rows).
+
+    Taken from the validation files as configured (the greedy ones when there are none).
+    Returns (samples, what is missing or None).
+    """
+    files = _val_files(run_dir, "val") or _val_files(run_dir, "val_greedy")
+    if not files:
+        return [], "no validation trajectories (trajectories/val_trajectories_iter*.jsonl)"
+    first = first if first in files else min(files)
+    last = last if last in files else max(files)
+    if first == last:
+        return [], f"validation trajectories for one iteration only ({first})"
+    before, after = _read_jsonl(files[first]), _read_jsonl(files[last])
+    after_by_q = {}
+    for rec in after:
+        after_by_q.setdefault(_question(rec), rec)
+    out = []
+    for rec in before:
+        q = _question(rec)
+        if q in after_by_q and all(s["question"] != q for s in out):
+            out.append(
+                {
+                    "question": q,
+                    "answer": (rec.get("row") or {}).get("answer"),
+                    "before": {
+                        "iteration": first,
+                        "reward": rec.get("reward"),
+                        "text": _sample_text(rec),
+                    },
+                    "after": {
+                        "iteration": last,
+                        "reward": after_by_q[q].get("reward"),
+                        "text": _sample_text(after_by_q[q]),
+                    },
+                }
+            )
+        if len(out) == k:
+            break
+    return out, None if out else "no validation question appears both before and after"
+
+
+# ---------------------------------------------------------------------------------- plot
+
+
+def plot(
+    train: dict[int, dict[str, float]], val: dict[int, dict[str, float]], path: Path
+) -> list[str]:
+    """Write the 2x2 figure (reward, accuracy, KL, entropy); returns what was missing from it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    missing: list[str] = []
+    its = sorted(train)
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7), sharex=True)
+    panels = {
+        "reward": (axes[0][0], "critic/score/mean", "training rollouts", "reward"),
+        "accuracy": (axes[0][1], "rollout/accuracy", "training rollouts", "accuracy"),
+    }
+    for name, (ax, key, label, metric) in panels.items():
+        xs = [i for i in its if key in train[i]]
+        if xs:
+            ax.plot(xs, [train[i][key] for i in xs], lw=1, alpha=0.6, label=label)
+        sources = _sources(val)
+        greedy_beside = any(k.startswith("val_greedy/") for m in val.values() for k in m)
+        for source in sources:
+            for prefix, style, tag in (
+                ("val", "o-", "validation, sampled" if greedy_beside else "validation"),
+                ("val_greedy", "s--", "validation, greedy"),
+            ):
+                vkey = f"{prefix}/{source}/{metric}"
+                vx = [i for i in sorted(val) if vkey in val[i]]
+                if vx:
+                    label = tag if len(sources) == 1 else f"{tag} ({source})"
+                    ax.plot(vx, [val[i][vkey] for i in vx], style, label=label)
+        if not xs and not val:
+            missing.append(f"{name}: no metric")
+        ax.set_title(name)
+        ax.legend(fontsize=7)
+    kl_key = next((k for k in KL_KEYS if any(k in train[i] for i in its)), None)
+    ax = axes[1][0]
+    if kl_key:
+        xs = [i for i in its if kl_key in train[i]]
+        ax.plot(xs, [train[i][kl_key] for i in xs], lw=1)
+        ax.set_title(f"KL to the reference ({kl_key})")
+    else:
+        missing.append("KL: no KL metric logged (no KL term in the loss or the reward)")
+        ax.text(
+            0.5,
+            0.5,
+            "no KL metric logged\n(no KL term in the loss or reward)",
+            ha="center",
+            va="center",
+            transform=ax.transAxes,
+        )
+        ax.set_title("KL")
+    ax = axes[1][1]
+    xs = [i for i in its if "actor/entropy" in train[i]]
+    if xs:
+        ax.plot(xs, [train[i]["actor/entropy"] for i in xs], lw=1)
+    else:
+        missing.append("entropy: no actor/entropy metric")
+    ax.set_title("entropy (per sampled token)")
+    for ax in axes[1]:
+        ax.set_xlabel("iteration")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return missing
+
+
+# ---------------------------------------------------------------------------------- output
+
+
+def _fmt(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f}"
+
+
+def _pair(pair: tuple[float | None, float | None]) -> str:
+    return f"{_fmt(pair[0])} → {_fmt(pair[1])}"
+
+
+def _time_line(result: dict[str, Any]) -> str:
+    parts = [f"{result['iterations']} iterations"]
+    if result["training_s"] is not None:
+        parts.append(
+            f"training {result['training_s']:.0f} s ({result['s_per_iteration']:.2f} s/iteration)"
+        )
+    if result["elapsed_s"] is not None:
+        parts.append(f"{result['elapsed_s']:.0f} s in all (start-up and validation included)")
+    return ", ".join(parts)
+
+
+def _has_greedy(table: list[dict[str, Any]]) -> bool:
+    return any(r["val_greedy"] != (None, None) for r in table)
+
+
+def _columns(table: list[dict[str, Any]]) -> list[str]:
+    """With a greedy pass beside it, the configured validation is the sampled one."""
+    return ["sampled", "greedy"] if _has_greedy(table) else ["validation"]
+
+
+def _cells(row: dict[str, Any], greedy: bool) -> list[str]:
+    return [_pair(row["val"]), _pair(row["val_greedy"])] if greedy else [_pair(row["val"])]
+
+
+def _markdown(result: dict[str, Any]) -> str:
+    lines = ["# Run report", "", f"Run: `{result['run_dir']}`. {_time_line(result)}.", ""]
+    if result["table"]:
+        greedy = _has_greedy(result["table"])
+        lines += [
+            f"Validation at iteration {result['before_iteration']} → {result['after_iteration']}:",
+            "",
+            f"| source | metric | {' | '.join(_columns(result['table']))} |",
+            "|---|---|---|---|" if greedy else "|---|---|---|",
+        ]
+        lines += [
+            f"| {r['source']} | {r['metric']} | {' | '.join(_cells(r, greedy))} |"
+            for r in result["table"]
+        ]
+        lines.append("")
+    if result["plot"]:
+        lines += [f"![training curves]({PLOT_NAME})", ""]
+    for i, s in enumerate(result["samples"], 1):
+        lines += [f"## Sample {i}: {s['question']} (answer {s['answer']})", ""]
+        for when in ("before", "after"):
+            part = s[when]
+            lines += [
+                f"{when.capitalize()} (iteration {part['iteration']}, reward {_fmt(part['reward'])}):",
+                "",
+                "```",
+                part["text"],
+                "```",
+                "",
+            ]
+    if result["missing"]:
+        lines += ["Missing:", ""] + [f"- {m}" for m in result["missing"]] + [""]
+    return "\n".join(lines)
+
+
+def _print(result: dict[str, Any]) -> None:
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:  # plain text
+        print(_markdown(result))
+        return
+    console = Console(soft_wrap=True)  # paths and chains unbroken in logs
+    console.print(f"[bold]Run report[/bold] ({result['run_dir']}): {_time_line(result)}")
+    if result["table"]:
+        greedy = _has_greedy(result["table"])
+        table = Table(
+            title=f"validation, iteration {result['before_iteration']} → {result['after_iteration']}"
+        )
+        for col in ("source", "metric", *_columns(result["table"])):
+            table.add_column(col)
+        for r in result["table"]:
+            table.add_row(r["source"], r["metric"], *_cells(r, greedy))
+        console.print(table)
+    for s in result["samples"]:
+        console.print(
+            f"[bold]{s['question']}[/bold] (answer {s['answer']})", markup=True, highlight=False
+        )
+        for when in ("before", "after"):
+            part = s[when]
+            console.print(f"  {when} (reward {_fmt(part['reward'])}):", highlight=False)
+            console.print(
+                "    " + part["text"].replace("\n", "\n    "), markup=False, highlight=False
+            )
+    for m in result["missing"]:
+        console.print(f"missing: {m}", markup=False, highlight=False)
+    for name in ("plot", "report"):
+        if result[name]:
+            console.print(f"{name}: {result[name]}", markup=False, highlight=False)
+
+
+def write_run_report(
+    run_dir: Path, *, elapsed_s: float | None = None, console: bool = True
+) -> dict[str, Any]:
+    """Summarise a run directory: print the table and samples, write the plot and ``report.md``.
+
+    Args:
+        run_dir: the run directory (``trainer.default_local_dir``).
+        elapsed_s: wall time of the whole command, when the caller measured it.
+        console: print the report (rich when installed, else plain text).
+
+    Returns:
+        ``run_dir``, ``iterations``, ``training_s`` (sum of iteration times), ``s_per_iteration``,
+        ``elapsed_s``, ``before_iteration``/``after_iteration`` (the validations compared),
+        ``before``/``after`` (every validation metric at those iterations, by key), ``table``
+        (rows: ``source``, ``metric``, ``val`` and ``val_greedy`` as (before, after) pairs),
+        ``samples``, ``missing`` (what could not be reported, in words), ``plot`` and ``report``
+        (paths written, or None).
+    """
+    run_dir = Path(run_dir)
+    missing: list[str] = []
+    train, val = read_metrics(run_dir)
+    if not train:
+        missing.append(
+            "no training metrics (metrics/version_*/metrics.csv with training/iteration)"
+        )
+    table, first, last = comparison(val)
+    if not val:
+        missing.append("no validation metrics (val/... in the metrics CSVs)")
+    elif first == last:
+        missing.append(f"one validation only (iteration {first}): no before → after")
+    if val and not _has_greedy(table):
+        missing.append("no greedy validation (val_greedy/...)")
+    result: dict[str, Any] = {
+        "run_dir": str(run_dir),
+        **timing(train),
+        "elapsed_s": elapsed_s,
+        "before_iteration": first,
+        "after_iteration": last,
+        "before": dict(val.get(first, {})) if first is not None else {},
+        "after": dict(val.get(last, {})) if last is not None else {},
+        "table": table,
+    }
+    result["samples"], why = samples(run_dir, first, last)
+    if why:
+        missing.append(why)
+    result["plot"] = None
+    if train or val:
+        try:
+            missing += plot(train, val, run_dir / PLOT_NAME)
+            result["plot"] = str(run_dir / PLOT_NAME)
+        except ImportError as e:
+            missing.append(f"plot: matplotlib is not installed ({e})")
+    else:
+        missing.append("plot: nothing to plot")
+    result["missing"] = missing
+    result["report"] = None
+    if run_dir.is_dir():
+        (run_dir / REPORT_NAME).write_text(_markdown(result), encoding="utf-8")
+        result["report"] = str(run_dir / REPORT_NAME)
+    if console:
+        _print(result)
+    return result

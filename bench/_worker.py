@@ -1,0 +1,96 @@
+"""What both workers share: the gate protocol with ``bench/run.py`` and memory sampling.
+
+The parent writes ``go`` (run one more iteration) or ``quit`` on the worker's stdin; the worker
+prints one ``@@BENCH {json}`` line per event on stdout (everything else there is log).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import threading
+import time
+from typing import Any
+
+PREFIX = "@@BENCH "
+
+
+def emit(event: str, **data: Any) -> None:
+    sys.stdout.write(PREFIX + json.dumps({"event": event, **data}) + "\n")
+    sys.stdout.flush()
+
+
+def wait_go() -> bool:
+    """Block until the parent says ``go`` (True) or ``quit`` / closes stdin (False)."""
+    line = sys.stdin.readline()
+    return line.strip() == "go"
+
+
+def trim_memory() -> None:
+    """Hand freed heap back to the OS between iterations (glibc keeps it otherwise)."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    with contextlib.suppress(OSError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+class PeakRSS:
+    """Samples the RSS of this process and its children (engine processes) every 0.2 s."""
+
+    def __init__(self) -> None:
+        import psutil
+
+        self._proc = psutil.Process(os.getpid())
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _tree_rss(self) -> int:
+        total = 0
+        try:
+            procs = [self._proc, *self._proc.children(recursive=True)]
+        except Exception:
+            return 0
+        for p in procs:
+            with contextlib.suppress(Exception):
+                total += p.memory_info().rss
+        return total
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self._tree_rss())
+            time.sleep(0.2)
+
+    def reset(self) -> None:
+        self.peak = self._tree_rss()
+
+    def gib(self) -> float:
+        return round(self.peak / 2**30, 2)
+
+
+class PhaseClock:
+    """Accumulates wall time per named phase (``with clock("update"): ...``)."""
+
+    def __init__(self) -> None:
+        self.times: dict[str, float] = {}
+
+    def __call__(self, name: str):
+        clock = self
+
+        class _Ctx:
+            def __enter__(self):
+                self.start = time.perf_counter()
+
+            def __exit__(self, *exc):
+                clock.times[name] = clock.times.get(name, 0.0) + time.perf_counter() - self.start
+
+        return _Ctx()
+
+    def take(self) -> dict[str, float]:
+        out, self.times = self.times, {}
+        return out

@@ -1,0 +1,158 @@
+"""One agentfly system (an engine) on one workload, one gated iteration at a time.
+
+    python bench/agentfly_worker.py --workload w1 --engine hf
+
+Builds the trainer exactly as ``agentfly fit`` does (``load_config`` + ``build_trainer``), then
+runs ``trainer.fit``; a callback holds the loop between iterations until ``bench/run.py`` says
+``go``, so an iteration's wall time covers rollout (generation, tools, reward), the update and the
+weight sync into the engine, and nothing of the other systems.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _worker import PeakRSS, emit, trim_memory, wait_go
+from workloads import REPO, WORKLOADS, model_path
+
+
+def overrides(w, engine: str, run_dir: Path, iterations: int, num_engines: int) -> list[str]:
+    model = model_path(w)
+    tools = "[" + ",".join(w.tools) + "]"
+    out = [
+        f"data.train_files=[{REPO / w.data}]",
+        "data.val_files=[]",
+        f"data.train_batch_size={w.prompts}",
+        "data.shuffle=false",
+        f"agent.init_config.model_name_or_path={model}",
+        f"actor_rollout_ref.model.path={model}",
+        f"agent.init_config.tools={tools}",
+        f"agent.init_config.template={w.template}",
+        f"agent.init_config.reward_name={w.reward}",
+        f"agent.init_config.max_model_len={w.max_model_len}",
+        f"agent.run_config.max_turns={w.max_turns}",
+        f"agent.run_config.num_chains={w.group}",
+        f"agent.run_config.generation_config.max_tokens={w.max_new_tokens}",
+        f"agent.run_config.generation_config.temperature={w.temperature}",
+        "algorithm.adv_estimator=grpo",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={w.samples}",  # one mini-batch
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={w.samples}",
+        "actor_rollout_ref.actor.ppo_epochs=1",
+        "actor_rollout_ref.actor.use_kl_loss=false",  # beta = 0, no reference model
+        "actor_rollout_ref.actor.entropy_coeff=0",
+        "actor_rollout_ref.actor.loss_agg_mode=token-mean",
+        f"actor_rollout_ref.actor.optim.lr={w.lr}",
+        "actor_rollout_ref.actor.optim.weight_decay=0.0",
+        "actor_rollout_ref.actor.grad_clip=1.0",
+        f"actor_rollout_ref.rollout.name={engine}",
+        f"actor_rollout_ref.rollout.num_engines={num_engines}",
+        "trainer.n_gpus_per_node=1",
+        "trainer.logger=[csv]",
+        f"trainer.total_training_steps={iterations + 1}",  # the end-of-fit save is never timed
+        "trainer.test_freq=-1",
+        "trainer.val_before_train=False",
+        "trainer.save_freq=-1",
+        f"trainer.default_local_dir={run_dir}",
+    ]
+    if w.system_prompt:
+        out.append(f"agent.init_config.system_prompt='{w.system_prompt}'")
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--workload", required=True, choices=sorted(WORKLOADS))
+    ap.add_argument("--engine", default="hf", choices=["hf", "vllm"])
+    ap.add_argument("--iterations", type=int, default=4)
+    ap.add_argument("--num-engines", type=int, default=0, help="0: in-process engine; N: Ray pool")
+    ap.add_argument("--run-dir", default=None)
+    args = ap.parse_args()
+    w = WORKLOADS[args.workload]
+    run_dir = Path(args.run_dir or REPO / "bench" / "runs" / f"{w.name}-agentfly-{args.engine}")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("VLLM_CACHE_ROOT", str(run_dir / "vllm-cache"))
+    os.environ.setdefault("RAY_TMPDIR", str(run_dir / "ray"))
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+    import lightning.pytorch as pl
+
+    from agentfly.config import load_config
+    from agentfly.fit import build_trainer
+
+    started = time.perf_counter()
+    cfg = load_config(overrides(w, args.engine, run_dir, args.iterations, args.num_engines))
+    trainer, module, datamodule, _ = build_trainer(cfg)
+    memory = PeakRSS()
+
+    class Gate(pl.Callback):
+        """Waits for ``go`` before each iteration and reports the one that just ended."""
+
+        def __init__(self) -> None:
+            self.t0 = 0.0
+            self.done = 0
+
+        def _wait(self) -> None:
+            trim_memory()
+            if not wait_go():
+                raise SystemExit(0)
+            memory.reset()
+            self.t0 = time.perf_counter()
+
+        def on_train_start(self, trainer, pl_module) -> None:
+            emit("ready", startup_s=round(time.perf_counter() - started, 2))
+            self._wait()
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+            wall = time.perf_counter() - self.t0
+            m = {k: float(v) for k, v in trainer.callback_metrics.items()}
+            loop = datamodule.session.loop
+            lt = dict(getattr(loop, "last_timing", {}) or {})
+            rollout = m.get("timing/rollout_s", 0.0)
+            gen = lt.get("generation_s", rollout)
+            phases = {
+                "generation": gen,
+                "tools": lt.get("tools_s", 0.0),
+                "reward": lt.get("reward_s", 0.0),
+                "rollout_other": max(0.0, rollout - gen - lt.get("tools_s", 0.0) - lt.get("reward_s", 0.0)),
+                "logprob": m.get("timing/old_log_prob_s", 0.0) + m.get("timing/reference_s", 0.0),
+                "update": m.get("timing/update_s", 0.0),
+                "weight_sync": m.get("timing/weight_sync_s", 0.0),
+            }
+            phases["other"] = max(0.0, wall - sum(phases.values()))
+            mask = batch["response_mask"]
+            sampled = int(mask.sum())
+            att = batch["attention_mask"]
+            p = int(batch["prompt_length"])
+            emit(
+                "iter",
+                wall_s=wall,
+                samples=len(batch["index"]),
+                gen_tokens=sampled,
+                prompt_tokens=int(att[:, :p].sum()),
+                seq_tokens=int(att.sum()),
+                response_tokens=int(att[:, p:].sum()),
+                turns=m.get("rollout/turns/mean"),
+                tool_calls=m.get("rollout/tool_calls/mean"),
+                reward=m.get("rollout/reward/mean"),
+                phases=phases,
+                peak_rss_gib=memory.gib(),
+            )
+            self.done += 1
+            self._wait()  # the parent says quit after the last one
+
+    trainer.callbacks.append(Gate())
+    try:
+        trainer.fit(module, datamodule=datamodule)
+    finally:
+        datamodule.close()
+    emit("done")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,166 @@
+"""Before/after of each optimisation, in one process, alternating, on the workloads' shapes.
+
+    bench/.venv/bin/python bench/micro.py --what update --model smollm2 --reps 3
+    bench/.venv/bin/python bench/micro.py --what generate --model demo --reps 5
+
+``update``: one forward + backward of the policy loss on a W1-shaped batch (8 prompts x 4
+chains, the workload's prompt lengths, 64 response tokens): the old path (full logits, entropy in
+the graph) against :func:`agentfly.modules.response_logits.response_logits` (LM head on response
+positions only, each prompt encoded once, entropy without gradient).
+``generate``: the transformers engine before this work (``git show <rev>:...hf.py``) against
+the current one, on 8 prompts x 4 chains sent as 32 separate seeded requests (as the agent
+loop sends them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from workloads import REPO, WORKLOADS, iteration_rows, model_path, render_prompts  # noqa: E402
+
+
+def old_module(rev: str, rel: str, name: str, edits: dict[str, str] | None = None):
+    """Import ``rel`` as it was at ``rev`` (e.g. the engine before the optimisations)."""
+    source = subprocess.run(["git", "show", f"{rev}:{rel}"], cwd=REPO, capture_output=True, text=True,
+                            check=True).stdout
+    for old, new in (edits or {}).items():
+        source = source.replace(old, new)
+    path = Path(tempfile.mkdtemp()) / f"{name}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def update_step(model, batch, new: bool) -> float:
+    import torch
+
+    from agentfly.modules.losses import entropy_from_logits, logprobs_from_logits
+    from agentfly.modules.response_logits import response_logits
+
+    ids, att, pos, p, t = batch
+    start = time.perf_counter()
+    if new:
+        logits = response_logits(model, ids, att, pos, p, t)
+        logp = logprobs_from_logits(logits, ids[:, p:])
+        with torch.no_grad():
+            entropy_from_logits(logits.detach())
+    else:
+        logits = model(input_ids=ids, attention_mask=att, position_ids=pos, use_cache=False).logits
+        logits = logits[:, p - 1 : p - 1 + t].float() / 1.0
+        logp = logprobs_from_logits(logits, ids[:, p:])
+        entropy_from_logits(logits)  # in the graph, as before
+    mask = att[:, p:].float()
+    loss = -(logp * mask).sum() / mask.sum()
+    loss.backward()
+    model.zero_grad(set_to_none=True)
+    return time.perf_counter() - start
+
+
+def make_batch(w, tokenizer, t: int = 64):
+    import torch
+
+    texts = render_prompts(w, tokenizer)
+    prompts = [tokenizer(texts[i])["input_ids"] for i in iteration_rows(w, 0)]
+    p = max(len(x) for x in prompts)
+    g = torch.Generator().manual_seed(0)
+    rows_ids, rows_mask = [], []
+    for prompt in prompts:
+        for _ in range(w.group):
+            pad = p - len(prompt)
+            resp = torch.randint(0, tokenizer.vocab_size, (t,), generator=g).tolist()
+            rows_ids.append([tokenizer.pad_token_id or 0] * pad + prompt + resp)
+            rows_mask.append([0] * pad + [1] * (len(prompt) + t))
+    ids, att = torch.tensor(rows_ids), torch.tensor(rows_mask)
+    return ids, att, (att.cumsum(-1) - 1).clamp(min=0), p, t
+
+
+def bench_update(w, reps: int) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = model_path(w)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).train()
+    batch = make_batch(w, tokenizer)
+    times: dict[str, list[float]] = {"before": [], "after": []}
+    update_step(model, batch, True)
+    for r in range(reps):
+        for name in (("before", "after") if r % 2 == 0 else ("after", "before")):
+            times[name].append(update_step(model, batch, name == "after"))
+            print(f"{name}: {times[name][-1]:.2f} s (load {os.getloadavg()[0]:.2f})", flush=True)
+    report("update (forward + backward)", times)
+
+
+def bench_generate(w, reps: int, rev: str) -> None:
+    import torch
+
+    from agentfly.rollout.engines.base import SamplingParams
+
+    old_module(rev, "agentfly/rollout/engines/sampling.py", "agentfly.rollout.engines._old_sampling")
+    old = old_module(
+        rev, "agentfly/rollout/engines/hf.py", "agentfly.rollout.engines._old_hf",
+        {"agentfly.rollout.engines.sampling": "agentfly.rollout.engines._old_sampling",
+         '@register_engine("hf", aliases=("transformers",))': ""},
+    )
+    from agentfly.rollout.engines.hf import HFEngine
+
+    engines = {"before": old.HFEngine(model_path(w), device="cpu"), "after": HFEngine(model_path(w), device="cpu")}
+    tokenizer = engines["after"].tokenizer
+    texts = render_prompts(w, tokenizer)
+    prompts = [tokenizer(texts[i])["input_ids"] for i in iteration_rows(w, 0)]
+    requests = [p for p in prompts for _ in range(w.group)]
+    params = [SamplingParams(temperature=1.0, max_tokens=w.max_new_tokens, seed=1000 + i)
+              for i in range(len(requests))]
+    times: dict[str, list[float]] = {"before": [], "after": []}
+    tokens: dict[str, list[int]] = {"before": [], "after": []}
+    torch.manual_seed(0)
+    for r in range(reps):
+        for name in (("before", "after") if r % 2 == 0 else ("after", "before")):
+            start = time.perf_counter()
+            out = engines[name].generate(requests, params)
+            times[name].append(time.perf_counter() - start)
+            tokens[name].append(sum(len(o[0].token_ids) for o in out))
+            print(f"{name}: {times[name][-1]:.2f} s, {tokens[name][-1]} tokens "
+                  f"(load {os.getloadavg()[0]:.2f})", flush=True)
+    report("generation (32 seeded requests)", times, tokens)
+
+
+def report(what: str, times: dict[str, list[float]], tokens: dict[str, list[int]] | None = None) -> None:
+    b, a = statistics.median(times["before"]), statistics.median(times["after"])
+    line = f"{what}: before {b:.2f} s, after {a:.2f} s (medians of {len(times['after'])}): {b / a:.2f}x"
+    if tokens:
+        tb, ta = statistics.median(tokens["before"]), statistics.median(tokens["after"])
+        line += f"; tokens/s {tb / b:.1f} -> {ta / a:.1f} ({(ta / a) / (tb / b):.2f}x)"
+    print(line, flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--what", choices=["update", "generate"], required=True)
+    ap.add_argument("--workload", default="w1", choices=sorted(WORKLOADS))
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--rev", default="06fed29", help="git revision holding the code before the work")
+    args = ap.parse_args()
+    w = WORKLOADS[args.workload]
+    if args.what == "update":
+        bench_update(w, args.reps)
+    else:
+        bench_generate(w, args.reps, args.rev)
+
+
+if __name__ == "__main__":
+    main()

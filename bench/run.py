@@ -1,0 +1,234 @@
+"""Run one workload on every system, alternating, and print the table.
+
+    bench/.venv/bin/python bench/run.py w1                      # agentfly (hf, vllm) vs TRL
+    bench/.venv/bin/python bench/run.py w3 --reps 5 --systems agentfly-hf,trl
+
+Each system is a worker process that builds its trainer once and then waits; the runner asks
+each in turn for one iteration (the order rotates every round), so every system sees the same
+machine conditions. The first ``--warmup`` rounds are not counted. Results go to
+``bench/results/<workload>.json`` and ``.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from _worker import PREFIX  # noqa: E402
+from hardware import matmul_gflops, memory_gbps, model_shape  # noqa: E402
+from workloads import REPO, WORKLOADS, model_path  # noqa: E402
+
+PHASES = ("generation", "tools", "reward", "rollout_other", "logprob", "update", "weight_sync", "other")
+
+
+class Worker:
+    def __init__(self, name: str, cmd: list[str], log: Path) -> None:
+        self.name = name
+        self.log = log.open("w")
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen(
+            cmd, cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
+            text=True, env=env, start_new_session=True,
+        )
+
+    def read_event(self) -> dict:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith(PREFIX):
+                return json.loads(line[len(PREFIX):])
+            self.log.write(line)
+        raise RuntimeError(f"{self.name} exited (rc={self.proc.wait()}); see {self.log.name}")
+
+    def send(self, word: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(word + "\n")
+        self.proc.stdin.flush()
+
+    def close(self) -> None:
+        try:
+            self.send("quit")
+            self.proc.wait(timeout=120)
+        except Exception:
+            import signal
+
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        self.log.close()
+
+
+def command(system: str, workload: str, iterations: int) -> list[str]:
+    py = sys.executable
+    if system.startswith("trl"):  # "trl-gc": with TRL's default gradient checkpointing
+        extra = ["--gradient-checkpointing"] if system == "trl-gc" else []
+        return [py, str(HERE / "trl_worker.py"), "--workload", workload, "--iterations", str(iterations), *extra]
+    engine = system.split("-", 1)[1]
+    return [py, str(HERE / "agentfly_worker.py"), "--workload", workload, "--engine", engine,
+            "--iterations", str(iterations)]
+
+
+def load_avg() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def spread(values: list[float], fmt: str = "{:.2f}") -> str:
+    if not values:
+        return "-"
+    lo, med, hi = min(values), statistics.median(values), max(values)
+    return f"{fmt.format(med)} ({fmt.format(lo)}-{fmt.format(hi)})"
+
+
+def summarize(args, results: dict[str, list[dict]], hw: dict, loads: list[str]) -> str:
+    w = WORKLOADS[args.workload]
+    shape = model_shape(model_path(w))
+    lines = [f"## {w.title}", ""]
+    lines.append(
+        f"{w.prompts} prompts x {w.group} generations, <= {w.max_new_tokens} new tokens"
+        f"{f' per turn, <= {w.max_turns} turns' if w.max_turns > 1 else ''}, fp32, CPU; "
+        f"{args.reps} rounds after {args.warmup} warm-up, systems alternating. "
+        f"Model: {shape.params / 1e6:.2f}M parameters."
+    )
+    lines.append(
+        f"Machine: {hw['cpu']}, {hw['cores']} cores, torch threads {hw['threads']}; fp32 matmul "
+        f"{hw['matmul_gflops']:.0f} GFLOP/s, copy bandwidth {hw['memory_gbps']:.1f} GB/s; "
+        f"load average (1/5/15 min) before/after: {loads[0]} / {loads[-1]}."
+    )
+    lines.append("")
+    lines.append("| system | samples/s median (min-max) | gen tokens/s | ratio vs TRL (samples/s) | "
+                 "s/iteration | peak RSS GiB |")
+    lines.append("|---|---|---|---|---|---|")
+    trl = results.get("trl", [])
+    for system, its in results.items():
+        sps = [i["samples"] / i["wall_s"] for i in its]
+        tps = [i["gen_tokens"] / i["wall_s"] for i in its]
+        ratio = "-"
+        if system != "trl" and trl:
+            pairs = [
+                (a["samples"] / a["wall_s"]) / (b["samples"] / b["wall_s"])
+                for a, b in zip(its, trl, strict=False)
+            ]
+            ratio = spread(pairs) + "x"
+        lines.append(
+            f"| {system} | {spread(sps, '{:.3f}')} | {spread(tps, '{:.1f}')} | {ratio} | "
+            f"{spread([i['wall_s'] for i in its], '{:.1f}')} | {max(i['peak_rss_gib'] for i in its):.1f} |"
+        )
+    lines.append("")
+    lines.append("Time per phase (median seconds per iteration):")
+    lines.append("")
+    lines.append("| system | " + " | ".join(PHASES) + " | total |")
+    lines.append("|---|" + "---|" * (len(PHASES) + 1))
+    for system, its in results.items():
+        meds = [statistics.median(i["phases"].get(p, 0.0) for i in its) for p in PHASES]
+        lines.append(f"| {system} | " + " | ".join(f"{m:.2f}" for m in meds)
+                     + f" | {statistics.median(i['wall_s'] for i in its):.2f} |")
+    lines.append("")
+    lines.append("Against the machine (medians):")
+    lines.append("")
+    lines.append("| system | gen tokens / iteration | generation tokens/s | decode bound tokens/s | "
+                 "fraction | update model GFLOP | update GFLOP/s | fraction of matmul |")
+    lines.append("|---|---|---|---|---|---|---|---|")
+    for system, its in results.items():
+        toks = statistics.median(i["gen_tokens"] for i in its)
+        gen_s = statistics.median(i["phases"]["generation"] for i in its)
+        gen_tps = toks / gen_s if gen_s else 0.0
+        bound = shape.decode_bound(w.samples, hw["memory_gbps"], hw["matmul_gflops"])
+        flops = [
+            shape.update_flops(i["seq_tokens"], i["response_tokens"], i["seq_tokens"] / i["samples"] / 2)
+            for i in its
+        ]
+        upd = [i["phases"]["update"] for i in its]
+        rate = statistics.median(f / u / 1e9 for f, u in zip(flops, upd, strict=True) if u)
+        lines.append(
+            f"| {system} | {toks:.0f} | {gen_tps:.1f} | {bound:.0f} | {gen_tps / bound:.1%} | "
+            f"{statistics.median(flops) / 1e9:.0f} | {rate:.1f} | {rate / hw['matmul_gflops']:.1%} |"
+        )
+    lines.append("")
+    extra = []
+    for system, its in results.items():
+        turns = [i["turns"] for i in its if i.get("turns") is not None]
+        calls = [i["tool_calls"] for i in its if i.get("tool_calls") is not None]
+        if turns:
+            extra.append(f"{system}: turns/chain {statistics.median(turns):.2f}, tool calls/chain "
+                         f"{statistics.median(calls):.2f}")
+    if extra:
+        lines += ["Rollout shape: " + "; ".join(extra) + ".", ""]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("workload", choices=sorted(WORKLOADS))
+    ap.add_argument("--systems", default="agentfly-hf,agentfly-vllm,trl")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=1)
+    args = ap.parse_args()
+    systems = args.systems.split(",")
+    import torch
+
+    out_dir = HERE / "results"
+    out_dir.mkdir(exist_ok=True)
+    logs = HERE / "runs" / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    loads = [load_avg()]
+    hw = {
+        "cpu": platform.processor() or platform.machine(),
+        "cores": os.cpu_count(),
+        "threads": torch.get_num_threads(),
+        "matmul_gflops": matmul_gflops(),
+        "memory_gbps": memory_gbps(),
+    }
+    try:
+        with open("/proc/cpuinfo") as f:
+            hw["cpu"] = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    print(f"machine: {hw}", flush=True)
+    iterations = args.warmup + args.reps
+    workers: dict[str, Worker] = {}
+    results: dict[str, list[dict]] = {s: [] for s in systems}
+    startup: dict[str, float] = {}
+    try:
+        for s in systems:  # one at a time: start-up is not what is measured
+            workers[s] = Worker(s, command(s, args.workload, iterations), logs / f"{args.workload}-{s}.log")
+            ev = workers[s].read_event()
+            startup[s] = ev["startup_s"]
+            print(f"{s}: ready after {ev['startup_s']:.1f} s", flush=True)
+        for r in range(iterations):
+            order = systems[r % len(systems):] + systems[: r % len(systems)]
+            for s in order:
+                workers[s].send("go")
+                ev = workers[s].read_event()
+                tag = "warm-up" if r < args.warmup else f"round {r - args.warmup + 1}"
+                print(f"{tag} {s}: {ev['wall_s']:.2f} s, {ev['samples']} samples, "
+                      f"{ev['gen_tokens']} tokens, load {load_avg()}, "
+                      + ", ".join(f"{k} {v:.2f}" for k, v in ev["phases"].items() if v), flush=True)
+                if r >= args.warmup:
+                    results[s].append(ev)
+            loads.append(load_avg())
+    finally:
+        for wk in workers.values():
+            wk.close()
+    table = summarize(args, results, hw, loads)
+    stamp = time.strftime("%Y-%m-%d %H:%M")
+    table += "\nStart-up (not counted): " + ", ".join(f"{s} {v:.0f} s" for s, v in startup.items())
+    table += f". Run {stamp}; load averages per round: {' | '.join(loads)}.\n"
+    print("\n" + table)
+    (out_dir / f"{args.workload}.md").write_text(table)
+    (out_dir / f"{args.workload}.json").write_text(
+        json.dumps({"hardware": hw, "loads": loads, "startup": startup, "results": results,
+                    "when": stamp}, indent=1)
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,114 @@
+"""`make demo`, shortened: the shipped demo config trains a few iterations through the real agent
+loop and Lightning fit, computes rewards, changes the weights, and the end-of-run report is
+written. Learning itself is measured by full runs (README), not here."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from agentfly.cli import main
+from agentfly.report import write_run_report
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = ROOT / "conf" / "examples" / "demo_calculator.yaml"
+MODEL = ROOT / "agentfly" / "demo" / "model"
+ITERATIONS = 3
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path / "ray"))
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb"))
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return tmp_path
+
+
+def short_demo(tmp_path: Path, run: Path, iterations: int = ITERATIONS) -> list[str]:
+    """The demo config, a few iterations, validation on 8 rows, the engine in-process (no Ray start)."""
+    val = json.loads((ROOT / "agentfly" / "demo" / "data" / "val.json").read_text())[:8]
+    (tmp_path / "val8.json").write_text(json.dumps(val))
+    return [
+        "fit",
+        "--config",
+        str(CONFIG),
+        f"trainer.total_training_steps={iterations}",
+        f"trainer.default_local_dir={run}",
+        f"data.val_files={tmp_path / 'val8.json'}",
+        "actor_rollout_ref.rollout.num_engines=0",
+        "trainer.logger=[csv]",
+        "trainer.save_freq=-1",
+    ]
+
+
+def metric_rows(run: Path) -> list[dict[str, str]]:
+    out = []
+    for path in sorted((run / "metrics").glob("version_*/metrics.csv")):
+        with path.open() as f:
+            out += list(csv.DictReader(f))
+    return out
+
+
+@pytest.mark.slow
+def test_short_demo_computes_rewards_changes_weights_and_reports(env):
+    run = env / "run"
+    assert main(short_demo(env, run)) == 0
+    rows = metric_rows(run)
+    train = [r for r in rows if r.get("training/iteration")]
+    assert [int(float(r["training/iteration"])) for r in train] == list(range(1, ITERATIONS + 1))
+    for r in train:
+        assert float(r["rollout/chains"]) == 16 * 8
+        assert 0.0 <= float(r["critic/score/mean"]) <= 1.0  # the reward was computed
+        assert float(r["rollout/tool_call_rate"]) > 0.5  # the warm start calls the tools
+        assert (
+            r["actor/kl_loss"] != "" and r["actor/entropy"] != ""
+        )  # the progress bar's KL, entropy
+    before = load_file(MODEL / "model.safetensors")
+    after = load_file(run / "hf_actor" / "model.safetensors")
+    assert before.keys() == after.keys()
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    assert (run / "report.md").exists() and (run / "training_curves.png").exists()  # written by the fit
+
+    report = write_run_report(run, console=False)
+    assert (run / "training_curves.png").stat().st_size > 0
+    assert (run / "report.md").exists()
+    assert report["iterations"] == ITERATIONS
+    assert (report["before_iteration"], report["after_iteration"]) == (0, ITERATIONS)
+    metrics = {r["metric"]: r for r in report["table"]}
+    for metric in ("reward", "accuracy", "tool_call_rate"):
+        assert all(v is not None for v in metrics[metric]["val"] + metrics[metric]["val_greedy"]), (
+            metric
+        )
+    assert len(report["samples"]) == 3
+
+
+@pytest.mark.slow
+def test_same_seed_gives_the_same_curve(env):
+    """Two runs of the shortened demo with the same seed log the same numbers (timings aside)
+    and end with the same weights, bit for bit."""
+    runs = [env / "a", env / "b"]
+    for run in runs:
+        assert main(short_demo(env, run, iterations=2)) == 0
+    logged = []
+    for run in runs:
+        rows = metric_rows(run)
+        logged.append(
+            [
+                {
+                    k: v
+                    for k, v in r.items()
+                    if not k.startswith("timing/") and "tokens_per_s" not in k
+                }
+                for r in rows
+            ]
+        )
+    assert logged[0] == logged[1]
+    assert len([r for r in logged[0] if r.get("training/iteration")]) == 2
+    a, b = (load_file(run / "hf_actor" / "model.safetensors") for run in runs)
+    assert all(torch.equal(a[k], b[k]) for k in a)
