@@ -173,6 +173,10 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=1)
     args = ap.parse_args()
     systems = args.systems.split(",")
+    import signal
+
+    # a timeout or kill still closes the workers (and their engine processes) in `finally`
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     import torch
 
     out_dir = HERE / "results"

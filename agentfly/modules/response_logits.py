@@ -81,7 +81,9 @@ def response_logits(
     if share_prompts and p > 0 and not getattr(model, "is_gradient_checkpointing", False):
         first, inverse = distinct_prompts(input_ids, attention_mask, p)
         if len(first) < input_ids.shape[0]:
-            shared = _shared_prompt_logits(model, input_ids, attention_mask, position_ids, p, t, first, inverse)
+            shared = _shared_prompt_logits(
+                model, input_ids, attention_mask, position_ids, p, t, first, inverse
+            )
             if shared is not None:
                 return shared
     out = model(

@@ -266,7 +266,9 @@ class AgentLoop:
                     traj.finish_reason = "max_model_len"
                 return
             with self._timer("tools"):
-                results = await asyncio.gather(*(self._call(c, chain_resources) for c in parsed.calls))
+                results = await asyncio.gather(
+                    *(self._call(c, chain_resources) for c in parsed.calls)
+                )
             for call, result in zip(parsed.calls, results, strict=True):
                 traj.tool_calls.append(
                     ToolCallRecord(

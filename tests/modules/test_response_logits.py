@@ -23,7 +23,9 @@ def batch(vocab: int, p: int = 7, t: int = 5):
     prompts = torch.randint(3, vocab, (2, p), generator=g)
     prompt_mask = torch.ones(2, p, dtype=torch.long)
     prompt_mask[1, :3] = 0
-    ids = torch.cat([prompts.repeat_interleave(3, 0), torch.randint(3, vocab, (6, t), generator=g)], 1)
+    ids = torch.cat(
+        [prompts.repeat_interleave(3, 0), torch.randint(3, vocab, (6, t), generator=g)], 1
+    )
     mask = torch.cat([prompt_mask.repeat_interleave(3, 0), torch.ones(6, t, dtype=torch.long)], 1)
     mask[0, -2:] = 0  # a shorter response
     ids[0, -2:] = 0
