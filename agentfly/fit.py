@@ -275,6 +275,7 @@ def resume_path(cfg: Any, run_dir: Path) -> str | None:
 def build_trainer(cfg: Any) -> tuple[Any, Any, Any, str | None]:
     """(Lightning Trainer, module, data module, checkpoint to resume from)."""
     import lightning.pytorch as pl
+    from lightning.fabric.plugins.environments import SLURMEnvironment
     from omegaconf import OmegaConf
 
     from agentfly.config.lightning_args import build_callbacks as build_lightning_callbacks
@@ -324,13 +325,11 @@ def build_trainer(cfg: Any) -> tuple[Any, Any, Any, str | None]:
         use_distributed_sampler=False,  # IterationBatches shards prompts by rank itself
         enable_progress_bar="console" in [str(n) for n in cfg.trainer.logger],
     )
-    from lightning.fabric.plugins.environments import SLURMEnvironment
-
     if SLURMEnvironment.detect():  # requeue at an iteration boundary, not inside the signal handler
         from agentfly.callbacks.requeue import SlurmRequeue
 
         settings["plugins"] = [SLURMEnvironment(auto_requeue=False)]
-        settings["callbacks"] = [*callbacks, SlurmRequeue()]
+        callbacks.append(SlurmRequeue())
     settings.update(OmegaConf.to_container(cfg.trainer.lightning, resolve=True))  # --trainer.<Trainer argument>
     trainer = pl.Trainer(**settings)
     # what an explicit validation covers (before training, at the end): all, or the user's limit
