@@ -332,8 +332,6 @@ def build_trainer(cfg: Any) -> tuple[Any, Any, Any, str | None]:
         callbacks.append(SlurmRequeue())
     settings.update(OmegaConf.to_container(cfg.trainer.lightning, resolve=True))  # --trainer.<Trainer argument>
     trainer = pl.Trainer(**settings)
-    # what an explicit validation covers (before training, at the end): all, or the user's limit
-    trainer.agentfly_val_limit = cfg.trainer.lightning.get("limit_val_batches", 1.0)
     module = build_module(cfg, world, total)
     datamodule = build_datamodule(cfg, world, run_dir)
     return trainer, module, datamodule, resume_path(cfg, run_dir)
@@ -367,26 +365,28 @@ def run_fit(cfg: Any, stage: str = "fit") -> dict[str, float]:
 
 def _run(cfg: Any, stage: str, trainer: Any, module: Any, datamodule: Any, ckpt: str | None) -> dict[str, float]:
     has_val = bool(cfg.data.val_files)
+    # an explicit validation covers the whole set, or the user's --trainer.limit_val_batches
+    limit = cfg.trainer.lightning.get("limit_val_batches", 1.0)
     if stage in ("validate", "test"):
-        _validate(trainer, module, datamodule, ckpt)
+        _validate(trainer, module, datamodule, limit, ckpt)
         return {k: float(v) for k, v in trainer.callback_metrics.items()}
     if has_val and cfg.trainer.val_before_train and ckpt is None:
-        _validate(trainer, module, datamodule)
+        _validate(trainer, module, datamodule, limit)
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt)
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     test_freq = cfg.trainer.test_freq
     validated_at_end = test_freq and test_freq > 0 and module.iteration % test_freq == 0
     if has_val and test_freq != -1 and not validated_at_end:
-        _validate(trainer, module, datamodule)
+        _validate(trainer, module, datamodule, limit)
         metrics.update({k: float(v) for k, v in trainer.callback_metrics.items()})
     return metrics
 
 
-def _validate(trainer: Any, module: Any, datamodule: Any, ckpt: str | None = None) -> None:
+def _validate(trainer: Any, module: Any, datamodule: Any, limit: Any, ckpt: str | None = None) -> None:
     """A validation asked for explicitly (before training, at the end, ``agentfly validate``) runs
     over the whole validation set even when ``test_freq`` turned periodic validation off."""
     periodic = trainer.limit_val_batches
-    trainer.limit_val_batches = getattr(trainer, "agentfly_val_limit", 1.0)
+    trainer.limit_val_batches = limit
     try:
         trainer.validate(module, datamodule=datamodule, ckpt_path=ckpt)
     finally:

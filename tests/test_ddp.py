@@ -13,18 +13,12 @@ import torch
 
 from agentfly.config import load_config
 from agentfly.fit import _world
-from agentfly.testing import build_tiny_model
-from tests.test_fit import fit_args, rows
+from tests.test_fit import fit_args, rows, write_task
 
 
 @pytest.fixture(scope="module")
 def task(tmp_path_factory):
-    root = tmp_path_factory.mktemp("ddp")
-    model = build_tiny_model(root / "model", initializer_range=0.2)
-    data = [{"question": f"What is {a}+{b}?", "answer": str(a + b)} for a, b in [(1, 2), (3, 4), (5, 6), (7, 8)]]
-    (root / "train.json").write_text(json.dumps(data))
-    (root / "val.json").write_text(json.dumps(data[:3]))  # uneven over two ranks: 1 + 2 rows
-    return root, model
+    return write_task(tmp_path_factory.mktemp("ddp"), [(1, 2), (3, 4), (5, 6), (7, 8)], n_val=3)  # uneven over two ranks: 1 + 2 validation rows
 
 
 @pytest.mark.parametrize("estimator", ["grpo", "gae"])  # gae: a critic too, updated apart from the actor

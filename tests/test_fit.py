@@ -13,14 +13,18 @@ from agentfly.cli import main
 from agentfly.testing import build_tiny_model
 
 
+def write_task(root, pairs, n_val=2, **model_kwargs):
+    """A tiny model and train/val files of `a+b` questions under ``root``: ``(root, model)``."""
+    model = build_tiny_model(root / "model", initializer_range=0.2, **model_kwargs)
+    data = [{"question": f"What is {a}+{b}?", "answer": str(a + b)} for a, b in pairs]
+    (root / "train.json").write_text(json.dumps(data))
+    (root / "val.json").write_text(json.dumps(data[:n_val]))
+    return root, model
+
+
 @pytest.fixture(scope="module")
 def task(tmp_path_factory):
-    root = tmp_path_factory.mktemp("fit")
-    model = build_tiny_model(root / "model", initializer_range=0.2)
-    rows = [{"question": f"What is {a}+{b}?", "answer": str(a + b)} for a, b in [(1, 2), (3, 4), (5, 6), (7, 8), (2, 2), (9, 1)]]
-    (root / "train.json").write_text(json.dumps(rows))
-    (root / "val.json").write_text(json.dumps(rows[:2]))
-    return root, model
+    return write_task(tmp_path_factory.mktemp("fit"), [(1, 2), (3, 4), (5, 6), (7, 8), (2, 2), (9, 1)])
 
 
 def fit_args(root, model, run, steps, extra=()):

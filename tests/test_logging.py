@@ -16,18 +16,12 @@ import pytest
 import torch
 
 from agentfly.cli import main
-from agentfly.testing import build_tiny_model
-from tests.test_fit import fit_args
+from tests.test_fit import fit_args, write_task
 
 
 @pytest.fixture(scope="module")
 def task(tmp_path_factory):
-    root = tmp_path_factory.mktemp("logging")
-    model = build_tiny_model(root / "model", initializer_range=0.2)
-    data = [{"question": f"What is {a}+{b}?", "answer": str(a + b)} for a, b in [(1, 2), (3, 4), (5, 6), (7, 8)]]
-    (root / "train.json").write_text(json.dumps(data))
-    (root / "val.json").write_text(json.dumps(data[:2]))
-    return root, model
+    return write_task(tmp_path_factory.mktemp("logging"), [(1, 2), (3, 4), (5, 6), (7, 8)], n_val=2)
 
 
 def wandb_records(path: Path) -> list:

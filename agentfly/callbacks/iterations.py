@@ -86,9 +86,9 @@ class IterationCallback(Callback):
             self.save(trainer, k)  # the end is always checkpointed
         if self.hf_dir is None:
             return
-        from agentfly.modules.fsdp import full_actor_state
+        from agentfly.modules.fsdp import full_state
 
-        state = full_actor_state(trainer, pl_module)  # every rank: a collective under FSDP
+        state = full_state(pl_module.actor)  # every rank: a collective under FSDP
         if trainer.is_global_zero:
             self.hf_dir.mkdir(parents=True, exist_ok=True)
             pl_module.actor.save_pretrained(self.hf_dir, state_dict=state)

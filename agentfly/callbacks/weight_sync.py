@@ -7,7 +7,7 @@ from typing import Any
 
 from lightning.pytorch.callbacks import Callback
 
-from agentfly.modules.fsdp import full_actor_state
+from agentfly.modules.fsdp import full_state
 
 
 class WeightSyncCallback(Callback):
@@ -35,7 +35,7 @@ class WeightSyncCallback(Callback):
             return
         start = time.perf_counter()
         shared = bool(getattr(session, "shared", False))  # one pool for all ranks: rank 0 pushes
-        state = full_actor_state(trainer, pl_module, everywhere=not shared)
+        state = full_state(pl_module.actor, everywhere=not shared)
         if state is not None and (trainer.global_rank == 0 or not shared):
             session.pool.update_weights(state)
         self.last_seconds = time.perf_counter() - start

@@ -53,14 +53,17 @@ def trainer_arguments() -> frozenset[str]:
 
 def check_lightning_kwargs(kwargs: dict[str, Any]) -> list[str]:
     """Problems with ``trainer.lightning``: unknown Trainer arguments and managed ones."""
+    import difflib
+
     errors = []
     known = trainer_arguments()
     for name in kwargs:
         if name in MANAGED:
-            errors.append(f"trainer.lightning.{name}: agentfly sets this Trainer argument itself; use {MANAGED[name]}")
+            errors.append(
+                f"trainer.{name} (trainer.lightning.{name}): agentfly sets this Trainer argument itself; "
+                f"use {MANAGED[name]}"
+            )
         elif name not in known:
-            import difflib
-
             close = difflib.get_close_matches(name, sorted(known), n=3)
             hint = f"; did you mean {' or '.join(close)}?" if close else ""
             errors.append(f"trainer.lightning.{name} is not an argument of lightning.pytorch.Trainer{hint}")

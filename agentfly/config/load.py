@@ -152,14 +152,8 @@ def _flatten(
             errors.append(
                 f"{key} is a section, not a value ({origin}); set its keys, e.g. {key}.<name>=..."
             )
-    elif (routed := _lightning_argument(canon)) is not None:
-        from agentfly.config.lightning_args import MANAGED
-
-        name = routed.rpartition(".")[2]
-        if name in MANAGED:
-            errors.append(f"{key} ({origin}): agentfly sets this Trainer argument itself; use {MANAGED[name]}")
-        else:
-            out.append(_Entry(routed, key, value, origin))
+    elif (routed := _lightning_argument(canon)) is not None:  # checked with trainer.lightning
+        out.append(_Entry(routed, key, value, origin))
     else:
         errors.append(schema.unknown(key, origin))
 

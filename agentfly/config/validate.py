@@ -186,9 +186,9 @@ def _check_choices(c: _Checker) -> None:
         from agentfly.config.lightning_args import check_lightning_kwargs
 
         c.errors += check_lightning_kwargs(dict(lightning_kwargs))
-    for spec in c.get("trainer.callbacks"):
-        from agentfly.config.lightning_args import callback_spec
+    from agentfly.config.lightning_args import callback_spec
 
+    for spec in c.get("trainer.callbacks"):
         try:
             callback_spec(spec if isinstance(spec, str) else dict(spec))
         except ValueError as exc:

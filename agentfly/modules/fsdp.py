@@ -87,11 +87,6 @@ def full_state(model: Any, *, everywhere: bool = False) -> dict[str, Any] | None
     return state if (everywhere or dist.get_rank() == 0) else None
 
 
-def full_actor_state(trainer: Any, pl_module: Any, *, everywhere: bool = False) -> dict[str, Any] | None:
-    """The actor's full weights (see :func:`full_state`); every rank calls it."""
-    return full_state(pl_module.actor, everywhere=everywhere)
-
-
 def total_norm(grad_norm: Any) -> float:
     """``clip_grad_norm_``'s result as a float (a DTensor under FSDP2)."""
     full = getattr(grad_norm, "full_tensor", None)

@@ -24,6 +24,8 @@ from typing import Any
 
 import torch
 
+from agentfly.modules.fsdp import is_sharded
+
 
 def distinct_prompts(
     input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_length: int
@@ -75,8 +77,6 @@ def response_logits(
     p, t = prompt_length, response_length
     # FSDP: every rank must run the same number of forward passes (each is a collective), and
     # whether prompts are shared depends on each rank's data, so sharded models take one pass
-    from agentfly.modules.fsdp import is_sharded
-
     share_prompts = share_prompts and not is_sharded(model)
     if share_prompts and p > 0 and not getattr(model, "is_gradient_checkpointing", False):
         first, inverse = distinct_prompts(input_ids, attention_mask, p)

@@ -15,8 +15,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from agentfly.testing import build_tiny_model
-from tests.test_fit import rows
+from tests.test_fit import rows, write_task
 
 PROMPT = "<|im_start|>user\nWhat is 7*7?<|im_end|>\n<|im_start|>assistant\n"
 
@@ -49,11 +48,8 @@ class SyncProbe(pl.Callback):
 
 @pytest.fixture(scope="module")
 def task(tmp_path_factory):
-    root = tmp_path_factory.mktemp("fsdp")
-    model = build_tiny_model(root / "model", hidden_size=128, head_dim=32, initializer_range=0.2)
-    data = [{"question": f"What is {a}+{b}?", "answer": str(a + b)} for a, b in [(1, 2), (3, 4), (5, 6), (7, 8)]]
-    (root / "train.json").write_text(json.dumps(data))
-    return root, model
+    # head_dim 32: the same model would also run on vLLM's CPU build
+    return write_task(tmp_path_factory.mktemp("fsdp"), [(1, 2), (3, 4), (5, 6), (7, 8)], hidden_size=128, head_dim=32)
 
 
 def _fit(root, model, run, strategy, probe=None):
