@@ -166,6 +166,7 @@ def build_tiny_model(
     num_heads: int = 4,
     head_dim: int = 16,
     intermediate_size: int | None = None,
+    num_kv_heads: int | None = None,
     vocab_size: int = 400,
     max_position_embeddings: int = 2048,
     initializer_range: float = 0.02,
@@ -177,7 +178,9 @@ def build_tiny_model(
         path: output directory (created if missing).
         hidden_size: model width.
         num_layers: decoder layers.
-        num_heads: attention heads (as many key/value heads).
+        num_heads: attention heads.
+        num_kv_heads: key/value heads (grouped-query attention when fewer than ``num_heads``);
+            ``num_heads`` when None.
         head_dim: per-head width; ``num_heads * head_dim`` need not equal ``hidden_size``.
         intermediate_size: MLP width; ``4 * hidden_size`` when None.
         vocab_size: BPE target vocabulary; the model's vocabulary is the tokenizer's length.
@@ -201,7 +204,7 @@ def build_tiny_model(
         intermediate_size=intermediate_size or 4 * hidden_size,
         num_hidden_layers=num_layers,
         num_attention_heads=num_heads,
-        num_key_value_heads=num_heads,
+        num_key_value_heads=num_kv_heads or num_heads,
         head_dim=head_dim,
         max_position_embeddings=max_position_embeddings,
         tie_word_embeddings=True,

@@ -42,7 +42,7 @@ def overrides(w, engine: str, run_dir: Path, iterations: int, num_engines: int) 
         f"agent.run_config.generation_config.temperature={w.temperature}",
         "algorithm.adv_estimator=grpo",
         f"actor_rollout_ref.actor.ppo_mini_batch_size={w.samples}",  # one mini-batch
-        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={w.samples}",
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={w.micro}",
         "actor_rollout_ref.actor.ppo_epochs=1",
         "actor_rollout_ref.actor.use_kl_loss=false",  # beta = 0, no reference model
         "actor_rollout_ref.actor.entropy_coeff=0",

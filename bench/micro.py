@@ -10,6 +10,11 @@ positions only, each prompt encoded once, entropy without gradient).
 ``generate``: the transformers engine before this work (``git show <rev>:...hf.py``) against
 the current one, on 8 prompts x 4 chains sent as 32 separate seeded requests (as the agent
 loop sends them).
+``gqa``: transformers' ``sdpa`` attention (grouped K/V copied to every head under a mask) against
+:mod:`agentfly.models.attention`'s ``agentfly_sdpa`` (kept grouped), with the current engine and
+update path: generation of the workload's 32 requests, then the update's forward + backward.
+``kvcache``: the engine with transformers' ``DynamicCache`` (a ``torch.cat`` of the whole cache
+per layer per step) against its growing cache (one column written in place), same requests.
 """
 
 from __future__ import annotations
@@ -139,6 +144,86 @@ def bench_generate(w, reps: int, rev: str) -> None:
     report("generation (32 seeded requests)", times, tokens)
 
 
+def bench_gqa(w, reps: int) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from agentfly.models.attention import use_grouped_sdpa
+    from agentfly.rollout.engines.base import SamplingParams
+    from agentfly.rollout.engines.hf import HFEngine
+
+    path = model_path(w)
+    engines = {"before": HFEngine(path, device="cpu", attn_implementation="sdpa"), "after": HFEngine(path, device="cpu")}
+    tokenizer = engines["after"].tokenizer
+    texts = render_prompts(w, tokenizer)
+    prompts = [tokenizer(texts[i])["input_ids"] for i in iteration_rows(w, 0)]
+    requests = [p for p in prompts for _ in range(w.group)]
+    params = [SamplingParams(temperature=1.0, max_tokens=w.max_new_tokens, seed=1000 + i)
+              for i in range(len(requests))]
+    times: dict[str, list[float]] = {"before": [], "after": []}
+    tokens: dict[str, list[int]] = {"before": [], "after": []}
+    for r in range(reps):
+        for name in (("before", "after") if r % 2 == 0 else ("after", "before")):
+            start = time.perf_counter()
+            out = engines[name].generate(requests, params)
+            times[name].append(time.perf_counter() - start)
+            tokens[name].append(sum(len(o[0].token_ids) for o in out))
+            print(f"generate {name}: {times[name][-1]:.2f} s, {tokens[name][-1]} tokens "
+                  f"(load {os.getloadavg()[0]:.2f})", flush=True)
+    report("generation (32 seeded requests)", times, tokens)
+    del engines
+
+    models = {
+        "before": AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).train(),
+        "after": use_grouped_sdpa(AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)).train(),
+    }
+    batch = make_batch(w, tokenizer)
+    micro = w.micro
+    times = {"before": [], "after": []}
+
+    def update(model) -> float:
+        ids, att, pos, p, t = batch
+        return sum(update_step(model, (ids[i : i + micro], att[i : i + micro], pos[i : i + micro], p, t), True)
+                   for i in range(0, len(ids), micro))
+
+    update(models["after"])
+    for r in range(reps):
+        for name in (("before", "after") if r % 2 == 0 else ("after", "before")):
+            times[name].append(update(models[name]))
+            print(f"update {name}: {times[name][-1]:.2f} s (load {os.getloadavg()[0]:.2f})", flush=True)
+    report(f"update (forward + backward, micro-batches of {micro})", times)
+
+
+def bench_kvcache(w, reps: int) -> None:
+    from transformers import DynamicCache
+
+    from agentfly.rollout.engines import hf
+    from agentfly.rollout.engines.base import SamplingParams
+
+    engine = hf.HFEngine(model_path(w), device="cpu")
+    growing = hf._growing_cache
+    tokenizer = engine.tokenizer
+    texts = render_prompts(w, tokenizer)
+    prompts = [tokenizer(texts[i])["input_ids"] for i in iteration_rows(w, 0)]
+    requests = [p for p in prompts for _ in range(w.group)]
+    params = [SamplingParams(temperature=1.0, max_tokens=w.max_new_tokens, seed=1000 + i)
+              for i in range(len(requests))]
+    caches = {"before": lambda model, reserve: DynamicCache(config=model.config), "after": growing}
+    times: dict[str, list[float]] = {"before": [], "after": []}
+    tokens: dict[str, list[int]] = {"before": [], "after": []}
+    for r in range(reps):
+        for name in (("before", "after") if r % 2 == 0 else ("after", "before")):
+            hf._growing_cache = caches[name]
+            start = time.perf_counter()
+            out = engine.generate(requests, params)
+            times[name].append(time.perf_counter() - start)
+            tokens[name].append(sum(len(o[0].token_ids) for o in out))
+            print(f"generate {name}: {times[name][-1]:.2f} s, {tokens[name][-1]} tokens "
+                  f"(load {os.getloadavg()[0]:.2f})", flush=True)
+    hf._growing_cache = growing
+    report("generation (32 seeded requests)", times, tokens)
+
+
 def report(what: str, times: dict[str, list[float]], tokens: dict[str, list[int]] | None = None) -> None:
     b, a = statistics.median(times["before"]), statistics.median(times["after"])
     line = f"{what}: before {b:.2f} s, after {a:.2f} s (medians of {len(times['after'])}): {b / a:.2f}x"
@@ -150,7 +235,7 @@ def report(what: str, times: dict[str, list[float]], tokens: dict[str, list[int]
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--what", choices=["update", "generate"], required=True)
+    ap.add_argument("--what", choices=["update", "generate", "gqa", "kvcache"], required=True)
     ap.add_argument("--workload", default="w1", choices=sorted(WORKLOADS))
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--rev", default="06fed29", help="git revision holding the code before the work")
@@ -158,6 +243,10 @@ def main() -> None:
     w = WORKLOADS[args.workload]
     if args.what == "update":
         bench_update(w, args.reps)
+    elif args.what == "gqa":
+        bench_gqa(w, args.reps)
+    elif args.what == "kvcache":
+        bench_kvcache(w, args.reps)
     else:
         bench_generate(w, args.reps, args.rev)
 

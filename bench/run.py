@@ -95,7 +95,9 @@ def summarize(args, results: dict[str, list[dict]], hw: dict, loads: list[str]) 
     lines.append(
         f"{w.prompts} prompts x {w.group} generations, <= {w.max_new_tokens} new tokens"
         f"{f' per turn, <= {w.max_turns} turns' if w.max_turns > 1 else ''}, fp32, CPU; "
-        f"{args.reps} rounds after {args.warmup} warm-up, systems alternating. "
+        f"{args.reps} rounds after {args.warmup} warm-up, systems alternating"
+        f"{f', {args.per_turn} counted iterations per turn' if args.per_turn > 1 else ''}"
+        f"{f' after {args.settle} uncounted' if args.settle else ''}. "
         f"Model: {shape.params / 1e6:.2f}M parameters."
     )
     lines.append(
@@ -171,6 +173,12 @@ def main() -> None:
     ap.add_argument("--systems", default="agentfly-hf,agentfly-vllm,trl")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument(
+        "--per-turn", type=int, default=1,
+        help="counted iterations a system runs each time its turn comes (W3: its iterations are "
+             "so short that the first one after another system ran is dominated by the switch)",
+    )
+    ap.add_argument("--settle", type=int, default=0, help="uncounted iterations at the start of each turn")
     args = ap.parse_args()
     systems = args.systems.split(",")
     import signal
@@ -197,7 +205,7 @@ def main() -> None:
     except (OSError, StopIteration):
         pass
     print(f"machine: {hw}", flush=True)
-    iterations = args.warmup + args.reps
+    iterations = args.warmup + args.reps * (args.settle + args.per_turn)
     workers: dict[str, Worker] = {}
     results: dict[str, list[dict]] = {s: [] for s in systems}
     startup: dict[str, float] = {}
@@ -207,17 +215,20 @@ def main() -> None:
             ev = workers[s].read_event()
             startup[s] = ev["startup_s"]
             print(f"{s}: ready after {ev['startup_s']:.1f} s", flush=True)
-        for r in range(iterations):
+        for r in range(args.warmup + args.reps):
             order = systems[r % len(systems):] + systems[: r % len(systems)]
+            warm = r < args.warmup
             for s in order:
-                workers[s].send("go")
-                ev = workers[s].read_event()
-                tag = "warm-up" if r < args.warmup else f"round {r - args.warmup + 1}"
-                print(f"{tag} {s}: {ev['wall_s']:.2f} s, {ev['samples']} samples, "
-                      f"{ev['gen_tokens']} tokens, load {load_avg()}, "
-                      + ", ".join(f"{k} {v:.2f}" for k, v in ev["phases"].items() if v), flush=True)
-                if r >= args.warmup:
-                    results[s].append(ev)
+                turn = ["warm-up"] if warm else ["settle"] * args.settle + ["counted"] * args.per_turn
+                for kind in turn:
+                    workers[s].send("go")
+                    ev = workers[s].read_event()
+                    tag = kind if kind != "counted" else f"round {r - args.warmup + 1}"
+                    print(f"{tag} {s}: {ev['wall_s']:.2f} s, {ev['samples']} samples, "
+                          f"{ev['gen_tokens']} tokens, load {load_avg()}, "
+                          + ", ".join(f"{k} {v:.2f}" for k, v in ev["phases"].items() if v), flush=True)
+                    if kind == "counted":
+                        results[s].append(ev)
             loads.append(load_avg())
     finally:
         for wk in workers.values():

@@ -109,8 +109,10 @@ def main() -> None:
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     config = GRPOConfig(
         output_dir=str(run_dir),
-        per_device_train_batch_size=w.samples,  # completions per step: one mini-batch
-        gradient_accumulation_steps=1,
+        # one optimizer step per iteration over all w.samples completions (one mini-batch), in
+        # w.samples // w.micro forward/backward passes (TRL generates for all of them at once)
+        per_device_train_batch_size=w.micro,
+        gradient_accumulation_steps=w.samples // w.micro,
         num_generations=w.group,
         max_completion_length=w.max_new_tokens,
         temperature=w.temperature,

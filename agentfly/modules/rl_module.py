@@ -124,18 +124,24 @@ class AgentRLModule(pl.LightningModule):
             return
         from transformers import AutoModelForCausalLM, AutoModelForTokenClassification
 
+        from agentfly.models.attention import use_grouped_sdpa
+
         h = self.hparams
         dtype = getattr(torch, h.dtype)
-        self.actor = AutoModelForCausalLM.from_pretrained(h.model_path, dtype=dtype).train()
+        # sdpa -> agentfly_sdpa: the same attention, without copying grouped K/V on CPU
+        self.actor = use_grouped_sdpa(AutoModelForCausalLM.from_pretrained(h.model_path, dtype=dtype))
+        self.actor.train()
         if h.gradient_checkpointing:
             self.actor.gradient_checkpointing_enable()
         if h.use_reference:
-            self.reference = AutoModelForCausalLM.from_pretrained(h.model_path, dtype=dtype).eval()
+            self.reference = use_grouped_sdpa(AutoModelForCausalLM.from_pretrained(h.model_path, dtype=dtype))
+            self.reference.eval()
             self.reference.requires_grad_(False)
         if h.critic_path:
-            self.critic = AutoModelForTokenClassification.from_pretrained(
-                h.critic_path, num_labels=1, dtype=dtype
-            ).train()
+            self.critic = use_grouped_sdpa(
+                AutoModelForTokenClassification.from_pretrained(h.critic_path, num_labels=1, dtype=dtype)
+            )
+            self.critic.train()
             if h.gradient_checkpointing:
                 self.critic.gradient_checkpointing_enable()
         if self._device_mesh is not None:  # ModelParallelStrategy: FSDP2, each model on its own

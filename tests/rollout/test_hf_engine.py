@@ -213,3 +213,38 @@ def test_top_k_and_top_p_restrict_what_is_drawn():
     assert torch.allclose(logp, torch.log_softmax(logits, -1)[:, 0])
     chosen, logp = _draw(logits, SamplingParams(temperature=2.0))
     assert torch.allclose(logp, torch.log_softmax(logits / 2, -1).gather(-1, chosen[:, None])[:, 0])
+
+
+def test_rows_leaving_at_different_steps_keep_exact_logprobs(tmp_path_factory, prompts):
+    """Rows finish at 3, 7 and 12 tokens, so the batch and its KV cache shrink twice mid-way
+    (the cache's buffers are re-selected, then written in place); on a grouped-query model
+    (4 query heads on 2 K/V heads) every log-prob still equals a plain forward pass."""
+    from transformers import AutoModelForCausalLM
+
+    from agentfly.rollout.engines import hf
+
+    path = build_tiny_model(
+        tmp_path_factory.mktemp("gqa"), num_heads=4, num_kv_heads=2, initializer_range=0.2
+    )
+    engine = HFEngine(path, seed=0, device="cpu")
+    reference = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    caches = []
+    real = hf._growing_cache
+    hf._growing_cache = lambda *a, **k: caches.append(real(*a, **k)) or caches[-1]
+    try:
+        sampling = [
+            SamplingParams(n=2, temperature=1.0, max_tokens=m, ignore_eos=True, seed=s)
+            for s, m in enumerate((3, 12, 7))
+        ]
+        outputs = engine.generate(prompts, sampling)
+    finally:
+        hf._growing_cache = real
+    assert all(type(layer).__name__ == "GrowingLayer" for layer in caches[0].layers)
+    for prompt, per_prompt, sp in zip(prompts, outputs, sampling, strict=True):
+        for out in per_prompt:
+            assert len(out.token_ids) == sp.max_tokens
+            logits = forward_logits(reference, prompt + out.token_ids)
+            logp = torch.log_softmax(logits, dim=-1)
+            positions = torch.arange(len(prompt) - 1, len(prompt) - 1 + len(out.token_ids))
+            expected = logp[positions, torch.tensor(out.token_ids)]
+            assert torch.allclose(torch.tensor(out.logprobs), expected, atol=1e-4)

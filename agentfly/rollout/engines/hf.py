@@ -12,11 +12,13 @@ longer drags finished ones through every step. A hand-written loop rather than
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from agentfly.models.attention import use_grouped_sdpa
 from agentfly.rollout.engines.base import (
     Engine,
     GenerationOutput,
@@ -46,7 +48,9 @@ class HFEngine(Engine):
         seed: seeds the engine's generator (used by requests without their own seed).
         max_num_seqs: rows (prompts × n) per forward batch; larger requests run in chunks.
         tokenizer: tokenizer directory when it differs from ``model``.
-        attn_implementation: passed to ``from_pretrained`` (``"sdpa"``, ``"eager"``...).
+        attn_implementation: passed to ``from_pretrained`` (``"sdpa"``, ``"eager"``...); None
+            = transformers' choice, with ``sdpa`` upgraded to
+            :mod:`agentfly.models.attention`'s grouped variant (same outputs, no K/V copy on CPU).
     """
 
     def __init__(
@@ -70,6 +74,8 @@ class HFEngine(Engine):
         if attn_implementation:
             kwargs["attn_implementation"] = attn_implementation
         self.model = AutoModelForCausalLM.from_pretrained(os.fspath(model), **kwargs)
+        if not attn_implementation:
+            use_grouped_sdpa(self.model)
         self.model.to(self.device).eval()
         self._tokenizer = AutoTokenizer.from_pretrained(os.fspath(tokenizer or model))
         config_len = getattr(self.model.config, "max_position_embeddings", None) or 4096
@@ -177,6 +183,7 @@ class HFEngine(Engine):
                 input_ids=input_ids,
                 attention_mask=attention_mask,
                 position_ids=position_ids,
+                past_key_values=_growing_cache(self.model, reserve=max(limits)),
                 use_cache=True,
                 logits_to_keep=1,
             )
@@ -284,6 +291,91 @@ class HFEngine(Engine):
         if eos is not None:
             ids |= {int(e) for e in (eos if isinstance(eos, list | tuple) else [eos])}
         return ids
+
+
+def _growing_cache(model: Any, reserve: int) -> Any:
+    """A ``DynamicCache`` whose layers grow in place (see :func:`_growing_layer_class`).
+
+    Models with other layer kinds (sliding windows, linear attention...) keep transformers' own
+    cache.
+    """
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    cache = DynamicCache(config=model.config)
+    if cache.layers and all(type(layer) is DynamicLayer for layer in cache.layers):
+        layer_class = _growing_layer_class()
+        cache.layers = [layer_class(reserve) for _ in cache.layers]
+    return cache
+
+
+@functools.cache
+def _growing_layer_class() -> type:
+    """The cache layer class, built on first use (transformers is imported lazily here)."""
+    from transformers.cache_utils import DynamicLayer
+
+    class GrowingLayer(DynamicLayer):
+        """transformers' ``DynamicLayer`` with room to grow.
+
+        ``DynamicLayer.update`` concatenates, copying the whole cache into fresh memory every
+        decode step (on CPU that is also fresh pages to fault in: measured, half of a W2 decode
+        step). Here keys and values are views into buffers with ``reserve`` spare positions, so a
+        step writes its one column in place; the buffers are reallocated only when full or when
+        something replaced the tensors (``crop``, ``batch_select_indices``). ``reorder_cache``
+        (rows leaving the batch) selects rows of the buffers themselves.
+        """
+
+        def __init__(self, reserve: int) -> None:
+            super().__init__()
+            self.reserve = reserve
+            self._keys: Any = None
+            self._values: Any = None
+
+        def _owns(self) -> bool:
+            return (
+                self._keys is not None
+                and self.keys.numel() > 0
+                and self.keys.data_ptr() == self._keys.data_ptr()
+                and self.keys.shape[0] == self._keys.shape[0]
+            )
+
+        def update(
+            self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any
+        ) -> tuple[Any, Any]:
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            old = self.keys.shape[-2] if self.keys.numel() else 0
+            new = old + key_states.shape[-2]
+            if (
+                not (self._owns() or old == 0)
+                or self._keys is None
+                or new > self._keys.shape[-2]
+                or self._keys.shape[0] != key_states.shape[0]
+            ):
+                batch, heads, _, dim = key_states.shape
+                keys = key_states.new_empty(batch, heads, new + self.reserve, dim)
+                values = value_states.new_empty(
+                    batch, value_states.shape[1], new + self.reserve, value_states.shape[-1]
+                )
+                if old:
+                    keys[..., :old, :] = self.keys
+                    values[..., :old, :] = self.values
+                self._keys, self._values = keys, values
+            self._keys[..., old:new, :] = key_states
+            self._values[..., old:new, :] = value_states
+            self.keys, self.values = self._keys[..., :new, :], self._values[..., :new, :]
+            return self.keys, self.values
+
+        def reorder_cache(self, beam_idx: Any) -> None:
+            if not self._owns():
+                super().reorder_cache(beam_idx)
+                return
+            n = self.keys.shape[-2]
+            self._keys = self._keys.index_select(0, beam_idx.to(self._keys.device))
+            self._values = self._values.index_select(0, beam_idx.to(self._values.device))
+            self.keys, self.values = self._keys[..., :n, :], self._values[..., :n, :]
+
+    return GrowingLayer
 
 
 @dataclass
