@@ -174,6 +174,29 @@ def test_hung_reward_times_out_quickly():
     assert elapsed < 0.2 + 0.5
 
 
+def test_reward_workers_are_reused_and_a_hung_one_is_replaced():
+    """Rewards run on reusable daemon threads: 40 calls start at most one new thread, and while
+    a hung reward occupies a worker the next call still returns at once (a new worker starts)."""
+    import threading
+
+    compute_reward(lambda prediction: 1.0, "p")  # at least one idle worker now
+    before = threading.active_count()
+    results = [compute_reward(lambda prediction: float(prediction == "p"), "p") for _ in range(40)]
+    assert [r.reward for r in results] == [1.0] * 40
+    assert threading.active_count() <= before + 1
+    release = threading.Event()
+
+    def hung(prediction: str) -> float:
+        release.wait(10)
+        return 1.0
+
+    assert compute_reward(hung, "p", timeout=0.1).error.startswith("timeout")
+    start = time.monotonic()
+    assert compute_reward(lambda prediction: 0.5, "p", timeout=2).reward == 0.5
+    assert time.monotonic() - start < 1.0
+    release.set()
+
+
 def test_registered_timeout_is_used(scratch_registry):
     @reward(name="slow_registered_reward", timeout=0.2)
     def slow(prediction: str) -> float:

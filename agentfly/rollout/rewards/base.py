@@ -290,20 +290,68 @@ async def _await(awaitable: Any) -> Any:
     return await awaitable
 
 
+class _DaemonWorkers:
+    """Reusable daemon threads for reward calls (threads that can never block interpreter exit).
+
+    One new thread per call made the caller wait for every thread to start: ``Thread.start``
+    returns only once the thread runs, which takes up to a GIL switch interval (5 ms) while other
+    threads compute; measured 2.7 ms per reward on the W3 benchmark, 86 ms of a 0.2 s rollout.
+    Here a call takes an idle worker, or starts one when none is idle. A worker stuck in a reward
+    that never returns stays stuck (its caller has had its timeout) and is simply not reused.
+    After a fork the child starts afresh (threads do not survive a fork).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._reset()
+
+    def _reset(self) -> None:
+        import os
+        import queue
+
+        self._pid = os.getpid()
+        self._jobs: queue.SimpleQueue[tuple[concurrent.futures.Future[Any], RewardFn, dict[str, Any]]] = (
+            queue.SimpleQueue()
+        )
+        self._idle = 0  # workers waiting for a job and not yet promised one
+
+    def submit(self, fn: RewardFn, kwargs: dict[str, Any]) -> concurrent.futures.Future[Any]:
+        import os
+
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        with self._lock:
+            if self._pid != os.getpid():
+                self._reset()
+            start = self._idle == 0
+            if not start:
+                self._idle -= 1  # that worker is now promised this job
+            self._jobs.put((future, fn, kwargs))
+        if start:
+            threading.Thread(target=self._work, name="agentfly-reward", daemon=True).start()
+        return future
+
+    def _work(self) -> None:
+        jobs = self._jobs
+        while True:
+            future, fn, kwargs = jobs.get()
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(_call(fn, kwargs))
+                except BaseException as exc:  # reported through the future, never lost
+                    future.set_exception(exc)
+            del future, fn, kwargs
+            with self._lock:
+                if jobs is not self._jobs:  # a fork replaced the queue: this thread is stale
+                    return
+                self._idle += 1
+
+
+_WORKERS = _DaemonWorkers()
+
+
 def _start_daemon(fn: RewardFn, kwargs: dict[str, Any]) -> concurrent.futures.Future[Any]:
-    """Run ``fn(**kwargs)`` in a daemon thread (one that can never block interpreter exit)."""
-    future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-
-    def target() -> None:
-        if not future.set_running_or_notify_cancel():
-            return
-        try:
-            future.set_result(_call(fn, kwargs))
-        except BaseException as exc:  # reported through the future, never lost
-            future.set_exception(exc)
-
-    threading.Thread(target=target, name=f"reward-{reward_name_of(fn)}", daemon=True).start()
-    return future
+    """Run ``fn(**kwargs)`` on a daemon worker thread; the future holds its result."""
+    return _WORKERS.submit(fn, kwargs)
 
 
 def _from_exception(name: str, exc: BaseException, timeout: float) -> RewardResult:
