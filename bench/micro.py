@@ -93,6 +93,49 @@ def make_batch(w, tokenizer, t: int = 64):
     return ids, att, (att.cumsum(-1) - 1).clamp(min=0), p, t
 
 
+def alternate(reps: int, what: str, run) -> dict[str, list]:
+    """``run("before")`` and ``run("after")`` ``reps`` times each, the order swapped every round.
+
+    ``run`` returns seconds, or (seconds, tokens); returns {"before"/"after": [results]}.
+    """
+    results: dict[str, list] = {"before": [], "after": []}
+    for r in range(reps):
+        for name in (("before", "after") if r % 2 == 0 else ("after", "before")):
+            out = run(name)
+            results[name].append(out)
+            seconds, tokens = out if isinstance(out, tuple) else (out, None)
+            shown = f", {tokens} tokens" if tokens is not None else ""
+            print(f"{what} {name}: {seconds:.2f} s{shown} (load {os.getloadavg()[0]:.2f})", flush=True)
+    return results
+
+
+def seeded_requests(w, tokenizer) -> tuple[list[list[int]], list]:
+    """The first iteration's prompts, ``w.group`` times each, as 32 separately seeded requests
+    (as the agent loop sends them)."""
+    from agentfly.rollout.engines.base import SamplingParams
+
+    texts = render_prompts(w, tokenizer)
+    prompts = [tokenizer(texts[i])["input_ids"] for i in iteration_rows(w, 0)]
+    requests = [p for p in prompts for _ in range(w.group)]
+    params = [SamplingParams(temperature=1.0, max_tokens=w.max_new_tokens, seed=1000 + i)
+              for i in range(len(requests))]
+    return requests, params
+
+
+def compare_generation(reps: int, generate, requests, params) -> None:
+    """Time ``generate(name)(requests, params)`` for "before" and "after", alternating."""
+
+    def run(name: str) -> tuple[float, int]:
+        start = time.perf_counter()
+        out = generate(name)(requests, params)
+        return time.perf_counter() - start, sum(len(o[0].token_ids) for o in out)
+
+    results = alternate(reps, "generate", run)
+    report("generation (32 seeded requests)",
+           {k: [s for s, _ in v] for k, v in results.items()},
+           {k: [n for _, n in v] for k, v in results.items()})
+
+
 def bench_update(w, reps: int) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -101,19 +144,13 @@ def bench_update(w, reps: int) -> None:
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).train()
     batch = make_batch(w, tokenizer)
-    times: dict[str, list[float]] = {"before": [], "after": []}
     update_step(model, batch, True)
-    for r in range(reps):
-        for name in (("before", "after") if r % 2 == 0 else ("after", "before")):
-            times[name].append(update_step(model, batch, name == "after"))
-            print(f"{name}: {times[name][-1]:.2f} s (load {os.getloadavg()[0]:.2f})", flush=True)
+    times = alternate(reps, "update", lambda name: update_step(model, batch, name == "after"))
     report("update (forward + backward)", times)
 
 
 def bench_generate(w, reps: int, rev: str) -> None:
     import torch
-
-    from agentfly.rollout.engines.base import SamplingParams
 
     old_module(rev, "agentfly/rollout/engines/sampling.py", "agentfly.rollout.engines._old_sampling")
     old = old_module(
@@ -124,24 +161,9 @@ def bench_generate(w, reps: int, rev: str) -> None:
     from agentfly.rollout.engines.hf import HFEngine
 
     engines = {"before": old.HFEngine(model_path(w), device="cpu"), "after": HFEngine(model_path(w), device="cpu")}
-    tokenizer = engines["after"].tokenizer
-    texts = render_prompts(w, tokenizer)
-    prompts = [tokenizer(texts[i])["input_ids"] for i in iteration_rows(w, 0)]
-    requests = [p for p in prompts for _ in range(w.group)]
-    params = [SamplingParams(temperature=1.0, max_tokens=w.max_new_tokens, seed=1000 + i)
-              for i in range(len(requests))]
-    times: dict[str, list[float]] = {"before": [], "after": []}
-    tokens: dict[str, list[int]] = {"before": [], "after": []}
+    requests, params = seeded_requests(w, engines["after"].tokenizer)
     torch.manual_seed(0)
-    for r in range(reps):
-        for name in (("before", "after") if r % 2 == 0 else ("after", "before")):
-            start = time.perf_counter()
-            out = engines[name].generate(requests, params)
-            times[name].append(time.perf_counter() - start)
-            tokens[name].append(sum(len(o[0].token_ids) for o in out))
-            print(f"{name}: {times[name][-1]:.2f} s, {tokens[name][-1]} tokens "
-                  f"(load {os.getloadavg()[0]:.2f})", flush=True)
-    report("generation (32 seeded requests)", times, tokens)
+    compare_generation(reps, lambda name: engines[name].generate, requests, params)
 
 
 def bench_gqa(w, reps: int) -> None:
@@ -149,79 +171,48 @@ def bench_gqa(w, reps: int) -> None:
     from transformers import AutoModelForCausalLM
 
     from agentfly.models.attention import use_grouped_sdpa
-    from agentfly.rollout.engines.base import SamplingParams
     from agentfly.rollout.engines.hf import HFEngine
 
     path = model_path(w)
     engines = {"before": HFEngine(path, device="cpu", attn_implementation="sdpa"), "after": HFEngine(path, device="cpu")}
     tokenizer = engines["after"].tokenizer
-    texts = render_prompts(w, tokenizer)
-    prompts = [tokenizer(texts[i])["input_ids"] for i in iteration_rows(w, 0)]
-    requests = [p for p in prompts for _ in range(w.group)]
-    params = [SamplingParams(temperature=1.0, max_tokens=w.max_new_tokens, seed=1000 + i)
-              for i in range(len(requests))]
-    times: dict[str, list[float]] = {"before": [], "after": []}
-    tokens: dict[str, list[int]] = {"before": [], "after": []}
-    for r in range(reps):
-        for name in (("before", "after") if r % 2 == 0 else ("after", "before")):
-            start = time.perf_counter()
-            out = engines[name].generate(requests, params)
-            times[name].append(time.perf_counter() - start)
-            tokens[name].append(sum(len(o[0].token_ids) for o in out))
-            print(f"generate {name}: {times[name][-1]:.2f} s, {tokens[name][-1]} tokens "
-                  f"(load {os.getloadavg()[0]:.2f})", flush=True)
-    report("generation (32 seeded requests)", times, tokens)
-    del engines
+    requests, params = seeded_requests(w, tokenizer)
+    compare_generation(reps, lambda name: engines[name].generate, requests, params)
+    engines.clear()  # free the engines' models before loading the update's
 
     models = {
         "before": AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).train(),
         "after": use_grouped_sdpa(AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)).train(),
     }
-    batch = make_batch(w, tokenizer)
+    ids, att, pos, p, t = make_batch(w, tokenizer)
     micro = w.micro
-    times = {"before": [], "after": []}
 
-    def update(model) -> float:
-        ids, att, pos, p, t = batch
-        return sum(update_step(model, (ids[i : i + micro], att[i : i + micro], pos[i : i + micro], p, t), True)
+    def update(name: str) -> float:
+        return sum(update_step(models[name], (ids[i : i + micro], att[i : i + micro], pos[i : i + micro], p, t), True)
                    for i in range(0, len(ids), micro))
 
-    update(models["after"])
-    for r in range(reps):
-        for name in (("before", "after") if r % 2 == 0 else ("after", "before")):
-            times[name].append(update(models[name]))
-            print(f"update {name}: {times[name][-1]:.2f} s (load {os.getloadavg()[0]:.2f})", flush=True)
-    report(f"update (forward + backward, micro-batches of {micro})", times)
+    update("after")
+    report(f"update (forward + backward, micro-batches of {micro})", alternate(reps, "update", update))
 
 
 def bench_kvcache(w, reps: int) -> None:
     from transformers import DynamicCache
 
     from agentfly.rollout.engines import hf
-    from agentfly.rollout.engines.base import SamplingParams
 
     engine = hf.HFEngine(model_path(w), device="cpu")
     growing = hf._growing_cache
-    tokenizer = engine.tokenizer
-    texts = render_prompts(w, tokenizer)
-    prompts = [tokenizer(texts[i])["input_ids"] for i in iteration_rows(w, 0)]
-    requests = [p for p in prompts for _ in range(w.group)]
-    params = [SamplingParams(temperature=1.0, max_tokens=w.max_new_tokens, seed=1000 + i)
-              for i in range(len(requests))]
     caches = {"before": lambda model, reserve: DynamicCache(config=model.config), "after": growing}
-    times: dict[str, list[float]] = {"before": [], "after": []}
-    tokens: dict[str, list[int]] = {"before": [], "after": []}
-    for r in range(reps):
-        for name in (("before", "after") if r % 2 == 0 else ("after", "before")):
-            hf._growing_cache = caches[name]
-            start = time.perf_counter()
-            out = engine.generate(requests, params)
-            times[name].append(time.perf_counter() - start)
-            tokens[name].append(sum(len(o[0].token_ids) for o in out))
-            print(f"generate {name}: {times[name][-1]:.2f} s, {tokens[name][-1]} tokens "
-                  f"(load {os.getloadavg()[0]:.2f})", flush=True)
-    hf._growing_cache = growing
-    report("generation (32 seeded requests)", times, tokens)
+    requests, params = seeded_requests(w, engine.tokenizer)
+
+    def generate(name: str):
+        hf._growing_cache = caches[name]
+        return engine.generate
+
+    try:
+        compare_generation(reps, generate, requests, params)
+    finally:
+        hf._growing_cache = growing
 
 
 def report(what: str, times: dict[str, list[float]], tokens: dict[str, list[int]] | None = None) -> None:

@@ -128,20 +128,21 @@ class AgentRLModule(pl.LightningModule):
 
         h = self.hparams
         dtype = getattr(torch, h.dtype)
-        # sdpa -> agentfly_sdpa: the same attention, without copying grouped K/V on CPU
-        self.actor = use_grouped_sdpa(AutoModelForCausalLM.from_pretrained(h.model_path, dtype=dtype))
-        self.actor.train()
+
+        def policy_model() -> Any:
+            # sdpa -> agentfly_sdpa: the same attention, without copying grouped K/V on CPU
+            return use_grouped_sdpa(AutoModelForCausalLM.from_pretrained(h.model_path, dtype=dtype))
+
+        self.actor = policy_model().train()
         if h.gradient_checkpointing:
             self.actor.gradient_checkpointing_enable()
         if h.use_reference:
-            self.reference = use_grouped_sdpa(AutoModelForCausalLM.from_pretrained(h.model_path, dtype=dtype))
-            self.reference.eval()
+            self.reference = policy_model().eval()
             self.reference.requires_grad_(False)
         if h.critic_path:
             self.critic = use_grouped_sdpa(
                 AutoModelForTokenClassification.from_pretrained(h.critic_path, num_labels=1, dtype=dtype)
-            )
-            self.critic.train()
+            ).train()
             if h.gradient_checkpointing:
                 self.critic.gradient_checkpointing_enable()
         if self._device_mesh is not None:  # ModelParallelStrategy: FSDP2, each model on its own

@@ -53,7 +53,8 @@ def test_switches_sdpa_and_leaves_other_choices(gqa_model_dir, tmp_path):
     # an exported actor must load anywhere: the choice is not written into config.json
     model.save_pretrained(tmp_path / "export")
     assert NAME not in (tmp_path / "export" / "config.json").read_text()
-    assert AutoModelForCausalLM.from_pretrained(tmp_path / "export").config._attn_implementation == "sdpa"
+    reloaded = AutoModelForCausalLM.from_pretrained(tmp_path / "export")
+    assert reloaded.config._attn_implementation == "sdpa"
     eager = use_grouped_sdpa(_load(gqa_model_dir, "eager"))
     assert eager.config._attn_implementation == "eager"
 

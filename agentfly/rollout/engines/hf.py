@@ -318,8 +318,9 @@ def _growing_layer_class() -> type:
         """transformers' ``DynamicLayer`` with room to grow.
 
         ``DynamicLayer.update`` concatenates, copying the whole cache into fresh memory every
-        decode step (measured on the W2 benchmark: generation 1.21x faster without it). Here keys and values are views into buffers with ``reserve`` spare positions, so a
-        step writes its one column in place; the buffers are reallocated only when full or when
+        decode step (measured on the W2 benchmark: generation 1.21x faster without it). Here
+        keys and values are views into buffers with ``reserve`` spare positions, so a step
+        writes its one column in place; the buffers are reallocated only when full or when
         something replaced the tensors (``crop``, ``batch_select_indices``). ``reorder_cache``
         (rows leaving the batch) selects rows of the buffers themselves.
         """
@@ -346,10 +347,10 @@ def _growing_layer_class() -> type:
             old = self.keys.shape[-2] if self.keys.numel() else 0
             new = old + key_states.shape[-2]
             if (
-                not (self._owns() or old == 0)
-                or self._keys is None
-                or new > self._keys.shape[-2]
+                self._keys is None
                 or self._keys.shape[0] != key_states.shape[0]
+                or new > self._keys.shape[-2]
+                or (old and not self._owns())  # the cached tensors were replaced
             ):
                 batch, heads, _, dim = key_states.shape
                 keys = key_states.new_empty(batch, heads, new + self.reserve, dim)

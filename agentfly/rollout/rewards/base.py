@@ -29,6 +29,8 @@ import contextlib
 import inspect
 import logging
 import math
+import os
+import queue
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -290,6 +292,9 @@ async def _await(awaitable: Any) -> Any:
     return await awaitable
 
 
+_Job = tuple[concurrent.futures.Future[Any], RewardFn, dict[str, Any]]
+
+
 class _DaemonWorkers:
     """Reusable daemon threads for reward calls (threads that can never block interpreter exit).
 
@@ -306,18 +311,12 @@ class _DaemonWorkers:
         self._reset()
 
     def _reset(self) -> None:
-        import os
-        import queue
-
         self._pid = os.getpid()
-        self._jobs: queue.SimpleQueue[tuple[concurrent.futures.Future[Any], RewardFn, dict[str, Any]]] = (
-            queue.SimpleQueue()
-        )
+        self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
         self._idle = 0  # workers waiting for a job and not yet promised one
 
     def submit(self, fn: RewardFn, kwargs: dict[str, Any]) -> concurrent.futures.Future[Any]:
-        import os
-
+        """Run ``fn(**kwargs)`` on a worker; the future holds its result or exception."""
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
         with self._lock:
             if self._pid != os.getpid():
@@ -347,11 +346,6 @@ class _DaemonWorkers:
 
 
 _WORKERS = _DaemonWorkers()
-
-
-def _start_daemon(fn: RewardFn, kwargs: dict[str, Any]) -> concurrent.futures.Future[Any]:
-    """Run ``fn(**kwargs)`` on a daemon worker thread; the future holds its result."""
-    return _WORKERS.submit(fn, kwargs)
 
 
 def _from_exception(name: str, exc: BaseException, timeout: float) -> RewardResult:
@@ -398,7 +392,7 @@ def compute_reward(
         kwargs = bind_reward_kwargs(fn, prediction, trajectory, row or {})
     except RewardError as exc:
         return _failure(name, exc.kind, str(exc))
-    future = _start_daemon(fn, kwargs)
+    future = _WORKERS.submit(fn, kwargs)
     try:
         value = future.result(timeout=limit)
     except Exception as exc:
@@ -427,7 +421,7 @@ async def acompute_reward(
     if inspect.iscoroutinefunction(fn):
         awaitable = fn(**kwargs)
     else:
-        awaitable = asyncio.wrap_future(_start_daemon(fn, kwargs))
+        awaitable = asyncio.wrap_future(_WORKERS.submit(fn, kwargs))
     try:
         value = await asyncio.wait_for(awaitable, timeout=limit)
     except Exception as exc:  # CancelledError is not an Exception: cancelling the caller works
