@@ -38,8 +38,17 @@ def trim_memory() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
+def cuda_sync() -> None:
+    """Wait for queued GPU work, so a wall-clock reading covers it (no-op without CUDA)."""
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
 class PeakRSS:
-    """Samples the RSS of this process and its children (engine processes) every 0.2 s."""
+    """Samples the RSS of this process and its children (engine processes) every 0.2 s, and
+    reads this process's peak GPU memory (what torch's allocator reserved) when it uses CUDA."""
 
     def __init__(self) -> None:
         import psutil
@@ -67,10 +76,21 @@ class PeakRSS:
             time.sleep(0.2)
 
     def reset(self) -> None:
+        import torch
+
         self.peak = self._tree_rss()
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.reset_peak_memory_stats()
 
     def gib(self) -> float:
         return round(self.peak / 2**30, 2)
+
+    def gpu_gib(self) -> float | None:
+        import torch
+
+        if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+            return None
+        return round(torch.cuda.max_memory_reserved() / 2**30, 2)
 
 
 class PhaseClock:

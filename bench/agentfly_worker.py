@@ -18,11 +18,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _worker import PeakRSS, emit, trim_memory, wait_go
+from _worker import PeakRSS, cuda_sync, emit, trim_memory, wait_go
 from workloads import REPO, WORKLOADS, model_path
 
 
-def overrides(w, engine: str, run_dir: Path, iterations: int, num_engines: int) -> list[str]:
+def overrides(
+    w, engine: str, run_dir: Path, iterations: int, num_engines: int, device: str = "cpu"
+) -> list[str]:
     model = model_path(w)
     tools = "[" + ",".join(w.tools) + "]"
     out = [
@@ -51,8 +53,10 @@ def overrides(w, engine: str, run_dir: Path, iterations: int, num_engines: int) 
         "actor_rollout_ref.actor.optim.weight_decay=0.0",
         "actor_rollout_ref.actor.grad_clip=1.0",
         f"actor_rollout_ref.rollout.name={engine}",
+        "actor_rollout_ref.rollout.dtype=float32",  # the workloads are fp32 (GPU engines default to bf16)
         f"actor_rollout_ref.rollout.num_engines={num_engines}",
         "trainer.n_gpus_per_node=1",
+        f"trainer.device={device}",
         "trainer.logger=[csv]",
         f"trainer.total_training_steps={iterations + 1}",  # the end-of-fit save is never timed
         "trainer.test_freq=-1",
@@ -65,16 +69,66 @@ def overrides(w, engine: str, run_dir: Path, iterations: int, num_engines: int) 
     return out
 
 
+class IterationProfile:
+    """``BENCH_PROFILE=K:path``: torch.profiler over iteration K (1-based, rollout included) and
+    every engine call of it (rows, seconds), written to ``path``: where an iteration's time goes."""
+
+    def __init__(self, spec: str) -> None:
+        from agentfly.rollout.engines.pool import EngineHost
+
+        k, self.path = spec.split(":", 1)
+        self.k, self.prof, self.calls = int(k), None, []
+        real = EngineHost.generate
+
+        def generate(host, prompts, sampling):
+            start = time.perf_counter()
+            out = real(host, prompts, sampling)
+            self.calls.append((sum(len(o) for o in out), round(time.perf_counter() - start, 4)))
+            return out
+
+        EngineHost.generate = generate
+
+    def start(self, iteration: int) -> None:
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+
+        self.calls.clear()
+        if iteration == self.k:
+            acts = [ProfilerActivity.CPU]
+            if torch.cuda.is_available():
+                acts.append(ProfilerActivity.CUDA)
+            self.prof = profile(activities=acts)
+            self.prof.__enter__()
+
+    def stop(self) -> None:
+        import torch
+
+        if self.prof is None:
+            return
+        self.prof.__exit__(None, None, None)
+        table = self.prof.key_averages()
+        with open(self.path, "w") as f:
+            f.write(f"engine calls (rows, s): {self.calls}\n")
+            f.write(table.table(sort_by="self_cpu_time_total", row_limit=30, max_name_column_width=70))
+            if torch.cuda.is_available():
+                f.write(table.table(sort_by="self_cuda_time_total", row_limit=15, max_name_column_width=70))
+        self.prof = None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--workload", required=True, choices=sorted(WORKLOADS))
     ap.add_argument("--engine", default="hf", choices=["hf", "vllm"])
     ap.add_argument("--iterations", type=int, default=4)
     ap.add_argument("--num-engines", type=int, default=0, help="0: in-process engine; N: Ray pool")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--run-dir", default=None)
     args = ap.parse_args()
     w = WORKLOADS[args.workload]
-    run_dir = Path(args.run_dir or REPO / "bench" / "runs" / f"{w.name}-agentfly-{args.engine}")
+    suffix = "" if args.device == "cpu" else f"-{args.device}"
+    run_dir = Path(
+        args.run_dir or REPO / "bench" / "runs" / f"{w.name}-agentfly-{args.engine}{suffix}"
+    )
     run_dir.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("VLLM_CACHE_ROOT", str(run_dir / "vllm-cache"))
     os.environ.setdefault("RAY_TMPDIR", str(run_dir / "ray"))
@@ -86,9 +140,13 @@ def main() -> None:
     from agentfly.fit import build_trainer
 
     started = time.perf_counter()
-    cfg = load_config(overrides(w, args.engine, run_dir, args.iterations, args.num_engines))
+    cfg = load_config(
+        overrides(w, args.engine, run_dir, args.iterations, args.num_engines, args.device)
+    )
     trainer, module, datamodule, _ = build_trainer(cfg)
     memory = PeakRSS()
+    spec = os.environ.get("BENCH_PROFILE")
+    profiler = IterationProfile(spec) if spec else None
 
     class Gate(pl.Callback):
         """Waits for ``go`` before each iteration and reports the one that just ended."""
@@ -102,6 +160,8 @@ def main() -> None:
             if not wait_go():
                 raise SystemExit(0)
             memory.reset()
+            if profiler is not None:
+                profiler.start(self.done + 1)
             self.t0 = time.perf_counter()
 
         def on_train_start(self, trainer, pl_module) -> None:
@@ -109,7 +169,10 @@ def main() -> None:
             self._wait()
 
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+            cuda_sync()
             wall = time.perf_counter() - self.t0
+            if profiler is not None:
+                profiler.stop()
             m = {k: float(v) for k, v in trainer.callback_metrics.items()}
             loop = datamodule.session.loop
             lt = dict(getattr(loop, "last_timing", {}) or {})
@@ -142,6 +205,7 @@ def main() -> None:
                 reward=m.get("rollout/reward/mean"),
                 phases=phases,
                 peak_rss_gib=memory.gib(),
+                peak_gpu_gib=memory.gpu_gib(),
             )
             self.done += 1
             self._wait()  # the parent says quit after the last one

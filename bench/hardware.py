@@ -1,5 +1,8 @@
 """The machine's own limits, measured by the benchmark itself: fp32 matmul and memory bandwidth.
 
+On ``device="cuda"`` both are the GPU's: fp32 GEMM at torch's default precision (TF32 off, as
+both systems run) and a device-to-device copy; timings are taken after a synchronize.
+
 Also the model's FLOP count, so an update's achieved FLOP/s can be set against the matmul
 throughput, and the decode bound that generation tokens/s is set against.
 """
@@ -11,31 +14,44 @@ from dataclasses import dataclass
 from typing import Any
 
 
-def matmul_gflops(n: int = 2048, reps: int = 6) -> float:
-    """Best-of fp32 GEMM throughput (GFLOP/s) with torch's default thread count."""
+def _sync(device: str) -> None:
+    if device == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def matmul_gflops(device: str = "cpu", n: int | None = None, reps: int = 6) -> float:
+    """Best-of fp32 GEMM throughput (GFLOP/s): torch's default thread count on the CPU."""
     import torch
 
-    a, b = torch.randn(n, n), torch.randn(n, n)
+    n = n or (8192 if device == "cuda" else 2048)
+    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
     a @ b
     best = 0.0
     for _ in range(reps):
+        _sync(device)
         start = time.perf_counter()
         a @ b
+        _sync(device)
         best = max(best, 2 * n**3 / (time.perf_counter() - start) / 1e9)
     return best
 
 
-def memory_gbps(mib: int = 512, reps: int = 5) -> float:
+def memory_gbps(device: str = "cpu", mib: int | None = None, reps: int = 5) -> float:
     """Best-of copy bandwidth (GB/s, read + write counted) of a large fp32 buffer."""
     import torch
 
-    src = torch.ones(mib * 2**20 // 4)
+    mib = mib or (2048 if device == "cuda" else 512)
+    src = torch.ones(mib * 2**20 // 4, device=device)
     dst = torch.empty_like(src)
     dst.copy_(src)
     best = 0.0
     for _ in range(reps):
+        _sync(device)
         start = time.perf_counter()
         dst.copy_(src)
+        _sync(device)
         best = max(best, 2 * src.numel() * 4 / (time.perf_counter() - start) / 1e9)
     return best
 

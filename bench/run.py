@@ -2,11 +2,12 @@
 
     bench/.venv/bin/python bench/run.py w1                      # agentfly (hf, vllm) vs TRL
     bench/.venv/bin/python bench/run.py w3 --reps 5 --systems agentfly-hf,trl
+    bench/.venv/bin/python bench/run.py w1 --device cuda --systems agentfly-hf,trl   # on a GPU
 
 Each system is a worker process that builds its trainer once and then waits; the runner asks
 each in turn for one iteration (the order rotates every round), so every system sees the same
 machine conditions. The first ``--warmup`` rounds are not counted. Results go to
-``bench/results/<workload>.json`` and ``.md``.
+``bench/results/<workload>.json`` and ``.md`` (``<workload>_cuda.*`` with ``--device cuda``).
 """
 
 from __future__ import annotations
@@ -33,10 +34,12 @@ PHASES = ("generation", "tools", "reward", "rollout_other", "logprob", "update",
 
 
 class Worker:
-    def __init__(self, name: str, cmd: list[str], log: Path) -> None:
+    def __init__(self, name: str, cmd: list[str], log: Path, device: str) -> None:
         self.name = name
         self.log = log.open("w")
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        if device == "cpu":  # a CPU figure stays one on a machine that has a GPU
+            env["CUDA_VISIBLE_DEVICES"] = ""
         self.proc = subprocess.Popen(
             cmd, cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
             text=True, env=env, start_new_session=True,
@@ -67,14 +70,14 @@ class Worker:
         self.log.close()
 
 
-def command(system: str, workload: str, iterations: int) -> list[str]:
+def command(system: str, workload: str, iterations: int, device: str) -> list[str]:
     py = sys.executable
+    common = ["--workload", workload, "--iterations", str(iterations), "--device", device]
     if system.startswith("trl"):  # "trl-gc": with TRL's default gradient checkpointing
         extra = ["--gradient-checkpointing"] if system == "trl-gc" else []
-        return [py, str(HERE / "trl_worker.py"), "--workload", workload, "--iterations", str(iterations), *extra]
+        return [py, str(HERE / "trl_worker.py"), *common, *extra]
     engine = system.split("-", 1)[1]
-    return [py, str(HERE / "agentfly_worker.py"), "--workload", workload, "--engine", engine,
-            "--iterations", str(iterations)]
+    return [py, str(HERE / "agentfly_worker.py"), *common, "--engine", engine]
 
 
 def load_avg() -> str:
@@ -94,21 +97,26 @@ def summarize(args, results: dict[str, list[dict]], hw: dict, loads: list[str]) 
     lines = [f"## {w.title}", ""]
     lines.append(
         f"{w.prompts} prompts x {w.group} generations, <= {w.max_new_tokens} new tokens"
-        f"{f' per turn, <= {w.max_turns} turns' if w.max_turns > 1 else ''}, fp32, CPU; "
+        f"{f' per turn, <= {w.max_turns} turns' if w.max_turns > 1 else ''}, fp32, "
+        f"{'GPU' if hw.get('device') == 'cuda' else 'CPU'}; "
         f"{args.reps} rounds after {args.warmup} warm-up, systems alternating"
         f"{f', {args.per_turn} counted iterations per turn' if args.per_turn > 1 else ''}"
         f"{f' after {args.settle} uncounted' if args.settle else ''}. "
         f"Model: {shape.params / 1e6:.2f}M parameters."
     )
+    where = f"{hw['cpu']}, {hw['cores']} cores, torch threads {hw['threads']}"
+    if hw.get("gpu"):
+        where = f"{hw['gpu']} (beside {where})"
     lines.append(
-        f"Machine: {hw['cpu']}, {hw['cores']} cores, torch threads {hw['threads']}; fp32 matmul "
-        f"{hw['matmul_gflops']:.0f} GFLOP/s, copy bandwidth {hw['memory_gbps']:.1f} GB/s; "
+        f"Machine: {where}; fp32 matmul {hw['matmul_gflops']:.0f} GFLOP/s, copy bandwidth "
+        f"{hw['memory_gbps']:.1f} GB/s{' (GPU)' if hw.get('gpu') else ''}; "
         f"load average (1/5/15 min) before/after: {loads[0]} / {loads[-1]}."
     )
     lines.append("")
+    gpu = hw.get("device") == "cuda"
     lines.append("| system | samples/s median (min-max) | gen tokens/s | ratio vs TRL (samples/s) | "
-                 "s/iteration | peak RSS GiB |")
-    lines.append("|---|---|---|---|---|---|")
+                 "s/iteration | peak RSS GiB |" + (" peak GPU GiB |" if gpu else ""))
+    lines.append("|---|---|---|---|---|---|" + ("---|" if gpu else ""))
     trl = results.get("trl", [])
     for system, its in results.items():
         sps = [i["samples"] / i["wall_s"] for i in its]
@@ -123,6 +131,7 @@ def summarize(args, results: dict[str, list[dict]], hw: dict, loads: list[str]) 
         lines.append(
             f"| {system} | {spread(sps, '{:.3f}')} | {spread(tps, '{:.1f}')} | {ratio} | "
             f"{spread([i['wall_s'] for i in its], '{:.1f}')} | {max(i['peak_rss_gib'] for i in its):.1f} |"
+            + (f" {max(i.get('peak_gpu_gib') or 0 for i in its):.1f} |" if gpu else "")
         )
     lines.append("")
     lines.append("Time per phase (median seconds per iteration):")
@@ -179,6 +188,8 @@ def main() -> None:
              "so short that the first one after another system ran is dominated by the switch)",
     )
     ap.add_argument("--settle", type=int, default=0, help="uncounted iterations at the start of each turn")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                    help="where every system trains and generates; the machine figures are its own")
     args = ap.parse_args()
     systems = args.systems.split(",")
     import signal
@@ -192,13 +203,20 @@ def main() -> None:
     logs = HERE / "runs" / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     loads = [load_avg()]
+    if args.device == "cuda" and not torch.cuda.is_available():
+        sys.exit("--device cuda: no CUDA device is visible")
     hw = {
+        "device": args.device,
         "cpu": platform.processor() or platform.machine(),
         "cores": os.cpu_count(),
         "threads": torch.get_num_threads(),
-        "matmul_gflops": matmul_gflops(),
-        "memory_gbps": memory_gbps(),
+        "matmul_gflops": matmul_gflops(args.device),
+        "memory_gbps": memory_gbps(args.device),
     }
+    if args.device == "cuda":
+        hw["gpu"] = torch.cuda.get_device_name()
+        hw["torch"] = torch.__version__
+        torch.cuda.empty_cache()  # the probe's buffers: the workers are other processes
     try:
         with open("/proc/cpuinfo") as f:
             hw["cpu"] = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
@@ -209,9 +227,11 @@ def main() -> None:
     workers: dict[str, Worker] = {}
     results: dict[str, list[dict]] = {s: [] for s in systems}
     startup: dict[str, float] = {}
+    name = args.workload if args.device == "cpu" else f"{args.workload}_{args.device}"
     try:
         for s in systems:  # one at a time: start-up is not what is measured
-            workers[s] = Worker(s, command(s, args.workload, iterations), logs / f"{args.workload}-{s}.log")
+            cmd = command(s, args.workload, iterations, args.device)
+            workers[s] = Worker(s, cmd, logs / f"{name}-{s}.log", args.device)
             ev = workers[s].read_event()
             startup[s] = ev["startup_s"]
             print(f"{s}: ready after {ev['startup_s']:.1f} s", flush=True)
@@ -238,8 +258,8 @@ def main() -> None:
     table += "\nStart-up (not counted): " + ", ".join(f"{s} {v:.0f} s" for s, v in startup.items())
     table += f". Run {stamp}; load averages per round: {' | '.join(loads)}.\n"
     print("\n" + table)
-    (out_dir / f"{args.workload}.md").write_text(table)
-    (out_dir / f"{args.workload}.json").write_text(
+    (out_dir / f"{name}.md").write_text(table)
+    (out_dir / f"{name}.json").write_text(
         json.dumps({"hardware": hw, "loads": loads, "startup": startup, "results": results,
                     "when": stamp}, indent=1)
     )

@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _worker import PeakRSS, PhaseClock, emit, trim_memory, wait_go
+from _worker import PeakRSS, PhaseClock, cuda_sync, emit, trim_memory, wait_go
 from workloads import REPO, WORKLOADS, iteration_rows, model_path, render_prompts
 
 
@@ -68,6 +68,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--workload", required=True, choices=sorted(WORKLOADS))
     ap.add_argument("--iterations", type=int, default=4)
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--run-dir", default=None)
     ap.add_argument(
         "--gradient-checkpointing", action="store_true",
@@ -75,7 +76,8 @@ def main() -> None:
     )
     args = ap.parse_args()
     w = WORKLOADS[args.workload]
-    run_dir = Path(args.run_dir or REPO / "bench" / "runs" / f"{w.name}-trl")
+    suffix = "" if args.device == "cpu" else f"-{args.device}"
+    run_dir = Path(args.run_dir or REPO / "bench" / "runs" / f"{w.name}-trl{suffix}")
     run_dir.mkdir(parents=True, exist_ok=True)
 
     import torch
@@ -129,7 +131,7 @@ def main() -> None:
         epsilon=0.2,
         loss_type="dapo",  # token mean over the batch = agentfly's token-mean
         scale_rewards="group",
-        use_cpu=True,
+        use_cpu=args.device == "cpu",
         gradient_checkpointing=args.gradient_checkpointing,
         bf16=False,
         fp16=False,
@@ -196,6 +198,7 @@ def main() -> None:
             wait()
 
         def on_step_end(self, args_, st, control, **kw):
+            cuda_sync()
             wall = time.perf_counter() - state["t0"]
             t = clock.take()
             gen = t.get("generation", 0.0)
@@ -225,6 +228,7 @@ def main() -> None:
                 seq_tokens=int(pmask.sum() + cmask.sum()),
                 phases=phases,
                 peak_rss_gib=memory.gib(),
+                peak_gpu_gib=memory.gpu_gib(),
             )
             state["done"] += 1
             wait()

@@ -7,7 +7,7 @@ import torch
 
 from agentfly.rollout.engines import ENGINES, SamplingParams, create_engine
 from agentfly.rollout.engines.hf import HFEngine
-from agentfly.rollout.engines.sampling import sample_tokens
+from agentfly.rollout.engines.sampling import draw_uniforms, sample_tokens
 from agentfly.testing import build_tiny_model
 
 TEXTS = [
@@ -190,7 +190,7 @@ def _draw(logits, sampling: SamplingParams, seed: int = 0):
         torch.full((batch,), sampling.temperature),
         torch.full((batch,), sampling.top_p),
         torch.full((batch,), sampling.top_k),
-        [] if sampling.greedy else [(torch.arange(batch), torch.Generator().manual_seed(seed))],
+        None if sampling.greedy else draw_uniforms([(range(batch), torch.Generator().manual_seed(seed))], "cpu"),
     )
 
 

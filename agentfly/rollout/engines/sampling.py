@@ -21,7 +21,8 @@ def sample_tokens(
     temperature: torch.Tensor,
     top_p: torch.Tensor,
     top_k: torch.Tensor,
-    draws: Sequence[tuple[torch.Tensor, torch.Generator]],
+    draws: tuple[torch.Tensor, torch.Tensor] | None,
+    truncated: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Pick one token per row and return it with its log-probability.
 
@@ -30,9 +31,11 @@ def sample_tokens(
         temperature: (B,) softmax temperature per row; 0 means greedy (argmax).
         top_p: (B,) nucleus mass kept per row (1 keeps all).
         top_k: (B,) most likely tokens kept per row (<= 0 keeps all).
-        draws: (row indices, generator) pairs covering the sampled (non-greedy) rows; each
-            generator draws one uniform per row, in row order, and all rows are then sampled
-            by one batched inverse-CDF lookup.
+        draws: ``(rows, uniforms)``: the sampled (non-greedy) rows (S,) and one uniform in
+            [0, 1) per row (S,), both on the logits' device (see :func:`draw_uniforms`); all
+            rows are sampled by one batched inverse-CDF lookup. None: every row is greedy.
+        truncated: whether some sampled row has a top-k / top-p limit (the caller knows it from
+            the sampling parameters); None reads it from ``top_p`` / ``top_k``, a device sync.
 
     Returns:
         chosen ids (B,) and their log-probabilities (B,).
@@ -45,14 +48,13 @@ def sample_tokens(
     logp = torch.log_softmax(scaled, dim=-1)  # (B, V)
     chosen = logits.argmax(dim=-1)  # (B,) greedy rows keep this
 
-    if draws:
-        rows = torch.cat([r for r, _ in draws])  # (S,) every sampled row
-        # one uniform per row from the row's own generator (a few scalars), then one batched
-        # inverse-CDF lookup: per-row seeds without a multinomial call per generator
-        uniforms = torch.cat([torch.rand(len(r), generator=g, device=r.device) for r, g in draws])
+    if draws is not None and len(draws[0]):
+        rows, uniforms = draws  # (S,), (S,)
         picked = scaled[rows]  # (S, V)
         vocab = picked.shape[-1]
-        if bool(((top_p[rows] < 1) | ((top_k[rows] > 0) & (top_k[rows] < vocab))).any()):
+        if truncated is None:
+            truncated = bool(((top_p[rows] < 1) | ((top_k[rows] > 0) & (top_k[rows] < vocab))).any())
+        if truncated:
             picked = truncate(picked, top_p[rows], top_k[rows])  # the sort only when asked for
         cdf = picked.softmax(dim=-1).cumsum(dim=-1)  # (S, V)
         drawn = torch.searchsorted(cdf, (uniforms * cdf[:, -1])[:, None], right=True)[:, 0]  # (S,)
@@ -60,6 +62,24 @@ def sample_tokens(
         last = vocab - 1 - (picked > float("-inf")).flip(-1).int().argmax(-1)  # (S,)
         chosen[rows] = torch.minimum(drawn, last)
     return chosen, logp.gather(-1, chosen[:, None])[:, 0]
+
+
+def draw_uniforms(
+    groups: Sequence[tuple[Sequence[int], torch.Generator]], device: torch.device | str
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``(rows, uniforms)`` for :func:`sample_tokens`, drawn on the CPU and moved in one go.
+
+    Each ``(row indices, generator)`` group draws one uniform per row, in row order, from its
+    CPU generator: a seeded request samples the same uniforms on any device, and a batch of
+    per-chain seeds costs a few microseconds per row instead of a CUDA launch and a copy each.
+    """
+    import torch
+
+    if not groups:
+        return None
+    rows = torch.tensor([i for idx, _ in groups for i in idx], dtype=torch.long)
+    uniforms = torch.cat([torch.rand(len(idx), generator=g) for idx, g in groups])
+    return rows.to(device, non_blocking=True), uniforms.to(device, non_blocking=True)
 
 
 def truncate(scaled: torch.Tensor, top_p: torch.Tensor, top_k: torch.Tensor) -> torch.Tensor:
