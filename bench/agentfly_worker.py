@@ -71,7 +71,12 @@ def overrides(
 
 class IterationProfile:
     """``BENCH_PROFILE=K:path``: torch.profiler over iteration K (1-based, rollout included) and
-    every engine call of it (rows, seconds), written to ``path``: where an iteration's time goes."""
+    every engine call of it (rows, seconds), written to ``path``: where an iteration's time goes.
+
+    The in-process engine generates in a worker thread whose operators the profiler does not
+    record (seen on the H100): the table shows the update; the engine calls' wall times are
+    listed beside it. Inside the engine, py-spy (``--native``) is what found the cause.
+    """
 
     def __init__(self, spec: str) -> None:
         from agentfly.rollout.engines.pool import EngineHost

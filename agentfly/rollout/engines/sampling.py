@@ -79,7 +79,7 @@ def draw_uniforms(
         return None
     rows = torch.tensor([i for idx, _ in groups for i in idx], dtype=torch.long)
     uniforms = torch.cat([torch.rand(len(idx), generator=g) for idx, g in groups])
-    return rows.to(device, non_blocking=True), uniforms.to(device, non_blocking=True)
+    return rows.to(device), uniforms.to(device)
 
 
 def truncate(scaled: torch.Tensor, top_p: torch.Tensor, top_k: torch.Tensor) -> torch.Tensor:
