@@ -70,17 +70,20 @@ def engine_settings(cfg: Any) -> tuple[str, int, dict[str, Any], dict[str, Any]]
     model = _get(cfg, "agent.init_config.model_name_or_path")
     if not model:
         raise ValueError("agent.init_config.model_name_or_path (or actor_rollout_ref.model.path) is not set")
-    cuda = torch.cuda.is_available()
+    # trainer.device=cpu keeps the engines on the CPU too, GPUs or not
+    cuda = torch.cuda.is_available() and str(_get(cfg, "trainer.device", "auto")) != "cpu"
     dtype = _get(rollout, "dtype", "float32") if cuda else "float32"
     kwargs: dict[str, Any] = {
         "model": str(model),
         "dtype": dtype,
         "seed": int(_get(cfg, "trainer.seed", 0)),
     }
+    name = _get(rollout, "name", "hf")
+    if not cuda and name == "hf":
+        kwargs["device"] = "cpu"
     max_len = _get(cfg, "agent.init_config.max_model_len")
     if max_len:
         kwargs["max_model_len"] = int(max_len)
-    name = _get(rollout, "name", "hf")
     tp = int(_get(rollout, "tensor_model_parallel_size", 1))
     if name == "vllm":
         kwargs["gpu_memory_utilization"] = float(_get(rollout, "gpu_memory_utilization", 0.5))
