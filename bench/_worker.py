@@ -38,11 +38,18 @@ def trim_memory() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
-def cuda_sync() -> None:
-    """Wait for queued GPU work, so a wall-clock reading covers it (no-op without CUDA)."""
+def _uses_cuda() -> bool:
+    """Whether this process has started CUDA (a CPU worker never touches the GPU)."""
     import torch
 
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
+    return torch.cuda.is_available() and torch.cuda.is_initialized()
+
+
+def cuda_sync() -> None:
+    """Wait for queued GPU work, so a wall-clock reading covers it (no-op without CUDA)."""
+    if _uses_cuda():
+        import torch
+
         torch.cuda.synchronize()
 
 
@@ -76,20 +83,20 @@ class PeakRSS:
             time.sleep(0.2)
 
     def reset(self) -> None:
-        import torch
-
         self.peak = self._tree_rss()
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
+        if _uses_cuda():
+            import torch
+
             torch.cuda.reset_peak_memory_stats()
 
     def gib(self) -> float:
         return round(self.peak / 2**30, 2)
 
     def gpu_gib(self) -> float | None:
+        if not _uses_cuda():
+            return None
         import torch
 
-        if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
-            return None
         return round(torch.cuda.max_memory_reserved() / 2**30, 2)
 
 

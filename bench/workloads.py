@@ -4,7 +4,8 @@ W1 single-turn GRPO on SmolLM2-135M-Instruct, W2 the same with the calculator ov
 W3 W1 on the tiny demo model (560k parameters), where the trainer's own overhead shows. Every
 system gets the same prompts (rendered once by agentfly's template and handed to TRL as text, so
 the prompt token ids are identical), group size, token limits, temperature, optimizer (AdamW,
-same lr / betas / weight decay, grad clip 1.0), precision (fp32) and device (CPU).
+same lr / betas / weight decay, grad clip 1.0), precision (fp32) and device (CPU, or the GPU
+with ``bench/run.py --device cuda``).
 """
 
 from __future__ import annotations
