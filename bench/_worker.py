@@ -1,7 +1,8 @@
 """What both workers share: the gate protocol with ``bench/run.py`` and memory sampling.
 
-The parent writes ``go`` (run one more iteration) or ``quit`` on the worker's stdin; the worker
-prints one ``@@BENCH {json}`` line per event on stdout (everything else there is log).
+The parent writes ``go`` (run one more iteration), ``trim`` (this worker's turn is over) or
+``quit`` on the worker's stdin; the worker prints one ``@@BENCH {json}`` line per event on stdout
+(everything else there is log).
 """
 
 from __future__ import annotations
@@ -23,9 +24,20 @@ def emit(event: str, **data: Any) -> None:
 
 
 def wait_go() -> bool:
-    """Block until the parent says ``go`` (True) or ``quit`` / closes stdin (False)."""
-    line = sys.stdin.readline()
-    return line.strip() == "go"
+    """Block until the parent says ``go`` (True) or ``quit`` / closes stdin (False).
+
+    ``trim``, sent when this worker's turn ends and before another system runs, hands freed heap
+    back to the OS (answered by a ``trimmed`` event) so idle workers do not hold memory the
+    running one needs. It is not done before every iteration: the next iteration would page
+    that memory back in, a cost no training run pays (measured on W3: 0.236 -> 0.181 s per
+    agentfly iteration without it).
+    """
+    while True:
+        word = sys.stdin.readline().strip()
+        if word != "trim":
+            return word == "go"
+        trim_memory()
+        emit("trimmed")
 
 
 def trim_memory() -> None:

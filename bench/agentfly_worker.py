@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _worker import PeakRSS, cuda_sync, emit, trim_memory, wait_go
+from _worker import PeakRSS, cuda_sync, emit, wait_go
 from workloads import REPO, WORKLOADS, model_path
 
 
@@ -161,7 +161,6 @@ def main() -> None:
             self.done = 0
 
         def _wait(self) -> None:
-            trim_memory()
             if not wait_go():
                 raise SystemExit(0)
             memory.reset()

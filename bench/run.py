@@ -249,6 +249,8 @@ def main() -> None:
                           + ", ".join(f"{k} {v:.2f}" for k, v in ev["phases"].items() if v), flush=True)
                     if kind == "counted":
                         results[s].append(ev)
+                workers[s].send("trim")  # its freed heap back to the OS before the next system
+                workers[s].read_event()
             loads.append(load_avg())
     finally:
         for wk in workers.values():

@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _worker import PeakRSS, PhaseClock, cuda_sync, emit, trim_memory, wait_go
+from _worker import PeakRSS, PhaseClock, cuda_sync, emit, wait_go
 from workloads import REPO, WORKLOADS, iteration_rows, model_path, render_prompts
 
 
@@ -185,7 +185,6 @@ def main() -> None:
     state = {"t0": 0.0, "done": 0}
 
     def wait() -> None:
-        trim_memory()
         if not wait_go():
             raise SystemExit(0)
         memory.reset()

@@ -26,6 +26,7 @@ from typing import Any
 
 from agentfly.rollout.agents.base import Agent, ToolCallRequest
 from agentfly.rollout.engines.base import SamplingParams
+from agentfly.rollout.engines.pool import run_sync
 from agentfly.rollout.rewards import ascore_trajectory
 from agentfly.rollout.templates.base import ChatTemplate
 from agentfly.rollout.tools.base import INVALID_ARGUMENTS, ToolResult
@@ -150,8 +151,8 @@ class AgentLoop:
     # ------------------------------------------------------------------ public
 
     def run(self, rows: Sequence[dict[str, Any]], **kwargs: Any) -> list[Trajectory]:
-        """:meth:`arun` from synchronous code."""
-        return asyncio.run(self.arun(rows, **kwargs))
+        """:meth:`arun` from synchronous code (an in-process engine generates on this thread)."""
+        return run_sync(self.engine, self.arun(rows, **kwargs))
 
     async def arun(
         self,

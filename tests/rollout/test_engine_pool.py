@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import shutil
 import tempfile
+import threading
 
 import pytest
 from safetensors.torch import load_file
 
 from agentfly.rollout.engines import EnginePool, SamplingParams
 from agentfly.rollout.engines.hf import HFEngine
+from agentfly.rollout.engines.pool import run_sync
 from agentfly.testing import build_tiny_model
 
 GREEDY = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
@@ -68,6 +70,77 @@ def test_local_pool_batches_concurrent_requests(model_dirs):
     good, bad, other = asyncio.run(one_bad_request())
     assert isinstance(bad, ValueError) and "max_model_len" in str(bad)
     assert len(good) == 1 and [len(per) for per in other] == [2, 2]
+    pool.shutdown()
+
+
+def _scripted_pool(model_dir) -> EnginePool:
+    """An in-process pool of the scripted engine (every turn: "ok")."""
+    return EnginePool("scripted", num_engines=0, engine_kwargs={"model": model_dir, "script": ["ok"]})
+
+
+def test_run_sync_generates_on_the_calling_thread(model_dirs):
+    """The in-process engine runs on the thread that called run_sync (the training thread), the
+    event loop on another; several chains' requests still reach the engine as one batch."""
+    seen: dict[str, list[int]] = {"engine": [], "rows": []}
+    pool = _scripted_pool(model_dirs[0])
+    real = pool._hosts[0].engine.generate
+
+    def generate(prompts, sampling):
+        seen["engine"].append(threading.get_ident())
+        seen["rows"].append(len(prompts))
+        return real(prompts, sampling)
+
+    pool._hosts[0].engine.generate = generate
+    prompts = _prompts(pool.tokenizer)
+
+    async def chains():
+        seen["loop"] = [threading.get_ident()]
+        return await asyncio.gather(*(pool.generate([p], GREEDY) for p in prompts))
+
+    outputs = run_sync(pool, chains())
+    here = threading.get_ident()
+    assert seen["engine"] == [here] and seen["rows"] == [3]
+    assert seen["loop"][0] != here
+    assert [pool.tokenizer.decode(o[0][0].token_ids) for o in outputs] == ["ok<|im_end|>"] * 3
+    # outside run_sync the engine runs in a worker thread, as before
+    seen["engine"].clear()
+    asyncio.run(pool.generate(prompts, GREEDY))
+    assert seen["engine"] and seen["engine"][0] != here
+    pool.shutdown()
+
+
+def test_run_sync_errors_interrupts_and_nesting(model_dirs):
+    pool = _scripted_pool(model_dirs[0])
+    prompts = _prompts(pool.tokenizer)
+
+    async def fails():
+        await pool.generate(prompts, GREEDY)
+        raise ValueError("chain bug")
+
+    with pytest.raises(ValueError, match="chain bug"):
+        run_sync(pool, fails())
+
+    # a second run_sync on a pool that is serving one (here from another thread) falls back to
+    # the plain path instead of waiting for the busy thread: no deadlock
+    async def nested():
+        return await asyncio.to_thread(run_sync, pool, pool.generate(prompts[:1], GREEDY))
+
+    assert len(run_sync(pool, nested())) == 1
+
+    def interrupted(prompts, sampling):
+        raise KeyboardInterrupt
+
+    pool._hosts[0].engine.generate = interrupted
+
+    async def chains():
+        return await asyncio.gather(*(pool.generate([p], GREEDY) for p in prompts))
+
+    with pytest.raises(KeyboardInterrupt):
+        run_sync(pool, chains())
+    assert not [t for t in threading.enumerate() if t.name == "agentfly-rollout-loop"]
+    assert pool._caller is None  # the pool serves the next rollout
+    pool._hosts[0].engine.generate = lambda p, s: [["fine"] for _ in p]
+    assert run_sync(pool, pool.generate(prompts, GREEDY)) == [["fine"]] * 3
     pool.shutdown()
 
 
