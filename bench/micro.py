@@ -15,6 +15,9 @@ loop sends them).
 update path: generation of the workload's 32 requests, then the update's forward + backward.
 ``kvcache``: the engine with transformers' ``DynamicCache`` (a ``torch.cat`` of the whole cache
 per layer per step) against its growing cache (one column written in place), same requests.
+``thread``: an in-process engine pool generating in a worker thread (``asyncio.run``: the path
+before ``run_sync``) against generating on the calling thread (``run_sync``), each generation
+right after an update step on the calling thread, as in training; the generation is timed.
 """
 
 from __future__ import annotations
@@ -215,6 +218,39 @@ def bench_kvcache(w, reps: int) -> None:
         hf._growing_cache = growing
 
 
+def bench_thread(w, reps: int) -> None:
+    import asyncio
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from agentfly.rollout.engines import EnginePool
+    from agentfly.rollout.engines.pool import run_sync
+
+    pool = EnginePool("hf", num_engines=0, engine_kwargs={"model": model_path(w), "device": "cpu"})
+    requests, params = seeded_requests(w, pool.tokenizer)
+    model = AutoModelForCausalLM.from_pretrained(model_path(w), dtype=torch.float32).train()
+    batch = make_batch(w, pool.tokenizer)
+    paths = {"before": asyncio.run, "after": lambda coro: run_sync(pool, coro)}
+
+    async def chains():  # one request per chain, as the agent loop sends them
+        return await asyncio.gather(
+            *(pool.generate([r], p) for r, p in zip(requests, params, strict=True))
+        )
+
+    def run(name: str) -> tuple[float, int]:
+        update_step(model, batch, True)  # torch work on this thread first, as the trainer's update
+        start = time.perf_counter()
+        out = paths[name](chains())
+        return time.perf_counter() - start, sum(len(o[0][0].token_ids) for o in out)
+
+    results = alternate(reps, "generate", run)
+    report("generation after an update (32 seeded requests)",
+           {k: [s for s, _ in v] for k, v in results.items()},
+           {k: [n for _, n in v] for k, v in results.items()})
+    pool.shutdown()
+
+
 def report(what: str, times: dict[str, list[float]], tokens: dict[str, list[int]] | None = None) -> None:
     b, a = statistics.median(times["before"]), statistics.median(times["after"])
     line = f"{what}: before {b:.2f} s, after {a:.2f} s (medians of {len(times['after'])}): {b / a:.2f}x"
@@ -226,7 +262,7 @@ def report(what: str, times: dict[str, list[float]], tokens: dict[str, list[int]
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--what", choices=["update", "generate", "gqa", "kvcache"], required=True)
+    ap.add_argument("--what", choices=["update", "generate", "gqa", "kvcache", "thread"], required=True)
     ap.add_argument("--workload", default="w1", choices=sorted(WORKLOADS))
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--rev", default="06fed29", help="git revision holding the code before the work")
@@ -238,6 +274,8 @@ def main() -> None:
         bench_gqa(w, args.reps)
     elif args.what == "kvcache":
         bench_kvcache(w, args.reps)
+    elif args.what == "thread":
+        bench_thread(w, args.reps)
     else:
         bench_generate(w, args.reps, args.rev)
 

@@ -120,6 +120,11 @@ def test_run_sync_errors_interrupts_and_nesting(model_dirs):
     with pytest.raises(ValueError, match="chain bug"):
         run_sync(pool, fails())
 
+    # per-prompt parameters are the engine's interface, not the pool's: refused at once (they
+    # used to kill the batching worker and leave every caller waiting forever)
+    with pytest.raises(TypeError, match="one SamplingParams"):
+        run_sync(pool, pool.generate(prompts, [GREEDY] * len(prompts)))
+
     # a second run_sync on a pool that is serving one (here from another thread) falls back to
     # the plain path instead of waiting for the busy thread: no deadlock
     async def nested():

@@ -203,6 +203,10 @@ class EnginePool:
             sampling: sampling parameters.
             engine: run on this engine index, bypassing the queue (for tests and debugging).
         """
+        if not isinstance(sampling, SamplingParams):  # a worker could not batch it: fail here
+            raise TypeError(
+                f"sampling must be one SamplingParams for all prompts, got {type(sampling).__name__}"
+            )
         if not prompts:
             return []
         if engine is not None:
