@@ -432,7 +432,7 @@ def run_sync(engine: Any, coro: Coroutine[Any, Any, T]) -> T:
     thread. Generating on a second thread gave torch a second OpenMP thread team; with more
     OpenMP threads than cores libgomp stops spinning between parallel regions and wakes its
     threads through the kernel for each one, which a small model's decode step is made of:
-    measured on the W3 benchmark (2 cores), generation 0.088 -> 0.047 s per rollout.
+    measured on the W3 benchmark (2 cores), the engine's time 0.075 -> 0.047 s per rollout.
 
     Engines in other processes (Ray), or a pool already serving another call of this function,
     are called from the loop's own thread as usual (``asyncio.run``).
