@@ -1,4 +1,5 @@
-"""What both workers share: the gate protocol with ``bench/run.py`` and memory sampling.
+"""What both workers share: the gate protocol with ``bench/run.py``, memory sampling and
+``cuda_sync`` (also used by the runner's machine probe in ``hardware.py``).
 
 The parent writes ``go`` (run one more iteration), ``trim`` (this worker's turn is over) or
 ``quit`` on the worker's stdin; the worker prints one ``@@BENCH {json}`` line per event on stdout

@@ -73,9 +73,11 @@ class IterationProfile:
     """``BENCH_PROFILE=K:path``: torch.profiler over iteration K (1-based, rollout included) and
     every engine call of it (rows, seconds), written to ``path``: where an iteration's time goes.
 
-    The in-process engine generates in a worker thread whose operators the profiler does not
-    record (seen on the H100): the table shows the update; the engine calls' wall times are
-    listed beside it. Inside the engine, py-spy (``--native``) is what found the cause.
+    The in-process engine generates on the training thread (``run_sync``), so its operators are
+    in the table with the update's (W3 on the CPU: 255 ``aten::linear`` calls in an iteration,
+    ~15 of them the update's); the engine calls' wall times are listed beside it. Before
+    ``run_sync`` it generated in a worker thread that the profiler did not record (seen on the
+    H100), and py-spy (``--native``) is what found the cause there.
     """
 
     def __init__(self, spec: str) -> None:

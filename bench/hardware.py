@@ -13,12 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-
-def _sync(device: str) -> None:
-    if device == "cuda":
-        import torch
-
-        torch.cuda.synchronize()
+from _worker import cuda_sync
 
 
 def matmul_gflops(device: str = "cpu", n: int | None = None, reps: int = 6) -> float:
@@ -30,10 +25,10 @@ def matmul_gflops(device: str = "cpu", n: int | None = None, reps: int = 6) -> f
     a @ b
     best = 0.0
     for _ in range(reps):
-        _sync(device)
+        cuda_sync()
         start = time.perf_counter()
         a @ b
-        _sync(device)
+        cuda_sync()
         best = max(best, 2 * n**3 / (time.perf_counter() - start) / 1e9)
     return best
 
@@ -48,10 +43,10 @@ def memory_gbps(device: str = "cpu", mib: int | None = None, reps: int = 5) -> f
     dst.copy_(src)
     best = 0.0
     for _ in range(reps):
-        _sync(device)
+        cuda_sync()
         start = time.perf_counter()
         dst.copy_(src)
-        _sync(device)
+        cuda_sync()
         best = max(best, 2 * src.numel() * 4 / (time.perf_counter() - start) / 1e9)
     return best
 

@@ -393,7 +393,7 @@ def _no_cudnn_attention(device: Any) -> Any:
     Decoding changes the key length every step, and cuDNN attention builds (NVRTC-compiles) a
     graph for each new shape. Measured on an H100, bf16 engine, 2-layer demo model, 32 rows x 64
     tokens: the first rollout took 10.97 s (0.26 s once the shapes were built); inside the trainer,
-    whose engine runs in a fresh thread every rollout, every rollout took 1.2-2.2 s, the engine
+    whose engine then ran in a fresh thread every rollout, every rollout took 1.2-2.2 s, the engine
     thread sampled in NVRTC. Without cuDNN: 0.29 s from the first call. Flash and
     memory-efficient attention build nothing per shape. (SDPA's backend flags are process-wide:
     a training step running meanwhile would not use cuDNN either.)
