@@ -29,7 +29,7 @@ endif
 install: $(STAMP)
 
 test: $(STAMP)
-	bash tests/slurm/install.sh  # a real single-host SLURM for the srun tests (root + apt; else they skip)
+	bash scripts/install_system_packages.sh  # bubblewrap for the sandbox tests, a real single-host SLURM for the srun tests (root + apt; else they skip)
 	$(PY) -m ruff check agentfly tests scripts
 	$(PY) -m pytest -q
 

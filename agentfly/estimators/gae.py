@@ -38,7 +38,7 @@ def gae_advantages(
     return advantages * response_mask, returns
 
 
-@register_estimator("gae", needs_critic=True)
+@register_estimator("gae", needs_critic=True, uses=("gamma", "lam"))
 def gae(
     *,
     token_level_rewards: torch.Tensor,

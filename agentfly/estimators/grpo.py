@@ -33,7 +33,7 @@ def grpo_scores(scores: torch.Tensor, gid: torch.Tensor, norm_by_std: bool) -> t
     return centered / (stds + EPSILON) if norm_by_std else centered
 
 
-@register_estimator("grpo", needs_groups=True)
+@register_estimator("grpo", needs_groups=True, uses=("norm_adv_by_std_in_grpo",))
 def grpo(
     *,
     token_level_rewards: torch.Tensor,
@@ -71,7 +71,7 @@ def dr_grpo(
     return adv, adv
 
 
-@register_estimator("grpo_passk", needs_groups=True)
+@register_estimator("grpo_passk", needs_groups=True, uses=("norm_adv_by_std_in_grpo",))
 def grpo_passk(
     *,
     token_level_rewards: torch.Tensor,

@@ -28,7 +28,7 @@ def discounted_returns(
     return returns * response_mask
 
 
-@register_estimator("reinforce_plus_plus")
+@register_estimator("reinforce_plus_plus", uses=("gamma",))
 def reinforce_plus_plus(
     *,
     token_level_rewards: torch.Tensor,

@@ -9,8 +9,9 @@ through Lightning's ``ModelParallelStrategy``: each model is sharded on its own,
 transformer block (the model class's ``_no_split_modules``, e.g. ``Qwen2DecoderLayer``) plus the
 model itself, so calling the actor, the reference or the critic directly works. From the seed keys:
 
-- ``fsdp_config.param_offload`` / ``optimizer_offload`` → ``CPUOffloadPolicy`` (parameters,
-  gradients and the optimizer state live on the CPU together: either key turns it on; GPUs only);
+- ``fsdp_config.param_offload`` → ``CPUOffloadPolicy`` (parameters, gradients and the optimizer
+  state live on the CPU together, so ``optimizer_offload`` goes with it and alone is refused;
+  GPUs only); the actor, the reference and the critic each take their own ``fsdp_config``;
 - ``fsdp_config.reshard_after_forward`` → the same ``fully_shard`` argument (false = ZeRO-2);
 - ``fsdp_config.fsdp_size`` > 0 and smaller than the world → hybrid sharding (shard within groups
   of that size, replicate across them);

@@ -16,15 +16,8 @@ from __future__ import annotations
 
 import torch
 
+from agentfly.modules.loss_modes import LOSS_AGG_MODES
 from agentfly.ops import masked_mean
-
-LOSS_AGG_MODES = (
-    "token-mean",
-    "token-sum",
-    "seq-mean-token-sum",
-    "seq-mean-token-mean",
-    "seq-mean-token-sum-norm",
-)
 
 
 def agg_loss(
@@ -38,6 +31,13 @@ def agg_loss(
 ) -> torch.Tensor:
     """Aggregate a per-token loss into a scalar.
 
+    Modes (``s_i`` = sequence i's masked token sum, ``n_i`` its token count, B sequences):
+    ``token-mean`` Σ s_i / Σ n_i; ``token-sum`` Σ s_i; ``seq-mean-token-sum`` Σ s_i / B;
+    ``seq-mean-token-mean`` Σ (s_i / n_i) / B (non-empty sequences only);
+    ``seq-mean-token-sum-norm`` Σ s_i / B / C with a constant C, the generation budget
+    (Dr. GRPO, Liu et al. 2025, https://arxiv.org/abs/2503.20783: the mean over responses of
+    their token sums divided by MAX_TOKENS, so neither length nor batch size rescales the loss).
+
     Args:
         loss_mat: per-token loss. Shape: (B, T).
         mask: 1 on tokens that count. Shape: (B, T).
@@ -45,8 +45,9 @@ def agg_loss(
         num_tokens: ``token-mean`` denominator; defaults to this batch's ``mask.sum()``. Pass the
             mini-batch's token count when accumulating micro-batches.
         num_seqs: ``seq-mean-*`` denominator; defaults to this batch's sequence count (non-empty
-            sequences for ``seq-mean-token-mean``).
-        norm: ``seq-mean-token-sum-norm`` constant; defaults to T (Dr. GRPO's constant).
+            sequences for ``seq-mean-token-mean``). Pass the mini-batch's when accumulating.
+        norm: ``seq-mean-token-sum-norm``'s constant C; defaults to T, this batch's padded
+            response length (pass the generation budget to keep it constant over a run).
 
     Returns:
         A scalar tensor.
@@ -67,7 +68,8 @@ def agg_loss(
         denom = (lengths > 0).sum() if num_seqs is None else num_seqs
         return seq_means.sum() / (denom + 1e-8)
     if mode == "seq-mean-token-sum-norm":
-        return token_sums.sum() / (loss_mat.shape[-1] if norm is None else norm)
+        denom = loss_mat.shape[0] if num_seqs is None else num_seqs
+        return token_sums.sum() / denom / (loss_mat.shape[-1] if norm is None else norm)
     raise ValueError(f"unknown loss_agg_mode {mode!r} (known: {', '.join(LOSS_AGG_MODES)})")
 
 

@@ -7,7 +7,9 @@ the rollout: several PPO epochs or mini-batches, or a KL penalty in the reward),
 hooks (KL shaping, advantages), then ``ppo_epochs`` passes over mini-batches of
 ``ppo_mini_batch_size`` trajectories, accumulating micro-batches, one optimizer step per
 mini-batch. The loss is the clipped policy loss + ``kl_loss_coef`` × KL − ``entropy_coeff`` ×
-entropy; the critic minimises the clipped value loss. Rollout is not done here.
+entropy; the critic minimises the clipped value loss with its own epochs, mini- and
+micro-batches, gradient clip, loss aggregation, optimizer and schedule (the ``critic_*``
+arguments; each defaults to the actor's). Rollout is not done here.
 
 Departure from verl: with one epoch and one mini-batch the old log-probabilities are the current
 ones detached (the ratio is exactly 1 at the only step), so the extra forward pass is skipped.
@@ -33,6 +35,7 @@ from agentfly.modules.losses import (
     value_loss,
 )
 from agentfly.modules.response_logits import response_logits
+from agentfly.modules.schedule import lr_multiplier
 from agentfly.ops import masked_mean
 from agentfly.rollout.datamodule import val_means
 
@@ -46,6 +49,20 @@ def _slice(batch: dict[str, Any], idx: torch.Tensor) -> dict[str, Any]:
     return {k: (v[idx] if isinstance(v, torch.Tensor) and v.dim() > 0 and v.shape[0] == len(batch["index"]) else v) for k, v in batch.items()}
 
 
+def agg_norms(mode: str, mask: torch.Tensor, scale: float | None) -> dict[str, Any]:
+    """A mini-batch's normalisers for :func:`agg_loss`, so its micro-batches add up to it."""
+    rows = mask.shape[0]
+    if mode == "token-mean":
+        return {"num_tokens": mask.sum()}
+    if mode == "seq-mean-token-mean":
+        return {"num_seqs": (mask.sum(-1) > 0).sum()}
+    if mode == "seq-mean-token-sum":
+        return {"num_seqs": rows}
+    if mode == "seq-mean-token-sum-norm":
+        return {"num_seqs": rows, "norm": scale}
+    return {}
+
+
 class AgentRLModule(pl.LightningModule):
     """Holds the models and the losses.
 
@@ -56,21 +73,43 @@ class AgentRLModule(pl.LightningModule):
         use_kl_in_reward: the batch hooks need ``old_log_probs`` and ``ref_log_probs``.
         lr, betas, weight_decay: AdamW for the actor.
         lr_warmup_steps: linear warm-up length in optimizer steps (0: none).
-        critic_lr: AdamW learning rate of the critic.
-        grad_clip: max gradient norm (actor and critic).
+        warmup_style, min_lr_ratio, num_cycles, lr_decay_steps: the schedule after warm-up
+            (:func:`agentfly.modules.schedule.lr_multiplier`; ``lr_decay_steps`` = the run's
+            optimizer steps, the cosine horizon).
+        grad_clip: max gradient norm of the actor.
         ppo_epochs: passes over each rollout batch.
         ppo_mini_batch_size: trajectories per optimizer step on this rank.
         micro_batch_size: trajectories per forward/backward.
+        shuffle: each epoch's mini-batches from a fresh permutation (seeded by ``seed``,
+            the iteration and the epoch) instead of in rollout order.
+        seed: seed of those permutations.
         clip_ratio_low, clip_ratio_high, clip_ratio_c: PPO and dual clip.
         loss_agg_mode: see :func:`agentfly.modules.losses.agg_loss`.
+        loss_scale_factor: ``seq-mean-token-sum-norm``'s constant (None: the padded length).
         entropy_coeff: entropy bonus.
         use_kl_loss, kl_loss_coef, kl_loss_type: KL-to-reference term in the loss.
+        log_prob_micro_batch_size: trajectories per forward of the rollout-time log-prob pass
+            (None: ``micro_batch_size``).
+        ref_log_prob_micro_batch_size: the same for the reference's pass.
         cliprange_value: value clip.
         critic_warmup: iterations that update only the critic.
+        critic_lr, critic_betas, critic_weight_decay, critic_lr_warmup_steps,
+        critic_warmup_style, critic_min_lr_ratio, critic_num_cycles, critic_lr_decay_steps,
+        critic_grad_clip, critic_ppo_epochs, critic_ppo_mini_batch_size, critic_micro_batch_size,
+        critic_loss_agg_mode, critic_loss_scale_factor: the critic's optimizer, schedule and
+            update (None: the actor's value).
         temperature: the rollout temperature (log-probabilities use logits / temperature).
-        gradient_checkpointing: trade compute for memory in the actor and critic.
-        fsdp_offload, fsdp_reshard_after_forward, fsdp_size: FSDP2 settings, used when the
-            strategy provides a device mesh (``actor.strategy=fsdp``; see :mod:`agentfly.modules.fsdp`).
+        gradient_checkpointing: trade compute for memory in the actor.
+        critic_gradient_checkpointing: the same for the critic (None: the actor's).
+        activation_offload, critic_activation_offload: keep saved activations on the CPU during
+            the update's backward pass (``torch.autograd.graph.save_on_cpu``; CUDA only).
+        trust_remote_code: let Hugging Face run model code shipped with the checkpoints.
+        fsdp_offload, fsdp_reshard_after_forward, fsdp_size: FSDP2 settings of the actor, used
+            when the strategy provides a device mesh (``actor.strategy=fsdp``; see
+            :mod:`agentfly.modules.fsdp`).
+        ref_fsdp_offload, ref_fsdp_reshard_after_forward, ref_fsdp_size: the reference's.
+        critic_fsdp_offload, critic_fsdp_reshard_after_forward, critic_fsdp_size: the critic's
+            (None: the actor's).
         dtype: parameter dtype of the models.
         total_training_steps: RL iterations to run (for the scheduler and the stop).
     """
@@ -86,26 +125,58 @@ class AgentRLModule(pl.LightningModule):
         betas: tuple[float, float] = (0.9, 0.999),
         weight_decay: float = 0.01,
         lr_warmup_steps: int = 0,
-        critic_lr: float = 1e-5,
+        warmup_style: str = "constant",
+        min_lr_ratio: float = 0.0,
+        num_cycles: float = 0.5,
+        lr_decay_steps: int = 1,
         grad_clip: float = 1.0,
         ppo_epochs: int = 1,
         ppo_mini_batch_size: int = 256,
         micro_batch_size: int | None = None,
+        shuffle: bool = False,
+        seed: int = 0,
         clip_ratio_low: float = 0.2,
         clip_ratio_high: float = 0.2,
         clip_ratio_c: float = 3.0,
         loss_agg_mode: str = "token-mean",
+        loss_scale_factor: float | None = None,
         entropy_coeff: float = 0.0,
         use_kl_loss: bool = False,
         kl_loss_coef: float = 0.001,
         kl_loss_type: str = "low_var_kl",
+        log_prob_micro_batch_size: int | None = None,
+        ref_log_prob_micro_batch_size: int | None = None,
         cliprange_value: float = 0.5,
         critic_warmup: int = 0,
+        critic_lr: float = 1e-5,
+        critic_betas: tuple[float, float] | None = None,
+        critic_weight_decay: float | None = None,
+        critic_lr_warmup_steps: int = 0,
+        critic_warmup_style: str = "constant",
+        critic_min_lr_ratio: float = 0.0,
+        critic_num_cycles: float = 0.5,
+        critic_lr_decay_steps: int | None = None,
+        critic_grad_clip: float | None = None,
+        critic_ppo_epochs: int | None = None,
+        critic_ppo_mini_batch_size: int | None = None,
+        critic_micro_batch_size: int | None = None,
+        critic_loss_agg_mode: str | None = None,
+        critic_loss_scale_factor: float | None = None,
         temperature: float = 1.0,
         gradient_checkpointing: bool = False,
+        critic_gradient_checkpointing: bool | None = None,
+        activation_offload: bool = False,
+        critic_activation_offload: bool = False,
+        trust_remote_code: bool = False,
         fsdp_offload: bool = False,
         fsdp_reshard_after_forward: bool = True,
         fsdp_size: int = -1,
+        ref_fsdp_offload: bool | None = None,
+        ref_fsdp_reshard_after_forward: bool | None = None,
+        ref_fsdp_size: int | None = None,
+        critic_fsdp_offload: bool | None = None,
+        critic_fsdp_reshard_after_forward: bool | None = None,
+        critic_fsdp_size: int | None = None,
         dtype: str = "float32",
         total_training_steps: int = 1,
     ) -> None:
@@ -117,6 +188,11 @@ class AgentRLModule(pl.LightningModule):
         self.critic: Any = None
         self.iteration = 0  # RL iterations done (checkpointed)
 
+    def _critic_setting(self, name: str) -> Any:
+        """``critic_<name>``, or the actor's ``<name>`` when it is None."""
+        value = self.hparams[f"critic_{name}"]
+        return self.hparams[name] if value is None else value
+
     # ------------------------------------------------------------------ models
 
     def configure_model(self) -> None:
@@ -127,11 +203,11 @@ class AgentRLModule(pl.LightningModule):
         from agentfly.models.attention import use_grouped_sdpa
 
         h = self.hparams
-        dtype = getattr(torch, h.dtype)
+        load = {"dtype": getattr(torch, h.dtype), "trust_remote_code": h.trust_remote_code}
 
         def policy_model() -> Any:
             # sdpa -> agentfly_sdpa: the same attention, without copying grouped K/V on CPU
-            return use_grouped_sdpa(AutoModelForCausalLM.from_pretrained(h.model_path, dtype=dtype))
+            return use_grouped_sdpa(AutoModelForCausalLM.from_pretrained(h.model_path, **load))
 
         self.actor = policy_model().train()
         if h.gradient_checkpointing:
@@ -141,29 +217,44 @@ class AgentRLModule(pl.LightningModule):
             self.reference.requires_grad_(False)
         if h.critic_path:
             self.critic = use_grouped_sdpa(
-                AutoModelForTokenClassification.from_pretrained(h.critic_path, num_labels=1, dtype=dtype)
+                AutoModelForTokenClassification.from_pretrained(h.critic_path, num_labels=1, **load)
             ).train()
-            if h.gradient_checkpointing:
+            if self._critic_setting("gradient_checkpointing"):
                 self.critic.gradient_checkpointing_enable()
         if self._device_mesh is not None:  # ModelParallelStrategy: FSDP2, each model on its own
             from agentfly.modules.fsdp import shard_mesh, shard_model
 
-            mesh = shard_mesh(self._device_mesh, h.fsdp_size)
-            for model in (self.actor, self.reference, self.critic):
-                if model is not None:
-                    shard_model(model, mesh, offload=h.fsdp_offload, reshard_after_forward=h.fsdp_reshard_after_forward)
+            for model, prefix in ((self.actor, ""), (self.reference, "ref_"), (self.critic, "critic_")):
+                if model is None:
+                    continue
+                own = {k: h[f"{prefix}fsdp_{k}"] for k in ("offload", "reshard_after_forward", "size")}
+                own = {k: (h[f"fsdp_{k}"] if v is None else v) for k, v in own.items()}
+                shard_model(
+                    model, shard_mesh(self._device_mesh, own["size"]),
+                    offload=own["offload"], reshard_after_forward=own["reshard_after_forward"],
+                )
 
     def configure_optimizers(self) -> Any:
         h = self.hparams
         actor_opt = torch.optim.AdamW(self.actor.parameters(), lr=h.lr, betas=tuple(h.betas), weight_decay=h.weight_decay)
-        warmup = max(0, int(h.lr_warmup_steps))
         actor_sched = torch.optim.lr_scheduler.LambdaLR(
-            actor_opt, lambda step: min(1.0, (step + 1) / warmup) if warmup else 1.0
+            actor_opt,
+            lr_multiplier(h.lr_warmup_steps, h.warmup_style, h.lr_decay_steps, h.min_lr_ratio, h.num_cycles),
         )
         if self.critic is None:
             return [actor_opt], [actor_sched]
-        critic_opt = torch.optim.AdamW(self.critic.parameters(), lr=h.critic_lr, weight_decay=h.weight_decay)
-        return [actor_opt, critic_opt], [actor_sched]
+        critic = self._critic_setting
+        critic_opt = torch.optim.AdamW(
+            self.critic.parameters(), lr=h.critic_lr, betas=tuple(critic("betas")), weight_decay=critic("weight_decay")
+        )
+        critic_sched = torch.optim.lr_scheduler.LambdaLR(
+            critic_opt,
+            lr_multiplier(
+                h.critic_lr_warmup_steps, h.critic_warmup_style, critic("lr_decay_steps"),
+                h.critic_min_lr_ratio, h.critic_num_cycles,
+            ),
+        )
+        return [actor_opt, critic_opt], [actor_sched, critic_sched]
 
     # ------------------------------------------------------------------ forward passes
 
@@ -200,9 +291,17 @@ class AgentRLModule(pl.LightningModule):
         return list(idx.split(chunk or size))
 
     @torch.no_grad()
-    def _no_grad_pass(self, fn: Any, batch: dict[str, Any]) -> torch.Tensor:
-        parts = [fn(_slice(batch, i)) for i in self._chunks(len(batch["index"]), self.hparams.micro_batch_size)]
+    def _no_grad_pass(self, fn: Any, batch: dict[str, Any], chunk: int | None) -> torch.Tensor:
+        parts = [fn(_slice(batch, i)) for i in self._chunks(len(batch["index"]), chunk)]
         return torch.cat(parts)
+
+    def _saved_activations(self, offload: bool) -> Any:
+        """Where the backward pass keeps activations: on the CPU when offloading on a GPU."""
+        import contextlib
+
+        if offload and self.device.type == "cuda":
+            return torch.autograd.graph.save_on_cpu(pin_memory=True)
+        return contextlib.nullcontext()
 
     # ------------------------------------------------------------------ one RL iteration
 
@@ -217,15 +316,17 @@ class AgentRLModule(pl.LightningModule):
         clock = time.perf_counter
         if self._reuses_rollout(size):
             start = clock()
-            batch["old_log_probs"] = self._no_grad_pass(lambda b: self.log_probs(self.actor, b)[0], batch)
+            chunk = h.log_prob_micro_batch_size or h.micro_batch_size
+            batch["old_log_probs"] = self._no_grad_pass(lambda b: self.log_probs(self.actor, b)[0], batch, chunk)
             metrics["timing/old_log_prob_s"] = clock() - start
         if self.reference is not None and h.kl_loss_type != "full":
             start = clock()
-            batch["ref_log_probs"] = self._no_grad_pass(lambda b: self.log_probs(self.reference, b)[0], batch)
+            chunk = h.ref_log_prob_micro_batch_size or h.micro_batch_size
+            batch["ref_log_probs"] = self._no_grad_pass(lambda b: self.log_probs(self.reference, b)[0], batch, chunk)
             metrics["timing/reference_s"] = clock() - start
         if self.critic is not None:
             start = clock()
-            batch["values"] = self._no_grad_pass(self.values, batch)
+            batch["values"] = self._no_grad_pass(self.values, batch, self._critic_setting("micro_batch_size"))
             metrics["timing/critic_values_s"] = clock() - start
         metrics.update(batch.get("metrics", {}))  # the rollout's own (reward, tools, timing)
         metrics.update(run_batch_hooks(self.trainer, self, batch))
@@ -234,13 +335,15 @@ class AgentRLModule(pl.LightningModule):
 
         optimizers = self.optimizers()
         optimizers = optimizers if isinstance(optimizers, list) else [optimizers]
+        schedulers = self.lr_schedulers()
+        schedulers = schedulers if isinstance(schedulers, list) else [schedulers]
         if self.critic is not None:
             start = clock()
-            metrics.update(self._update_critic(batch, optimizers[1]))
+            metrics.update(self._update_critic(batch, optimizers[1], schedulers[1]))
             metrics["timing/critic_update_s"] = clock() - start
         if self.iteration >= h.critic_warmup:
             start = clock()
-            metrics.update(self._update_actor(batch, optimizers[0]))
+            metrics.update(self._update_actor(batch, optimizers[0], schedulers[0]))
             metrics["timing/update_s"] = clock() - start
         metrics.update(self._batch_metrics(batch))
         self.iteration += 1
@@ -250,28 +353,28 @@ class AgentRLModule(pl.LightningModule):
         self.log_dict(bar, on_step=True, prog_bar=True, logger=False, batch_size=size)
         self.log_dict(metrics, on_step=True, prog_bar=False, batch_size=size)
 
-    def _minibatches(self, size: int) -> list[torch.Tensor]:
-        mb = min(self.hparams.ppo_mini_batch_size, size)
-        return list(torch.arange(size, device=self.device).split(mb))
+    def _minibatches(self, size: int, mini_batch_size: int, epoch: int) -> list[torch.Tensor]:
+        """One epoch's mini-batches of row indices: in rollout order, or a seeded permutation."""
+        order = torch.arange(size)
+        if self.hparams.shuffle:
+            seed = self.hparams.seed * 1_000_003 + self.iteration * 1009 + epoch
+            order = torch.randperm(size, generator=torch.Generator().manual_seed(seed))
+        return list(order.to(self.device).split(min(mini_batch_size, size)))
 
-    def _update_actor(self, batch: dict[str, Any], opt: Any) -> dict[str, float]:
+    def _update_actor(self, batch: dict[str, Any], opt: Any, scheduler: Any) -> dict[str, float]:
         h = self.hparams
         sums: dict[str, list[float]] = {}
-        scheduler = self.lr_schedulers()
-        scheduler = scheduler[0] if isinstance(scheduler, list) else scheduler
-        for _ in range(h.ppo_epochs):
-            for mini_idx in self._minibatches(len(batch["index"])):
+        for epoch in range(h.ppo_epochs):
+            for mini_idx in self._minibatches(len(batch["index"]), h.ppo_mini_batch_size, epoch):
                 mini = _slice(batch, mini_idx)
-                norms = {"num_tokens": mini["response_mask"].sum(), "num_seqs": len(mini_idx)}
-                if h.loss_agg_mode == "seq-mean-token-mean":
-                    norms["num_seqs"] = (mini["response_mask"].sum(-1) > 0).sum()
-                if h.loss_agg_mode in ("token-sum", "seq-mean-token-sum-norm"):
-                    norms = {}
+                norms = agg_norms(h.loss_agg_mode, mini["response_mask"], h.loss_scale_factor)
                 opt.zero_grad()
                 parts: dict[str, float] = {}
                 for micro_idx in self._chunks(len(mini_idx), h.micro_batch_size):
                     micro = _slice(mini, micro_idx)
-                    for k, v in self._actor_loss(micro, norms).items():
+                    with self._saved_activations(h.activation_offload):
+                        losses = self._actor_loss(micro, norms)
+                    for k, v in losses.items():
                         if k in ADDITIVE_METRICS:
                             parts[k] = parts.get(k, 0.0) + v
                         else:
@@ -327,31 +430,37 @@ class AgentRLModule(pl.LightningModule):
         self.manual_backward(loss)
         return out
 
-    def _update_critic(self, batch: dict[str, Any], opt: Any) -> dict[str, float]:
+    def _update_critic(self, batch: dict[str, Any], opt: Any, scheduler: Any) -> dict[str, float]:
         h = self.hparams
+        critic = self._critic_setting
+        mode = critic("loss_agg_mode")
         sums: dict[str, list[float]] = {}
-        for _ in range(h.ppo_epochs):
-            for mini_idx in self._minibatches(len(batch["index"])):
+        for epoch in range(critic("ppo_epochs")):
+            for mini_idx in self._minibatches(len(batch["index"]), critic("ppo_mini_batch_size"), epoch):
                 mini = _slice(batch, mini_idx)
-                norms = {"num_tokens": mini["response_mask"].sum(), "num_seqs": len(mini_idx)}
+                norms = agg_norms(mode, mini["response_mask"], critic("loss_scale_factor"))
                 opt.zero_grad()
                 vf_loss = 0.0
-                for micro_idx in self._chunks(len(mini_idx), h.micro_batch_size):
+                for micro_idx in self._chunks(len(mini_idx), critic("micro_batch_size")):
                     micro = _slice(mini, micro_idx)
-                    vpreds = self.values(micro)
-                    loss, m = value_loss(
-                        vpreds, micro["values"], micro["returns"], micro["response_mask"],
-                        h.cliprange_value, "token-mean", num_tokens=norms["num_tokens"],
-                    )
-                    self.manual_backward(loss)
+                    with self._saved_activations(h.critic_activation_offload):
+                        vpreds = self.values(micro)
+                        loss, m = value_loss(
+                            vpreds, micro["values"], micro["returns"], micro["response_mask"],
+                            h.cliprange_value, mode, **norms,
+                        )
+                        self.manual_backward(loss)
                     vf_loss += float(loss.detach())  # a share of the mini-batch's loss
                     sums.setdefault("critic/vf_clipfrac", []).append(float(m["vf_clipfrac"]))
                 sums.setdefault("critic/vf_loss", []).append(vf_loss)
-                grad_norm = total_norm(torch.nn.utils.clip_grad_norm_(self.critic.parameters(), h.grad_clip))
+                grad_norm = total_norm(torch.nn.utils.clip_grad_norm_(self.critic.parameters(), critic("grad_clip")))
                 sums.setdefault("critic/grad_norm", []).append(float(grad_norm))
                 if math.isfinite(float(grad_norm)):
                     opt.step()
-        return {k: sum(v) / len(v) for k, v in sums.items()}
+                scheduler.step()
+        out = {k: sum(v) / len(v) for k, v in sums.items()}
+        out["critic/lr"] = float(scheduler.get_last_lr()[0])
+        return out
 
     def _batch_metrics(self, batch: dict[str, Any]) -> dict[str, float]:
         mask = batch["response_mask"]

@@ -11,7 +11,9 @@ calls and to record the chat; it is never re-encoded.
 
 Finish reasons: ``answer`` (the agent gave a final answer or called the ``answer`` tool),
 ``no_tool_call`` (a turn with no tool call), ``max_turns``, ``max_model_len`` (the next turn or
-observation would not fit), ``error`` (the chain failed; recorded, never raised).
+observation would not fit in the context), ``max_response_len`` (nor in the response budget,
+``actor_rollout_ref.rollout.response_length``), ``error`` (the chain failed; recorded, never
+raised).
 """
 
 from __future__ import annotations
@@ -95,8 +97,11 @@ class AgentLoop:
         max_concurrent_chains: cap on chains running at once (None: no cap).
         max_tokens: new tokens per turn at most.
         max_model_len: prompt + response tokens at most.
+        max_response_len: response tokens (every turn's sampled tokens and the observations
+            between them) at most; None: only ``max_model_len`` bounds them.
         temperature: sampling temperature (0: greedy).
         top_p: nucleus sampling mass.
+        top_k: most likely tokens kept when sampling (-1: all).
         train_on_last_turn: keep the loss mask only on the last assistant turn.
         seed: base seed; chain ``k`` of group ``g`` samples with a seed derived from it, so a
             rerun gives the same trajectories. None samples from the engines' own generators.
@@ -116,8 +121,10 @@ class AgentLoop:
         max_concurrent_chains: int | None = None,
         max_tokens: int = 256,
         max_model_len: int = 2048,
+        max_response_len: int | None = None,
         temperature: float = 1.0,
         top_p: float = 1.0,
+        top_k: int = -1,
         train_on_last_turn: bool = False,
         seed: int | None = None,
     ) -> None:
@@ -135,6 +142,7 @@ class AgentLoop:
         self.num_chains = num_chains
         self.max_concurrent_chains = max_concurrent_chains
         self.max_model_len = max_model_len
+        self.max_response_len = max_response_len
         self.train_on_last_turn = train_on_last_turn
         self.seed = seed
         #: wall seconds of the last ``arun`` spent generating / in tools / scoring (union over chains)
@@ -143,6 +151,7 @@ class AgentLoop:
         self.sampling = SamplingParams(
             temperature=temperature,
             top_p=top_p,
+            top_k=top_k,
             max_tokens=max_tokens,
             stop=template.stop,
             stop_token_ids=template.stop_token_ids(tokenizer),
@@ -245,9 +254,9 @@ class AgentLoop:
     ) -> None:
         content = ""
         for turn in range(self.max_turns):
-            budget = self.max_model_len - len(traj.input_ids)
+            budget, limit = self._budget(traj)
             if budget <= 0:
-                traj.finish_reason = "max_model_len"
+                traj.finish_reason = limit
                 break
             turn_sampling = replace(sampling, max_tokens=min(sampling.max_tokens, budget))
             with self._timer("generation"):
@@ -264,7 +273,7 @@ class AgentLoop:
                 traj.final_response = parsed.answer if parsed.answer is not None else content
                 traj.finish_reason = "answer" if parsed.answer is not None else "no_tool_call"
                 if out.finish_reason == "length" and budget <= sampling.max_tokens:
-                    traj.finish_reason = "max_model_len"
+                    traj.finish_reason = limit
                 return
             with self._timer("tools"):
                 results = await asyncio.gather(
@@ -289,8 +298,9 @@ class AgentLoop:
             glue_ids = self._encode(
                 self.template.glue([*traj.messages, *observations], tools, closed=closed)
             )
-            if len(traj.input_ids) + len(glue_ids) >= self.max_model_len:
-                traj.finish_reason = "max_model_len"
+            room, limit = self._budget(traj)
+            if len(glue_ids) >= room:  # the observation would leave no room for another turn
+                traj.finish_reason = limit
                 traj.final_response = content
                 return
             traj.append_observation(glue_ids)
@@ -298,6 +308,14 @@ class AgentLoop:
         if not traj.finish_reason:
             traj.finish_reason = "max_turns"
         traj.final_response = traj.final_response or content
+
+    def _budget(self, traj: Trajectory) -> tuple[int, str]:
+        """Tokens the chain may still add, and the limit that binds (its finish reason)."""
+        context = self.max_model_len - len(traj.input_ids)
+        if self.max_response_len is None:
+            return context, "max_model_len"
+        response = self.max_response_len - len(traj.response_ids)
+        return (context, "max_model_len") if context <= response else (response, "max_response_len")
 
     async def _call(self, call: ToolCallRequest, chain_resources: Any) -> ToolResult:
         if call.error is not None:

@@ -38,6 +38,7 @@ BASE = [
     "data.train_batch_size=8",
     "actor_rollout_ref.actor.ppo_mini_batch_size=8",
     "trainer.n_gpus_per_node=1",
+    "agent.init_config.reward_name=math_equal_reward",
 ]
 
 
@@ -83,7 +84,6 @@ SEED_EXPECTED = {
             "agent.run_config.max_turns": 4,
             "agent.run_config.num_chains": 1,
             "actor_rollout_ref.rollout.tensor_model_parallel_size": 2,
-            "actor_rollout_ref.rollout.num_engines": 4,  # 8 GPUs / TP 2
             "critic.ppo_mini_batch_size": 32,
             "trainer.n_gpus_per_node": 8,
             "trainer.val_before_train": True,
@@ -210,7 +210,7 @@ ALIAS_CASES = [
     ("agent.reward_name", "agent.init_config.reward_name", "math_equal_reward_tool"),
     ("agent.agent_type", "agent.init_config.agent_type", "react"),
     ("agent.backend", "agent.init_config.backend", "async_verl"),
-    ("agent.init_config.backend_config.backend", "agent.init_config.backend", "other"),
+    ("agent.init_config.backend_config.backend", "agent.init_config.backend", "async_verl"),
     ("agent.max_model_len", "agent.init_config.max_model_len", 4096),
     ("agent.system_prompt", "agent.init_config.system_prompt", "Be brief."),
     ("agent.tool_parser_name", "agent.init_config.tool_parser_name", "hermes"),
@@ -266,6 +266,7 @@ def test_yaml_with_alias_spellings_resolves_like_the_canonical(tmp_path: Path) -
             "tools": ["calculator"],
             "template": "qwen2.5",
             "model_name_or_path": MODEL,
+            "reward_name": "math_equal_reward",
             "backend_config": {"backend": "async_verl"},
             "generation_config": {"max_tokens": 128, "temperature": 0.7},
             "resource_backend": "ray",
@@ -281,6 +282,7 @@ def test_yaml_with_alias_spellings_resolves_like_the_canonical(tmp_path: Path) -
                 "tools": ["calculator"],
                 "template": "qwen2.5",
                 "model_name_or_path": MODEL,
+                "reward_name": "math_equal_reward",
                 "backend": "async_verl",
             },
             "run_config": {
@@ -413,7 +415,8 @@ def test_every_conf_file_composes_and_validates(path: Path) -> None:
     cfg = load_quiet(config_file=path, check_required=not is_template)
     assert isinstance(config_to_yaml(cfg), str)
     if is_template:  # the defaults become runnable once a model is named
-        load_quiet([f"agent.model_name_or_path={MODEL}", f"critic.model.path={MODEL}"], path)
+        runnable = [f"agent.model_name_or_path={MODEL}", f"critic.model.path={MODEL}", "agent.reward_name=qa_f1_reward"]
+        load_quiet(runnable, path)
 
 
 def test_defaults_file_equals_the_schema_defaults() -> None:
@@ -456,7 +459,7 @@ def test_derived_defaults() -> None:
     assert cfg.data.seed == 7
     assert cfg.critic.ppo_mini_batch_size == 8  # follows the actor's
     assert cfg.trainer.default_local_dir == "checkpoints/agentfly/default"
-    assert cfg.actor_rollout_ref.rollout.num_engines == 1
+    assert cfg.actor_rollout_ref.rollout.num_engines is None  # what the machine holds, at start
 
 
 # --------------------------------------------------------------------------------- errors
@@ -530,11 +533,27 @@ def test_mini_batch_must_divide_the_rollout() -> None:
     load_config([*BASE, "actor_rollout_ref.actor.ppo_mini_batch_size=32"])
 
 
-def test_mini_batch_must_split_over_ranks_and_micro_must_divide_it() -> None:
-    msg = error_of([*BASE, "trainer.n_gpus_per_node=3"])
-    assert "ppo_mini_batch_size" in msg and "ranks" in msg
+def test_mini_batch_must_split_over_the_ranks_that_run_and_micro_must_divide_it() -> None:
+    from agentfly.config.topology import Hardware, check_batches, resolve_topology
+
+    def ranks_error(args: list[str], hw: Hardware) -> str:
+        cfg = load_quiet(args)
+        with pytest.raises(ConfigError) as err:
+            check_batches(cfg, resolve_topology(cfg, hw).world_size, needs_critic=False)
+        return str(err.value)
+
+    three_gpus = [*BASE, "trainer.n_gpus_per_node=3"]
+    msg = ranks_error(three_gpus, Hardware(gpus=3))
+    assert "ppo_mini_batch_size=8" in msg and "3 data-parallel ranks" in msg
+    # the CPU fallback runs one process, whatever n_gpus_per_node says: 8 splits over 1
+    cfg = load_quiet(three_gpus)
+    check_batches(cfg, resolve_topology(cfg, Hardware(gpus=0)).world_size, needs_critic=False)
     msg = error_of([*BASE, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3"])
     assert "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu" in msg
+    two_ranks = [*BASE, "trainer.device=cpu", "trainer.n_gpus_per_node=2",
+                 "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8"]
+    msg = ranks_error(two_ranks, Hardware(gpus=0))  # 8 / 2 ranks = 4 per rank; 8 does not divide 4
+    assert "per-rank mini-batch" in msg and "= 4" in msg
 
 
 def test_gae_needs_a_critic_path() -> None:

@@ -30,7 +30,8 @@ def test_no_arguments_is_the_demo_task(capsys, tmp_path, monkeypatch):
 def test_a_task_of_ones_own_replaces_the_demo(tmp_path):
     data = tmp_path / "train.json"
     data.write_text('[{"question": "1+1?", "answer": "2"}]')
-    ours = ["data.train_files=" + str(data), "actor_rollout_ref.model.path=/m", "critic.model.path=/m"]
+    ours = ["data.train_files=" + str(data), "actor_rollout_ref.model.path=/m", "critic.model.path=/m",
+            "agent.init_config.reward_name=math_equal_reward"]
     cfg = load_config(ours, default_task=True)
     assert cfg.algorithm.adv_estimator == "gae"  # the key reference's default, not the demo's
     assert list(cfg.agent.init_config.tools) == []

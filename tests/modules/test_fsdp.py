@@ -1,7 +1,7 @@
 """FSDP (FSDP2 through Lightning's ModelParallelStrategy) on two CPU ranks over gloo: actor,
 reference and critic sharded per transformer block; after each update the engine serves the
-gathered weights; the result equals DDP's; the Hugging Face export and checkpoints hold full
-weights."""
+gathered weights; one update equals DDP's on the same rollout; the Hugging Face export and
+checkpoints hold full weights."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def task(tmp_path_factory):
     return write_task(tmp_path_factory.mktemp("fsdp"), [(1, 2), (3, 4), (5, 6), (7, 8)], hidden_size=128, head_dim=32)
 
 
-def _fit(root, model, run, strategy, probe=None):
+def _fit(root, model, run, strategy, probe=None, steps=2):
     args = [
         "fit", f"data.train_files={root / 'train.json'}", "data.train_batch_size=4",
         f"actor_rollout_ref.model.path={model}", "agent.init_config.tools=[calculator,answer]",
@@ -65,7 +65,7 @@ def _fit(root, model, run, strategy, probe=None):
         "actor_rollout_ref.actor.use_kl_loss=true",  # a reference model, sharded too
         f"actor_rollout_ref.actor.strategy={strategy}", "actor_rollout_ref.rollout.num_engines=0",
         "trainer.device=cpu", "trainer.n_gpus_per_node=2", "trainer.logger=[csv]",
-        "trainer.total_training_steps=2", "trainer.save_freq=1", "trainer.val_before_train=false",
+        f"trainer.total_training_steps={steps}", "trainer.save_freq=1", "trainer.val_before_train=false",
         f"trainer.default_local_dir={run}",
         *(["--trainer.callbacks+=tests.modules.test_fsdp.SyncProbe", "--trainer.callbacks.path", str(probe)] if probe else []),
     ]
@@ -73,26 +73,34 @@ def _fit(root, model, run, strategy, probe=None):
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
+def _actor(ckpt: Path) -> dict[str, torch.Tensor]:
+    """The actor's full weights in a checkpoint, under the Hugging Face names."""
+    state = torch.load(ckpt, weights_only=False)["state_dict"]
+    return {k.removeprefix("actor."): v for k, v in state.items() if k.startswith("actor.")}
+
+
 def test_fsdp_on_two_cpu_ranks_syncs_and_matches_ddp(task, tmp_path):
     root, model = task
     probe = tmp_path / "probe.jsonl"
     _fit(root, model, tmp_path / "fsdp", "fsdp", probe)
-    _fit(root, model, tmp_path / "ddp", "ddp")
+    _fit(root, model, tmp_path / "ddp", "ddp", steps=1)
     for rank in (0, 1):
         records = [json.loads(line) for line in Path(f"{probe}.rank{rank}").read_text().splitlines()]
         assert [r["iteration"] for r in records] == [1, 2]
         assert all(r["sharded"] for r in records)  # actor and critic were FSDP modules
         assert max(r["gap"] for r in records) < 1e-4, records  # the engine serves the updated actor
     start = load_file(model / "model.safetensors")
-    fsdp = load_file(tmp_path / "fsdp" / "hf_actor" / "model.safetensors")
-    ddp = load_file(tmp_path / "ddp" / "hf_actor" / "model.safetensors")
-    common = set(start) & set(fsdp) & set(ddp)
-    assert set(start) <= common  # the export holds every weight, gathered in full
-    update = torch.cat([(fsdp[k] - start[k]).abs().flatten() for k in common])
-    apart = torch.cat([(fsdp[k] - ddp[k]).abs().flatten() for k in common])
+    export = load_file(tmp_path / "fsdp" / "hf_actor" / "model.safetensors")
+    assert set(start) <= set(export)  # the export holds every weight, gathered in full
+    # One update from the same weights on the same rollout (iteration 1: both runs sampled the
+    # same seeded chains from the initial model) equals DDP's up to reduction-order rounding.
+    # Later iterations are not compared: a rounding-level difference can flip a sampled token,
+    # and from then on the two runs train on different chains.
+    fsdp, ddp = (_actor(tmp_path / run / "checkpoints" / "iter_000001.ckpt") for run in ("fsdp", "ddp"))
+    assert set(start) <= set(fsdp) & set(ddp)
+    update = torch.cat([(fsdp[k] - start[k]).abs().flatten() for k in start])
+    apart = torch.cat([(fsdp[k] - ddp[k]).abs().flatten() for k in start])
     assert update.mean() > 1e-3  # it trained
-    # as DDP would: the same updates up to reduction-order rounding, which Adam amplifies only
-    # where gradients are ~0 (measured: mean gap ~1e-5 against a mean update ~3e-2)
     assert apart.mean() < 0.01 * update.mean(), (apart.mean(), update.mean())
     ckpt = torch.load(tmp_path / "fsdp" / "checkpoints" / "last.ckpt", weights_only=False)
     assert ckpt["agentfly_iteration"] == 2

@@ -27,7 +27,9 @@ def test_agg_modes_by_hand():
     assert agg_loss(loss, mask, "token-sum").item() == pytest.approx(7)
     assert agg_loss(loss, mask, "seq-mean-token-sum").item() == pytest.approx((3 + 4) / 2)
     assert agg_loss(loss, mask, "seq-mean-token-mean").item() == pytest.approx((1.5 + 4) / 2)
-    assert agg_loss(loss, mask, "seq-mean-token-sum-norm").item() == pytest.approx(7 / 3)
+    # Dr. GRPO: the mean over the 2 sequences of their token sums, / a constant (T=3 by default)
+    assert agg_loss(loss, mask, "seq-mean-token-sum-norm").item() == pytest.approx((3 + 4) / 2 / 3)
+    assert agg_loss(loss, mask, "seq-mean-token-sum-norm", norm=10).item() == pytest.approx(7 / 2 / 10)
     with pytest.raises(ValueError, match="token-mean"):
         agg_loss(loss, mask, "mean")
 
@@ -46,9 +48,12 @@ def test_micro_batches_reproduce_the_full_batch(seed):
     chunks = [(loss[i : i + 2], mask[i : i + 2]) for i in range(0, 8, 2)]
     k = len(chunks)
     # sums: hold with no help
-    for mode in ("token-sum", "seq-mean-token-sum-norm"):
-        full = agg_loss(loss, mask, mode)
-        assert sum(agg_loss(lm, mm, mode) for lm, mm in chunks).item() == pytest.approx(full.item())
+    full = agg_loss(loss, mask, "token-sum")
+    assert sum(agg_loss(lm, mm, "token-sum") for lm, mm in chunks).item() == pytest.approx(full.item())
+    # Dr. GRPO: with the mini-batch's sequence count and a fixed constant
+    full = agg_loss(loss, mask, "seq-mean-token-sum-norm", norm=64)
+    acc = sum(agg_loss(lm, mm, "seq-mean-token-sum-norm", num_seqs=8, norm=64) for lm, mm in chunks)
+    assert acc.item() == pytest.approx(full.item())
     # sequence means over equal-size micro-batches: the mean of micro-batch means
     for mode in ("seq-mean-token-sum", "seq-mean-token-mean"):
         full = agg_loss(loss, mask, mode)

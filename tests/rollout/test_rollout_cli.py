@@ -113,3 +113,25 @@ def test_exit_status_is_1_when_every_chain_failed(setup, capsys, monkeypatch):
     )
     assert main([*base_args(model, data), f"--output={root / 'f.jsonl'}"]) == 1
     assert "EngineDeadError: boom" in capsys.readouterr().err
+
+
+def test_rollout_with_every_default_runs_what_the_machine_holds(setup, tmp_path, monkeypatch, caplog):
+    """Only data and a model named: the defaults ask for 8 GPUs (8 engines); without a GPU the
+    run takes one engine in a Ray pool, says so, and finishes."""
+    import logging
+
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("checks the CPU fallback")
+    _, model, data = setup
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path / "ray"))
+    out = tmp_path / "out.jsonl"
+    args = ["rollout", f"data.train_files={data}", f"agent.init_config.model_name_or_path={model}",
+            "agent.run_config.generation_config.max_tokens=4", f"--output={out}"]
+    with caplog.at_level(logging.WARNING, logger="agentfly"):
+        assert main(args) == 0
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "no GPU: running on the CPU (trainer.n_gpus_per_node=8 -> 1 CPU process" in said
+    assert "no GPU: one rollout engine (trainer.n_gpus_per_node=8 asked for more)" in said
+    assert len(out.read_text().splitlines()) == 2  # 2 prompts x 1 chain

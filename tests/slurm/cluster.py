@@ -8,7 +8,7 @@ pointing at the private slurm.conf, no inherited ``SLURM_*``) must be used for e
 command; ``run()`` does that. On exit it cancels this cluster's jobs and stops exactly the
 processes it started (their process groups), never anything found by name.
 
-Install the daemons with ``tests/slurm/install.sh`` (Debian: slurmctld slurmd slurm-client munge);
+Install the daemons with ``scripts/install_system_packages.sh`` (Debian: slurmctld slurmd slurm-client munge);
 without them ``slurm_cluster`` raises :class:`SlurmUnavailable` and the tests skip.
 
 Signals and requeue on this one-node setup (Slurm 22.05, measured):
@@ -81,7 +81,7 @@ def find_binaries() -> dict[str, str]:
     if missing:
         raise SlurmUnavailable(
             f"SLURM/munge not installed (missing: {', '.join(missing)}); "
-            "run tests/slurm/install.sh as root"
+            "run scripts/install_system_packages.sh as root"
         )
     return {name: path for name, path in found.items() if path}
 

@@ -1,6 +1,6 @@
 """A real single-host SLURM cluster (tests/slurm/cluster.py): srun ranks, sbatch, SIGUSR1 delivery
 and the requeue that Lightning's SLURMEnvironment performs. Skipped without slurmctld/slurmd/munge
-(install them with tests/slurm/install.sh)."""
+(install them with scripts/install_system_packages.sh)."""
 
 from __future__ import annotations
 

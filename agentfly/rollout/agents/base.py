@@ -112,11 +112,24 @@ def register_agent(name: str, *, aliases: tuple[str, ...] = ()):
     return decorator
 
 
-def get_agent(name: str, tools: list[Any], system_prompt: str | None = None) -> Agent:
-    """Build the agent type ``name``; ``gui`` is refused with a clear reason."""
+def get_agent(
+    name: str, tools: list[Any], system_prompt: str | None = None, parser: str | None = None
+) -> Agent:
+    """Build the agent type ``name``; ``gui`` is refused with a clear reason.
+
+    Args:
+        name: registered agent type (prompting and parsing).
+        tools: the tools it may call.
+        system_prompt: replaces the type's default system prompt.
+        parser: another registered agent type (or alias, e.g. ``hermes``) whose parser reads the
+            model's turns instead of the type's own (``agent.init_config.tool_parser_name``).
+    """
     if name == "gui":
         raise ValueError(
             "agent_type 'gui' (vision agents) is out of scope for now; "
             f"available agent types: {', '.join(AGENTS.names())}"
         )
-    return AGENTS.get(name)(tools, system_prompt)
+    agent = AGENTS.get(name)(tools, system_prompt)
+    if parser is not None and AGENTS.get(parser) is not type(agent):
+        agent.parse = AGENTS.get(parser)(tools, system_prompt).parse  # type: ignore[method-assign]
+    return agent

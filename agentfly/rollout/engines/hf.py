@@ -51,6 +51,8 @@ class HFEngine(Engine):
         attn_implementation: passed to ``from_pretrained`` (``"sdpa"``, ``"eager"``...); None
             = transformers' choice, with ``sdpa`` upgraded to
             :mod:`agentfly.models.attention`'s grouped variant (same outputs, no K/V copy on CPU).
+        trust_remote_code: let transformers run model and tokenizer code shipped with the
+            checkpoint.
     """
 
     def __init__(
@@ -64,20 +66,23 @@ class HFEngine(Engine):
         max_num_seqs: int = 256,
         tokenizer: str | os.PathLike[str] | None = None,
         attn_implementation: str | None = None,
+        trust_remote_code: bool = False,
     ) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         torch_dtype = dtype if dtype == "auto" else getattr(torch, dtype)
-        kwargs: dict[str, Any] = {"dtype": torch_dtype}
+        kwargs: dict[str, Any] = {"dtype": torch_dtype, "trust_remote_code": trust_remote_code}
         if attn_implementation:
             kwargs["attn_implementation"] = attn_implementation
         self.model = AutoModelForCausalLM.from_pretrained(os.fspath(model), **kwargs)
         if not attn_implementation:
             use_grouped_sdpa(self.model)
         self.model.to(self.device).eval()
-        self._tokenizer = AutoTokenizer.from_pretrained(os.fspath(tokenizer or model))
+        self._tokenizer = AutoTokenizer.from_pretrained(
+            os.fspath(tokenizer or model), trust_remote_code=trust_remote_code
+        )
         config_len = getattr(self.model.config, "max_position_embeddings", None) or 4096
         self.max_model_len = min(max_model_len or config_len, config_len)
         self.max_num_seqs = max_num_seqs

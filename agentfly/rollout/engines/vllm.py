@@ -103,6 +103,7 @@ class VLLMEngine(Engine):
             temp dir.
         device: accepted for signature parity with the transformers engine; vLLM places
             the model on its platform's device (``CUDA_VISIBLE_DEVICES`` selects GPUs).
+        trust_remote_code: let vLLM and transformers run code shipped with the checkpoint.
         **engine_args: any other ``vllm.LLM`` / ``EngineArgs`` keyword.
 
     Raises:
@@ -128,6 +129,7 @@ class VLLMEngine(Engine):
         kv_cache_memory_bytes: int | None = None,
         weights_dir: str | os.PathLike[str] | None = None,
         device: str | None = None,
+        trust_remote_code: bool = False,
         **engine_args: Any,
     ) -> None:
         vllm = import_vllm()
@@ -168,6 +170,7 @@ class VLLMEngine(Engine):
                 enable_prefix_caching=enable_prefix_caching,
                 enable_sleep_mode=enable_sleep_mode,
                 logprobs_mode="processed_logprobs",
+                trust_remote_code=trust_remote_code,
                 worker_extension_cls=f"{__name__}.WorkerExtension",
                 **engine_args,
             )
@@ -177,7 +180,7 @@ class VLLMEngine(Engine):
                 f"run on this machine, {HINT}"
             ) from err
         self._vllm = vllm
-        self._tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
+        self._tokenizer = AutoTokenizer.from_pretrained(tokenizer_path, trust_remote_code=trust_remote_code)
         self.max_model_len = int(self.llm.llm_engine.model_config.max_model_len)
         self.sleep_level = sleep_level
         self._sleep_enabled = bool(enable_sleep_mode)

@@ -1,0 +1,225 @@
+"""Settings a run was given but will not use: named once, with the reason, never dropped silently.
+
+A key is *inactive* when another setting turns off what it configures: the critic's keys when the
+advantage estimator trains no critic, the in-reward KL controller when
+``algorithm.use_kl_in_reward=False``, FSDP settings when the strategy does not shard, vLLM's
+settings with the transformers engine, validation sampling when validation is greedy. verl
+accepts such keys in silence; here :func:`inactive_settings` lists those the user *set* (in a
+config file or on the command line) so the run can say so. Keys that can never take effect in
+this build are refused instead (:mod:`agentfly.config.validate`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+Cond = Callable[[Any], str | None]  # the reason the key is inactive, or None when it is used
+
+
+@dataclass(frozen=True)
+class Rule:
+    """Keys under ``prefixes`` are inactive when ``why(cfg)`` gives a reason."""
+
+    prefixes: tuple[str, ...]
+    why: Cond
+
+    def covers(self, key: str) -> bool:
+        return any(key == p or key.startswith(p + ".") for p in self.prefixes)
+
+
+def _estimator(cfg: Any) -> Any:
+    from agentfly.estimators import get_estimator
+
+    return get_estimator(cfg.algorithm.adv_estimator)
+
+
+def _no_critic(cfg: Any) -> str | None:
+    if _estimator(cfg).needs_critic:
+        return None
+    return f"algorithm.adv_estimator={cfg.algorithm.adv_estimator} trains no critic"
+
+
+def _no_kl_in_reward(cfg: Any) -> str | None:
+    return None if cfg.algorithm.use_kl_in_reward else "algorithm.use_kl_in_reward=False"
+
+
+def _no_kl_loss(cfg: Any) -> str | None:
+    return None if cfg.actor_rollout_ref.actor.use_kl_loss else "actor_rollout_ref.actor.use_kl_loss=False"
+
+
+def _no_reference(cfg: Any) -> str | None:
+    if cfg.actor_rollout_ref.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward:
+        return None
+    return "no KL term (use_kl_loss and use_kl_in_reward are off), so no reference model is loaded"
+
+
+def _not_fsdp(cfg: Any) -> str | None:
+    strategy = cfg.actor_rollout_ref.actor.strategy
+    return None if strategy == "fsdp" else f"actor_rollout_ref.actor.strategy={strategy} does not shard (fsdp does)"
+
+
+def _not_vllm(cfg: Any) -> str | None:
+    name = cfg.actor_rollout_ref.rollout.name
+    return None if name == "vllm" else f"actor_rollout_ref.rollout.name={name} (only vLLM engines use it)"
+
+
+def _greedy_validation(cfg: Any) -> str | None:
+    if not cfg.data.val_files:
+        return "no data.val_files"
+    if not cfg.actor_rollout_ref.rollout.val_kwargs.do_sample:
+        return "validation is greedy (actor_rollout_ref.rollout.val_kwargs.do_sample=False)"
+    return None
+
+
+def _no_validation(cfg: Any) -> str | None:
+    return None if cfg.data.val_files else "no data.val_files"
+
+
+def _steps_given(cfg: Any) -> str | None:
+    steps = cfg.trainer.total_training_steps
+    return None if steps is None else f"trainer.total_training_steps={steps} sets the run's length"
+
+
+def _not_resume_path(cfg: Any) -> str | None:
+    mode = cfg.trainer.resume_mode
+    return None if mode == "resume_path" else f"trainer.resume_mode={mode}"
+
+
+def _no_old_log_prob_pass(cfg: Any) -> str | None:
+    """The rollout-time log-probabilities are recomputed only when an update reuses the rollout."""
+    actor = cfg.actor_rollout_ref.actor
+    trajectories = cfg.data.train_batch_size * cfg.agent.run_config.num_chains
+    if actor.ppo_epochs > 1 or trajectories > actor.ppo_mini_batch_size or cfg.algorithm.use_kl_in_reward:
+        return None
+    return (
+        "one update per rollout (ppo_epochs=1, one mini-batch) needs no separate pass for the "
+        "rollout-time log-probabilities"
+    )
+
+
+def _constant_schedule(prefix: str) -> Cond:
+    def why(cfg: Any) -> str | None:
+        node = cfg
+        for part in prefix.split("."):
+            node = getattr(node, part)
+        return None if node.warmup_style == "cosine" else f"{prefix}.warmup_style={node.warmup_style}"
+
+    return why
+
+
+def _warmup_steps_given(prefix: str) -> Cond:
+    def why(cfg: Any) -> str | None:
+        node = cfg
+        for part in prefix.split("."):
+            node = getattr(node, part)
+        steps = node.lr_warmup_steps
+        return None if steps is None or steps < 0 else f"{prefix}.lr_warmup_steps={steps} is given"
+
+    return why
+
+
+def _clip_sides_given(cfg: Any) -> str | None:
+    actor = cfg.actor_rollout_ref.actor
+    if actor.clip_ratio_low is not None and actor.clip_ratio_high is not None:
+        return "clip_ratio_low and clip_ratio_high are both given"
+    return None
+
+
+def _no_shuffle(cfg: Any) -> str | None:
+    return None if cfg.data.shuffle else "data.shuffle=False"
+
+
+def _no_group_norm(cfg: Any) -> str | None:
+    est = _estimator(cfg)
+    return None if "norm_adv_by_std_in_grpo" in est.uses else f"algorithm.adv_estimator={est.name} does not divide by a group std"
+
+
+def _no_gamma(cfg: Any) -> str | None:
+    est = _estimator(cfg)
+    return None if "gamma" in est.uses else f"algorithm.adv_estimator={est.name} does not discount"
+
+
+def _no_lam(cfg: Any) -> str | None:
+    est = _estimator(cfg)
+    return None if "lam" in est.uses else f"algorithm.adv_estimator={est.name} has no GAE lambda"
+
+
+def _wandb_off(cfg: Any) -> str | None:
+    if "wandb" in [str(n) for n in cfg.trainer.logger]:
+        return None
+    return "no wandb logger, and trainer.default_local_dir is given (it names nothing else)"
+
+
+def _token_sum_norm_off(prefix: str) -> Cond:
+    def why(cfg: Any) -> str | None:
+        node = cfg
+        for part in prefix.split("."):
+            node = getattr(node, part)
+        mode = node.loss_agg_mode
+        return None if mode == "seq-mean-token-sum-norm" else f"{prefix}.loss_agg_mode={mode}"
+
+    return why
+
+
+def _compatibility(cfg: Any) -> str | None:
+    return "kept for the seeds' commands; its only value names what agentfly always does"
+
+
+A = "actor_rollout_ref."
+RULES: tuple[Rule, ...] = (
+    Rule(("agent.use_agent", "agent.init_config.backend"), _compatibility),
+    Rule(("critic",), _no_critic),
+    Rule(("trainer.critic_warmup",), _no_critic),
+    Rule(("algorithm.kl_ctrl", "algorithm.kl_penalty"), _no_kl_in_reward),
+    Rule((A + "actor.kl_loss_coef", A + "actor.kl_loss_type"), _no_kl_loss),
+    Rule((A + "ref",), _no_reference),
+    Rule((A + "actor.fsdp_config", A + "ref.fsdp_config", "critic.model.fsdp_config"), _not_fsdp),
+    Rule((A + "rollout.gpu_memory_utilization", A + "rollout.enforce_eager"), _not_vllm),
+    Rule(
+        tuple(A + "rollout.val_kwargs." + k for k in ("temperature", "top_p", "top_k", "n", "also_greedy")),
+        _greedy_validation,
+    ),
+    Rule(
+        (A + "rollout.val_kwargs.do_sample", "data.val_batch_size", "trainer.test_freq", "trainer.val_before_train"),
+        _no_validation,
+    ),
+    Rule(("trainer.total_epochs",), _steps_given),
+    Rule(("trainer.resume_from_path",), _not_resume_path),
+    Rule((A + "rollout.log_prob_micro_batch_size_per_gpu",), _no_old_log_prob_pass),
+    Rule((A + "actor.optim.min_lr_ratio", A + "actor.optim.num_cycles"), _constant_schedule(A + "actor.optim")),
+    Rule(("critic.optim.min_lr_ratio", "critic.optim.num_cycles"), _constant_schedule("critic.optim")),
+    Rule((A + "actor.optim.lr_warmup_steps_ratio",), _warmup_steps_given(A + "actor.optim")),
+    Rule(("critic.optim.lr_warmup_steps_ratio",), _warmup_steps_given("critic.optim")),
+    Rule((A + "actor.clip_ratio",), _clip_sides_given),
+    Rule(("data.seed",), _no_shuffle),
+    Rule(("algorithm.norm_adv_by_std_in_grpo",), _no_group_norm),
+    Rule(("algorithm.gamma",), _no_gamma),
+    Rule(("algorithm.lam",), _no_lam),
+    Rule((A + "actor.loss_scale_factor",), _token_sum_norm_off(A + "actor")),
+    Rule(("critic.loss_scale_factor",), _token_sum_norm_off("critic")),
+)
+
+#: keys whose inactivity depends on another explicitly given key (checked with ``explicit``)
+_WANDB_NAMES = ("trainer.project_name", "trainer.experiment_name")
+
+
+def inactive_settings(cfg: Any, explicit: Iterable[str]) -> list[str]:
+    """``"key (reason)"`` for every explicitly given key that this run will not use.
+
+    Args:
+        cfg: the composed config.
+        explicit: canonical keys set by a config file or the command line.
+    """
+    given = sorted(set(explicit))
+    out: list[str] = []
+    for key in given:
+        for rule in RULES:
+            if rule.covers(key) and (reason := rule.why(cfg)):
+                out.append(f"{key} ({reason})")
+                break
+        else:
+            if key in _WANDB_NAMES and "trainer.default_local_dir" in given and (reason := _wandb_off(cfg)):
+                out.append(f"{key} ({reason})")
+    return out

@@ -1,0 +1,411 @@
+"""The one reader of the config: what every component of a run receives.
+
+:func:`plan_run` turns a composed config (:func:`agentfly.config.load_config`) and the machine
+(:class:`~agentfly.config.topology.Hardware`) into plain keyword arguments for each component:
+the LightningModule, the rollout DataModule, the engine pool and the agent loop, the callbacks,
+the loggers and the Lightning ``Trainer``. :mod:`agentfly.fit` and :mod:`agentfly.rollout.runner`
+build objects from these and read nothing else of the config; so what a key changes is visible
+here, and ``tests/config/test_every_key.py`` checks key by key that changing a value changes what
+some component receives (or that the value is refused, or named as having no effect).
+
+Nothing here imports torch, Ray or Lightning, or touches a model: a plan is cheap to make.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentfly.config.topology import Hardware, Topology, check_batches, resolve_topology
+
+
+@dataclass
+class RolloutPlan:
+    """The rollout side: engines, agent, tools, reward, template and the agent loop's settings.
+
+    Attributes:
+        engine: registered engine name.
+        num_engines: Ray engine actors; 0 = one engine in this process.
+        engine_kwargs: every engine's constructor arguments.
+        pool_kwargs: further :class:`~agentfly.rollout.engines.EnginePool` arguments.
+        agent_type: registered agent type.
+        tool_parser: the agent type whose parser reads the model's turns (None: ``agent_type``).
+        system_prompt: replaces the agent type's system prompt.
+        tools: tool names.
+        tool_config: per-tool settings.
+        reward: reward name (None: chains are not scored).
+        template: chat template name (None: the model's own).
+        resource_backend: where stateful tool resources live (``local`` or ``ray``).
+        loop: :class:`~agentfly.rollout.agent_loop.AgentLoop` keyword arguments (``max_model_len``
+            None = the engine's).
+    """
+
+    engine: str
+    num_engines: int
+    engine_kwargs: dict[str, Any]
+    pool_kwargs: dict[str, Any]
+    agent_type: str
+    tool_parser: str | None
+    system_prompt: str | None
+    tools: list[str]
+    tool_config: dict[str, Any]
+    reward: str | None
+    template: str | None
+    resource_backend: str
+    loop: dict[str, Any]
+
+
+@dataclass
+class RunPlan:
+    """Everything a training (or validation) run builds, as keyword arguments.
+
+    Attributes:
+        topology: ranks and engines on this machine.
+        iterations: RL iterations of the run.
+        run_dir: the run directory (``trainer.default_local_dir``).
+        module: :class:`~agentfly.modules.rl_module.AgentRLModule` keyword arguments.
+        datamodule: :class:`~agentfly.rollout.datamodule.RolloutDataModule` keyword arguments
+            (the session factory aside).
+        rollout: the rollout side.
+        callbacks: ``(name, kwargs)`` of agentfly's callbacks, in order.
+        user_callbacks: ``trainer.callbacks`` specs (class paths or ``{class_path, init_args}``).
+        loggers: ``(kind, kwargs)`` per logger.
+        trainer: ``lightning.pytorch.Trainer`` keyword arguments (callbacks and loggers aside;
+            ``strategy="fsdp"`` is made a ``ModelParallelStrategy`` when built).
+        seed: the global seed (``lightning.seed_everything``).
+        num_threads: torch threads of each training process (None: torch's default).
+        resume_mode: ``auto``, ``disable`` or ``resume_path``.
+        resume_from_path: the checkpoint of ``resume_path``.
+        notes: what the run says once when it starts (the CPU fallback's reductions).
+    """
+
+    topology: Topology
+    iterations: int
+    run_dir: str
+    module: dict[str, Any]
+    datamodule: dict[str, Any]
+    rollout: RolloutPlan
+    callbacks: list[tuple[str, dict[str, Any]]]
+    user_callbacks: list[Any]
+    loggers: list[tuple[str, dict[str, Any]]]
+    trainer: dict[str, Any]
+    seed: int = 0
+    num_threads: int | None = None
+    resume_mode: str = "auto"
+    resume_from_path: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def _plain(node: Any) -> Any:
+    """An OmegaConf node as plain Python (dicts, lists), anything else as it is."""
+    try:
+        from omegaconf import OmegaConf
+
+        if OmegaConf.is_config(node):
+            return OmegaConf.to_container(node, resolve=True)
+    except ImportError:  # pragma: no cover - omegaconf is a dependency
+        pass
+    return node
+
+
+def total_iterations(cfg: Any) -> int:
+    """RL iterations: ``trainer.total_training_steps``, else ``total_epochs`` passes over the rows."""
+    if cfg.trainer.total_training_steps:
+        return int(cfg.trainer.total_training_steps)
+    from agentfly.rollout.data import load_rows
+
+    rows = sum(len(load_rows(f, cfg.data.prompt_key)) for f in cfg.data.train_files)
+    return max(1, rows // cfg.data.train_batch_size) * int(cfg.trainer.total_epochs)
+
+
+def _warmup(optim: Any, total_steps: int) -> int:
+    """Warm-up length in optimizer steps: ``lr_warmup_steps``, else the ratio of the run's steps."""
+    steps = optim.lr_warmup_steps
+    if steps is not None and steps >= 0:
+        return int(steps)
+    return int(optim.lr_warmup_steps_ratio * total_steps)
+
+
+def plan_module(cfg: Any, topology: Topology, iterations: int) -> dict[str, Any]:
+    """The LightningModule's keyword arguments (per-rank batch sizes, schedule lengths)."""
+    from agentfly.estimators import get_estimator
+
+    world = topology.world_size
+    actor, critic, ref = cfg.actor_rollout_ref.actor, cfg.critic, cfg.actor_rollout_ref.ref
+    rollout, model = cfg.actor_rollout_ref.rollout, cfg.actor_rollout_ref.model
+    needs_critic = get_estimator(cfg.algorithm.adv_estimator).needs_critic
+    use_kl_in_reward = bool(cfg.algorithm.use_kl_in_reward)
+    per_rank = cfg.data.train_batch_size * cfg.agent.run_config.num_chains // world
+    mini = max(1, actor.ppo_mini_batch_size // world)
+    actor_steps = iterations * actor.ppo_epochs * max(1, per_rank // mini)
+    critic_mini = max(1, critic.ppo_mini_batch_size // world)
+    critic_steps = iterations * critic.ppo_epochs * max(1, per_rank // critic_mini)
+    budget = float(rollout.response_length)
+    fsdp, ref_fsdp, critic_fsdp = actor.fsdp_config, ref.fsdp_config, critic.model.fsdp_config
+    return dict(
+        model_path=str(model.path),
+        critic_path=str(critic.model.path) if needs_critic else None,
+        use_reference=bool(actor.use_kl_loss or use_kl_in_reward),
+        use_kl_in_reward=use_kl_in_reward,
+        lr=float(actor.optim.lr),
+        betas=tuple(actor.optim.betas),
+        weight_decay=float(actor.optim.weight_decay),
+        lr_warmup_steps=_warmup(actor.optim, actor_steps),
+        warmup_style=str(actor.optim.warmup_style),
+        min_lr_ratio=float(actor.optim.min_lr_ratio),
+        num_cycles=float(actor.optim.num_cycles),
+        lr_decay_steps=actor_steps,
+        grad_clip=float(actor.grad_clip),
+        ppo_epochs=int(actor.ppo_epochs),
+        ppo_mini_batch_size=mini,
+        micro_batch_size=actor.ppo_micro_batch_size_per_gpu,
+        shuffle=bool(actor.shuffle),
+        seed=int(cfg.trainer.seed),
+        clip_ratio_low=float(actor.clip_ratio_low),
+        clip_ratio_high=float(actor.clip_ratio_high),
+        clip_ratio_c=float(actor.clip_ratio_c),
+        loss_agg_mode=str(actor.loss_agg_mode),
+        loss_scale_factor=float(actor.loss_scale_factor or budget),
+        entropy_coeff=float(actor.entropy_coeff),
+        use_kl_loss=bool(actor.use_kl_loss),
+        kl_loss_coef=float(actor.kl_loss_coef),
+        kl_loss_type=str(actor.kl_loss_type),
+        log_prob_micro_batch_size=rollout.log_prob_micro_batch_size_per_gpu,
+        ref_log_prob_micro_batch_size=ref.log_prob_micro_batch_size_per_gpu,
+        cliprange_value=float(critic.cliprange_value),
+        critic_warmup=int(cfg.trainer.critic_warmup),
+        critic_lr=float(critic.optim.lr),
+        critic_betas=tuple(critic.optim.betas),
+        critic_weight_decay=float(critic.optim.weight_decay),
+        critic_lr_warmup_steps=_warmup(critic.optim, critic_steps),
+        critic_warmup_style=str(critic.optim.warmup_style),
+        critic_min_lr_ratio=float(critic.optim.min_lr_ratio),
+        critic_num_cycles=float(critic.optim.num_cycles),
+        critic_lr_decay_steps=critic_steps,
+        critic_grad_clip=float(critic.grad_clip),
+        critic_ppo_epochs=int(critic.ppo_epochs),
+        critic_ppo_mini_batch_size=critic_mini,
+        critic_micro_batch_size=int(critic.ppo_micro_batch_size_per_gpu or critic_mini),
+        critic_loss_agg_mode=str(critic.loss_agg_mode),
+        critic_loss_scale_factor=float(critic.loss_scale_factor or budget),
+        temperature=float(cfg.agent.run_config.generation_config.temperature or 1.0),
+        gradient_checkpointing=bool(model.enable_gradient_checkpointing),
+        critic_gradient_checkpointing=bool(critic.model.enable_gradient_checkpointing),
+        activation_offload=bool(model.enable_activation_offload),
+        critic_activation_offload=bool(critic.model.enable_activation_offload),
+        trust_remote_code=bool(model.trust_remote_code),
+        fsdp_offload=bool(fsdp.param_offload),
+        fsdp_reshard_after_forward=bool(fsdp.reshard_after_forward),
+        fsdp_size=int(fsdp.fsdp_size),
+        ref_fsdp_offload=bool(ref_fsdp.param_offload),
+        ref_fsdp_reshard_after_forward=bool(ref_fsdp.reshard_after_forward),
+        ref_fsdp_size=int(ref_fsdp.fsdp_size),
+        critic_fsdp_offload=bool(critic_fsdp.param_offload),
+        critic_fsdp_reshard_after_forward=bool(critic_fsdp.reshard_after_forward),
+        critic_fsdp_size=int(critic_fsdp.fsdp_size),
+        dtype="float32",
+        total_training_steps=iterations,
+    )
+
+
+def plan_datamodule(cfg: Any, topology: Topology, run_dir: Path) -> dict[str, Any]:
+    """The rollout DataModule's keyword arguments (this rank's share of each batch)."""
+    val = cfg.actor_rollout_ref.rollout.val_kwargs
+    train_temperature = cfg.agent.run_config.generation_config.temperature
+    return dict(
+        train_files=[str(f) for f in cfg.data.train_files],
+        val_files=[str(f) for f in cfg.data.val_files],
+        train_batch_size=cfg.data.train_batch_size // topology.world_size,
+        val_batch_size=cfg.data.val_batch_size,
+        prompt_key=cfg.data.prompt_key,
+        shuffle=bool(cfg.data.shuffle),
+        seed=int(cfg.data.seed),
+        # do_sample with temperature 0 samples at the training temperature
+        val_temperature=float(val.temperature or train_temperature) if val.do_sample else None,
+        val_top_p=float(val.top_p),
+        val_top_k=int(val.top_k),
+        val_n=int(val.n),
+        val_also_greedy=bool(val.also_greedy),
+        trajectory_dir=str(run_dir / "trajectories"),
+    )
+
+
+def plan_rollout(cfg: Any, topology: Topology) -> RolloutPlan:
+    """The engines, the agent and the agent loop's settings."""
+    init, run = cfg.agent.init_config, cfg.agent.run_config
+    rollout, model = cfg.actor_rollout_ref.rollout, cfg.actor_rollout_ref.model
+    gen = run.generation_config
+    if not init.model_name_or_path:
+        raise ValueError("agent.init_config.model_name_or_path (or actor_rollout_ref.model.path) is not set")
+    engine_kwargs: dict[str, Any] = {
+        "model": str(init.model_name_or_path),
+        "dtype": str(rollout.dtype) if topology.cuda_engines else "float32",
+        "seed": int(cfg.trainer.seed),
+    }
+    if model.trust_remote_code:
+        engine_kwargs["trust_remote_code"] = True
+    if not topology.cuda_engines and rollout.name == "hf":
+        engine_kwargs["device"] = "cpu"
+    if init.max_model_len:
+        engine_kwargs["max_model_len"] = int(init.max_model_len)
+    if rollout.name == "vllm":
+        engine_kwargs["gpu_memory_utilization"] = float(rollout.gpu_memory_utilization)
+        engine_kwargs["tensor_parallel_size"] = topology.tensor_parallel
+        if rollout.enforce_eager is not None:
+            engine_kwargs["enforce_eager"] = bool(rollout.enforce_eager)
+    loop = dict(
+        max_turns=int(run.max_turns),
+        num_chains=int(run.num_chains),
+        max_concurrent_chains=run.max_concurrent_chains,
+        max_tokens=int(gen.max_tokens),
+        max_model_len=int(init.max_model_len) if init.max_model_len else None,
+        max_response_len=int(rollout.response_length),
+        temperature=float(gen.temperature),
+        top_p=float(gen.top_p),
+        top_k=int(rollout.top_k),
+        train_on_last_turn=bool(cfg.agent.train_on_last_turn),
+        seed=int(cfg.trainer.seed),
+    )
+    return RolloutPlan(
+        engine=str(rollout.name),
+        num_engines=topology.num_engines,
+        engine_kwargs=engine_kwargs,
+        pool_kwargs={"num_gpus_per_engine": topology.gpus_per_engine},
+        agent_type=str(init.agent_type),
+        tool_parser=init.tool_parser_name,
+        system_prompt=init.system_prompt,
+        tools=[str(t) for t in init.tools],
+        tool_config=_plain(init.tool_config) or {},
+        reward=init.reward_name,
+        template=init.template,
+        resource_backend=str(run.context_config.resource_backend),
+        loop=loop,
+    )
+
+
+def plan_callbacks(cfg: Any, run_dir: Path, iterations: int) -> list[tuple[str, dict[str, Any]]]:
+    """agentfly's own callbacks: advantages, weight sync, iterations, KL in the reward, display."""
+    alg = cfg.algorithm
+    out: list[tuple[str, dict[str, Any]]] = [
+        ("AdvantageCallback", dict(
+            adv_estimator=str(alg.adv_estimator), gamma=float(alg.gamma), lam=float(alg.lam),
+            norm_adv_by_std_in_grpo=bool(alg.norm_adv_by_std_in_grpo),
+        )),
+        ("WeightSyncCallback", {}),
+        ("IterationCallback", dict(
+            total_iterations=iterations, checkpoint_dir=str(run_dir / "checkpoints"),
+            save_freq=int(cfg.trainer.save_freq or -1), hf_dir=str(run_dir / "hf_actor"),
+        )),
+    ]
+    if alg.use_kl_in_reward:
+        k = alg.kl_ctrl
+        out.append(("KLRewardCallback", dict(
+            kl_penalty=str(alg.kl_penalty), kl_ctrl_type=str(k.type), kl_coef=float(k.kl_coef),
+            target_kl=float(k.target_kl), horizon=int(k.horizon),
+        )))
+    names = [str(n) for n in cfg.trainer.logger]
+    if "wandb" in names:
+        out.append(("ValTrajectoryTable", {}))
+    if "console" in names:
+        out.append(("IterationProgressBar", {"total_iterations": iterations}))
+    return out
+
+
+def plan_loggers(cfg: Any, run_dir: Path) -> list[tuple[str, dict[str, Any]]]:
+    """CSV always (``run_dir/metrics``); TensorBoard and wandb when ``trainer.logger`` names them.
+
+    wandb honours its own environment (``WANDB_MODE=offline``, ``WANDB_DIR``; the run directory
+    when ``WANDB_DIR`` is unset) and takes ``project_name``/``experiment_name``.
+    """
+    import os
+
+    names = [str(n) for n in cfg.trainer.logger]
+    # one version folder per launch (a resumed run adds version_1, ...; none is overwritten)
+    out: list[tuple[str, dict[str, Any]]] = [("csv", {"save_dir": str(run_dir), "name": "metrics"})]
+    if "tensorboard" in names:
+        out.append(("tensorboard", {"save_dir": str(run_dir), "name": "tensorboard", "version": ""}))
+    if "wandb" in names:
+        out.append(("wandb", {
+            "project": str(cfg.trainer.project_name), "name": str(cfg.trainer.experiment_name),
+            "save_dir": os.environ.get("WANDB_DIR") or str(run_dir),
+        }))
+    return out
+
+
+def plan_trainer(cfg: Any, topology: Topology, needs_critic: bool) -> dict[str, Any]:
+    """``lightning.pytorch.Trainer`` settings (callbacks and loggers are added when built)."""
+    strategy = str(cfg.actor_rollout_ref.actor.strategy)
+    if strategy == "auto" and topology.world_size > 1:
+        strategy = "ddp"
+    if strategy == "ddp" and needs_critic:
+        # each backward reaches only the actor's or only the critic's parameters
+        strategy = "ddp_find_unused_parameters_true"
+    test_freq = cfg.trainer.test_freq
+    settings: dict[str, Any] = dict(
+        accelerator=topology.accelerator,
+        devices=topology.devices,
+        num_nodes=topology.nodes,
+        strategy=strategy,
+        max_epochs=-1,
+        max_steps=-1,
+        default_root_dir=str(cfg.trainer.default_local_dir),
+        enable_checkpointing=False,  # IterationCallback checkpoints every save_freq iterations
+        num_sanity_val_steps=0,
+        check_val_every_n_epoch=None,
+        val_check_interval=test_freq if test_freq and test_freq > 0 else None,
+        limit_val_batches=1.0 if test_freq and test_freq > 0 else 0,
+        log_every_n_steps=1,
+        use_distributed_sampler=False,  # IterationBatches shards prompts by rank itself
+        enable_progress_bar="console" in [str(n) for n in cfg.trainer.logger],
+    )
+    settings.update(_plain(cfg.trainer.lightning) or {})  # --trainer.<Trainer argument>
+    return settings
+
+
+def plan_run(cfg: Any, hardware: Hardware | None = None) -> RunPlan:
+    """Everything a run of ``cfg`` builds on ``hardware`` (detected when None).
+
+    Raises:
+        ConfigError: the machine cannot run what ``cfg`` asks (see
+            :func:`~agentfly.config.topology.resolve_topology`), or the batch sizes do not
+            split over the ranks that will run.
+    """
+    from agentfly.estimators import get_estimator
+
+    hw = hardware or Hardware.detect()
+    topology = resolve_topology(cfg, hw)
+    needs_critic = get_estimator(cfg.algorithm.adv_estimator).needs_critic
+    check_batches(cfg, topology.world_size, needs_critic)
+    run_dir = Path(str(cfg.trainer.default_local_dir))
+    iterations = total_iterations(cfg)
+    notes = list(topology.notes)
+    if topology.cpu_fallback:
+        notes += _cpu_notes(cfg)
+    return RunPlan(
+        topology=topology,
+        iterations=iterations,
+        run_dir=str(run_dir),
+        module=plan_module(cfg, topology, iterations),
+        datamodule=plan_datamodule(cfg, topology, run_dir),
+        rollout=plan_rollout(cfg, topology),
+        callbacks=plan_callbacks(cfg, run_dir, iterations),
+        user_callbacks=list(_plain(cfg.trainer.callbacks) or []),
+        loggers=plan_loggers(cfg, run_dir),
+        trainer=plan_trainer(cfg, topology, needs_critic),
+        seed=int(cfg.trainer.seed),
+        num_threads=cfg.trainer.num_threads,
+        resume_mode=str(cfg.trainer.resume_mode),
+        resume_from_path=cfg.trainer.resume_from_path,
+        notes=notes,
+    )
+
+
+def _cpu_notes(cfg: Any) -> list[str]:
+    """GPU-only settings the CPU fallback cannot use, named once."""
+    from agentfly.config.topology import offload_keys
+
+    offloads = offload_keys(cfg)
+    if not offloads:
+        return []
+    return [f"no GPU: nothing to offload to the CPU ({', '.join(offloads)} have no effect)"]

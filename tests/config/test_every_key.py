@@ -1,0 +1,391 @@
+"""A setting is a promise: every key of the schema, one by one, changes what a component of the run
+receives (the run's plan, :func:`agentfly.plan.plan_run`: the module's, data module's, engines',
+agent loop's, callbacks', loggers' and Trainer's arguments), or is refused at compose time with the
+reason. A key set where another setting turns it off is named in a warning
+(:mod:`agentfly.config.inactive`), never dropped in silence.
+
+Each case sets one key to a new valid value, in a context where it is in use, and compares plans.
+A key added to the schema without a case here fails ``test_every_key_has_a_case``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentfly.config import LINKED, ConfigError, canonical_key, load_config
+from agentfly.config.inactive import RULES
+from agentfly.config.keys import schema_keys
+from agentfly.config.topology import Hardware
+from agentfly.plan import plan_run
+
+TWO_GPUS = Hardware(gpus=2, cpus=8)
+
+# Every optional part on: a critic (gae), KL in the loss and in the reward, sampled validation,
+# wandb and console loggers, two GPU ranks, two mini-batches per rollout (the rollout-time
+# log-prob pass runs).
+BASE = [
+    "actor_rollout_ref.model.path=/models/policy",
+    "critic.model.path=/models/critic",
+    "algorithm.adv_estimator=gae",
+    "agent.init_config.reward_name=math_equal_reward_tool",
+    "agent.init_config.tools=[calculator]",
+    "data.train_batch_size=8",
+    "agent.run_config.num_chains=4",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=16",
+    "critic.ppo_mini_batch_size=16",
+    "actor_rollout_ref.actor.use_kl_loss=True",
+    "algorithm.use_kl_in_reward=True",
+    "actor_rollout_ref.rollout.val_kwargs.do_sample=True",
+    "trainer.logger=[console,wandb]",
+    "trainer.n_gpus_per_node=2",
+    "trainer.total_training_steps=10",
+    "trainer.test_freq=5",
+]
+
+FSDP = ["actor_rollout_ref.actor.strategy=fsdp"]
+VLLM = ["actor_rollout_ref.rollout.name=vllm"]
+COSINE = ["actor_rollout_ref.actor.optim.warmup_style=cosine"]
+CRITIC_COSINE = ["critic.optim.warmup_style=cosine"]
+NO_STEPS = ["trainer.total_training_steps=null"]
+DR_GRPO_LOSS = ["actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum-norm"]
+GRPO = ["algorithm.adv_estimator=grpo"]
+RATIO = ["actor_rollout_ref.actor.optim.lr_warmup_steps=-1"]
+CRITIC_RATIO = ["critic.optim.lr_warmup_steps=-1"]
+
+# key -> (new value, context overrides). Values are Hydra words, as on the command line.
+CHANGES: dict[str, tuple[str, list[str]]] = {
+    "data.train_files": ("[{data}/other.json]", []),
+    "data.val_files": ("[{data}/other.json]", []),
+    "data.train_batch_size": ("16", ["actor_rollout_ref.actor.ppo_mini_batch_size=32", "critic.ppo_mini_batch_size=32"]),
+    "data.val_batch_size": ("4", []),
+    "data.prompt_key": ("problem", []),
+    "data.shuffle": ("false", []),
+    "data.seed": ("7", []),
+    "agent.train_on_last_turn": ("true", []),
+    "agent.init_config.agent_type": ("react", []),
+    "agent.init_config.model_name_or_path": ("/models/other", []),
+    "agent.init_config.template": ("qwen2.5", []),
+    "agent.init_config.tools": ("[calculator,answer]", []),
+    "agent.init_config.reward_name": ("math_equal_reward", []),
+    "agent.init_config.tool_parser_name": ("react", []),
+    "agent.init_config.max_model_len": ("1024", []),
+    "agent.init_config.system_prompt": ("Be brief.", []),
+    "agent.init_config.tool_config": ("{calculator: {timeout: 3}}", []),
+    "agent.run_config.max_turns": ("5", []),
+    "agent.run_config.num_chains": ("2", []),
+    "agent.run_config.max_concurrent_chains": ("4", []),
+    "agent.run_config.generation_config.max_tokens": ("64", []),
+    "agent.run_config.generation_config.temperature": ("0.7", []),
+    "agent.run_config.generation_config.top_p": ("0.9", []),
+    "agent.run_config.context_config.resource_backend": ("ray", []),
+    "algorithm.adv_estimator": ("grpo", []),
+    "algorithm.gamma": ("0.9", []),
+    "algorithm.lam": ("0.9", []),
+    "algorithm.norm_adv_by_std_in_grpo": ("false", GRPO),
+    "algorithm.use_kl_in_reward": ("false", []),
+    "algorithm.kl_penalty": ("low_var_kl", []),
+    "algorithm.kl_ctrl.type": ("adaptive", []),
+    "algorithm.kl_ctrl.kl_coef": ("0.01", []),
+    "algorithm.kl_ctrl.target_kl": ("0.5", []),
+    "algorithm.kl_ctrl.horizon": ("100", []),
+    "actor_rollout_ref.actor.strategy": ("fsdp", []),
+    "actor_rollout_ref.actor.ppo_mini_batch_size": ("8", []),
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": ("2", []),
+    "actor_rollout_ref.actor.ppo_epochs": ("2", []),
+    "actor_rollout_ref.actor.shuffle": ("true", []),
+    "actor_rollout_ref.actor.clip_ratio": ("0.3", []),
+    "actor_rollout_ref.actor.clip_ratio_low": ("0.1", []),
+    "actor_rollout_ref.actor.clip_ratio_high": ("0.28", []),
+    "actor_rollout_ref.actor.clip_ratio_c": ("5.0", []),
+    "actor_rollout_ref.actor.loss_agg_mode": ("seq-mean-token-mean", []),
+    "actor_rollout_ref.actor.loss_scale_factor": ("1024", DR_GRPO_LOSS),
+    "actor_rollout_ref.actor.grad_clip": ("0.5", []),
+    "actor_rollout_ref.actor.use_kl_loss": ("false", []),
+    "actor_rollout_ref.actor.kl_loss_coef": ("0.1", []),
+    "actor_rollout_ref.actor.kl_loss_type": ("mse", []),
+    "actor_rollout_ref.actor.entropy_coeff": ("0.0", []),
+    "actor_rollout_ref.actor.optim.lr": ("1e-5", []),
+    "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio": ("0.5", RATIO),
+    "actor_rollout_ref.actor.optim.lr_warmup_steps": ("3", []),
+    "actor_rollout_ref.actor.optim.weight_decay": ("0.1", []),
+    "actor_rollout_ref.actor.optim.betas": ("[0.9,0.95]", []),
+    "actor_rollout_ref.actor.optim.warmup_style": ("cosine", []),
+    "actor_rollout_ref.actor.optim.min_lr_ratio": ("0.1", COSINE),
+    "actor_rollout_ref.actor.optim.num_cycles": ("1.0", COSINE),
+    "actor_rollout_ref.actor.fsdp_config.reshard_after_forward": ("false", FSDP),
+    "actor_rollout_ref.actor.fsdp_config.fsdp_size": ("1", FSDP),
+    "actor_rollout_ref.model.path": ("/models/other", []),
+    "actor_rollout_ref.model.enable_gradient_checkpointing": ("true", []),
+    "actor_rollout_ref.model.enable_activation_offload": ("true", []),
+    "actor_rollout_ref.model.trust_remote_code": ("true", []),
+    "actor_rollout_ref.rollout.name": ("vllm", []),
+    "actor_rollout_ref.rollout.temperature": ("0.7", []),
+    "actor_rollout_ref.rollout.top_p": ("0.9", []),
+    "actor_rollout_ref.rollout.top_k": ("20", []),
+    "actor_rollout_ref.rollout.response_length": ("1024", []),
+    "actor_rollout_ref.rollout.gpu_memory_utilization": ("0.8", VLLM),
+    "actor_rollout_ref.rollout.tensor_model_parallel_size": ("2", VLLM),
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": ("2", []),
+    "actor_rollout_ref.rollout.num_engines": ("1", []),
+    "actor_rollout_ref.rollout.dtype": ("float16", []),
+    "actor_rollout_ref.rollout.enforce_eager": ("true", VLLM),
+    "actor_rollout_ref.rollout.val_kwargs.temperature": ("0.5", []),
+    "actor_rollout_ref.rollout.val_kwargs.top_p": ("0.5", []),
+    "actor_rollout_ref.rollout.val_kwargs.top_k": ("5", []),
+    "actor_rollout_ref.rollout.val_kwargs.do_sample": ("false", []),
+    "actor_rollout_ref.rollout.val_kwargs.n": ("3", []),
+    "actor_rollout_ref.rollout.val_kwargs.also_greedy": ("true", []),
+    "actor_rollout_ref.ref.fsdp_config.param_offload": ("true", FSDP),
+    "actor_rollout_ref.ref.fsdp_config.reshard_after_forward": ("false", FSDP),
+    "actor_rollout_ref.ref.fsdp_config.fsdp_size": ("1", FSDP),
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": ("2", []),
+    "critic.model.path": ("/models/other", []),
+    "critic.model.enable_gradient_checkpointing": ("false", []),
+    "critic.model.enable_activation_offload": ("true", []),
+    "critic.model.fsdp_config.reshard_after_forward": ("false", FSDP),
+    "critic.model.fsdp_config.fsdp_size": ("1", FSDP),
+    "critic.optim.lr": ("1e-4", []),
+    "critic.optim.lr_warmup_steps_ratio": ("0.5", CRITIC_RATIO),
+    "critic.optim.lr_warmup_steps": ("3", []),
+    "critic.optim.weight_decay": ("0.1", []),
+    "critic.optim.betas": ("[0.9,0.95]", []),
+    "critic.optim.warmup_style": ("cosine", []),
+    "critic.optim.min_lr_ratio": ("0.1", CRITIC_COSINE),
+    "critic.optim.num_cycles": ("1.0", CRITIC_COSINE),
+    "critic.ppo_mini_batch_size": ("8", []),
+    "critic.ppo_micro_batch_size_per_gpu": ("2", []),
+    "critic.ppo_epochs": ("3", []),
+    "critic.cliprange_value": ("0.2", []),
+    "critic.grad_clip": ("0.5", []),
+    "critic.loss_agg_mode": ("seq-mean-token-sum", []),
+    "critic.loss_scale_factor": ("1024", ["critic.loss_agg_mode=seq-mean-token-sum-norm"]),
+    "trainer.project_name": ("other", []),
+    "trainer.experiment_name": ("other", []),
+    "trainer.logger": ("[console,tensorboard]", []),
+    "trainer.n_gpus_per_node": ("1", ["actor_rollout_ref.actor.ppo_mini_batch_size=8", "critic.ppo_mini_batch_size=8"]),
+    "trainer.nnodes": ("2", []),
+    "trainer.device": ("cpu", []),
+    "trainer.total_training_steps": ("20", []),
+    "trainer.total_epochs": ("2", NO_STEPS),
+    "trainer.save_freq": ("3", []),
+    "trainer.test_freq": ("2", []),
+    "trainer.critic_warmup": ("2", []),
+    "trainer.resume_mode": ("disable", []),
+    "trainer.resume_from_path": ("/ckpt/b.ckpt", ["trainer.resume_mode=resume_path", "trainer.resume_from_path=/ckpt/a.ckpt"]),
+    "trainer.default_local_dir": ("/runs/other", []),
+    "trainer.seed": ("7", []),
+    "trainer.num_threads": ("1", []),
+    "trainer.lightning": ("{precision: bf16-mixed}", []),
+    "trainer.callbacks": ("[LearningRateMonitor]", []),
+}
+
+# key -> (a value this build cannot honour, context): refused at compose time, naming the key.
+REFUSED: dict[str, tuple[str, list[str]]] = {
+    "agent.use_agent": ("false", []),
+    "agent.init_config.backend": ("verl", []),
+    "actor_rollout_ref.actor.ulysses_sequence_parallel_size": ("2", []),
+    "actor_rollout_ref.ref.ulysses_sequence_parallel_size": ("2", []),
+    "critic.ulysses_sequence_parallel_size": ("2", []),
+    "actor_rollout_ref.model.use_remove_padding": ("true", []),
+    "critic.model.use_remove_padding": ("true", []),
+    "actor_rollout_ref.rollout.n": ("2", []),
+    "actor_rollout_ref.ref.fsdp_config.optimizer_offload": ("true", FSDP),
+    # FSDP2 keeps the optimizer state with the parameters: the two offloads go together
+    "actor_rollout_ref.actor.fsdp_config.param_offload": ("true", FSDP),
+    "actor_rollout_ref.actor.fsdp_config.optimizer_offload": ("true", FSDP),
+    "critic.model.fsdp_config.param_offload": ("true", FSDP),
+    "critic.model.fsdp_config.optimizer_offload": ("true", FSDP),
+}
+
+# Both offload keys together are honoured (the refusals above cover one without the other).
+PAIRS: dict[str, tuple[list[str], list[str]]] = {
+    "actor_rollout_ref.actor.fsdp_config": (
+        ["actor_rollout_ref.actor.fsdp_config.param_offload=true", "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true"],
+        FSDP,
+    ),
+    "critic.model.fsdp_config": (
+        ["critic.model.fsdp_config.param_offload=true", "critic.model.fsdp_config.optimizer_offload=true"],
+        FSDP,
+    ),
+}
+
+# Read by the command line or the fit loop rather than handed to a component: checked apart.
+ELSEWHERE = {"trainer.print_config", "trainer.val_before_train"}
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("every_key")
+    rows = [{"question": f"What is {i}+1?", "problem": f"{i}+1", "answer": str(i + 1)} for i in range(40)]
+    for name in ("train", "val", "other"):
+        (root / f"{name}.json").write_text(json.dumps(rows))
+    return root
+
+
+def base(data: Path) -> list[str]:
+    return [*BASE, f"data.train_files=[{data}/train.json]", f"data.val_files=[{data}/val.json]"]
+
+
+def compose(args: list[str]) -> Any:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return load_config(args)
+
+
+def plan_of(args: list[str], hw: Hardware = TWO_GPUS) -> dict[str, Any]:
+    plan = plan_run(compose(args), hw)
+    out = dataclasses.asdict(plan)
+    out.pop("notes")
+    return out
+
+
+def differences(a: dict[str, Any], b: dict[str, Any], prefix: str = "") -> list[str]:
+    out = []
+    for k in sorted(set(a) | set(b)):
+        va, vb = a.get(k), b.get(k)
+        if isinstance(va, dict) and isinstance(vb, dict):
+            out += differences(va, vb, f"{prefix}{k}.")
+        elif va != vb:
+            out.append(f"{prefix}{k}")
+    return out
+
+
+def test_every_key_has_a_case():
+    leaves, _ = schema_keys()
+    covered = set(CHANGES) | set(REFUSED) | ELSEWHERE
+    assert sorted(set(leaves) - covered) == [], "keys without a case: add them to CHANGES or REFUSED"
+    assert sorted(covered - set(leaves)) == []
+
+
+def without_partner(args: list[str], key: str) -> list[str]:
+    """``args`` less the key linked to ``key`` (two linked keys set to different values in one
+    source is an error; the later source wins, as when a user overrides a file)."""
+    partners = {b for a, b in LINKED if a == key} | {a for a, b in LINKED if b == key}
+    return [a for a in args if a.split("=")[0] not in partners]
+
+
+@pytest.mark.parametrize("key", sorted(CHANGES))
+def test_changing_the_key_changes_what_a_component_receives(data, key):
+    value, context = CHANGES[key]
+    args = [*base(data), *context]
+    before = plan_of(args)
+    after = plan_of([*without_partner(args, key), f"{key}={value.replace('{data}', str(data))}"])
+    assert differences(before, after), f"{key}={value} changed nothing in the run's plan"
+
+
+@pytest.mark.parametrize("key", sorted(REFUSED))
+def test_a_value_this_build_cannot_honour_is_refused_with_the_reason(data, key):
+    value, context = REFUSED[key]
+    with pytest.raises(ConfigError) as err:
+        compose([*base(data), *context, f"{key}={value}"])
+    assert key in str(err.value) and "not supported" in str(err.value)
+
+
+@pytest.mark.parametrize("prefix", sorted(PAIRS))
+def test_offloading_parameters_and_optimizer_together_reaches_the_module(data, prefix):
+    both, context = PAIRS[prefix]
+    changed = differences(plan_of([*base(data), *context]), plan_of([*base(data), *context, *both]))
+    assert any("fsdp_offload" in d for d in changed), changed
+
+
+def test_print_config_prints_the_config(data, capsys, monkeypatch):
+    from agentfly import cli
+
+    monkeypatch.setattr("agentfly.fit.run_fit", lambda cfg, stage="fit": {})
+    assert cli.main(["fit", *base(data)]) == 0
+    assert "adv_estimator: gae" not in capsys.readouterr().out
+    assert cli.main(["fit", *base(data), "trainer.print_config=true"]) == 0
+    assert "adv_estimator: gae" in capsys.readouterr().out
+
+
+def test_val_before_train_decides_the_first_validation(data):
+    from agentfly import fit
+
+    calls: list[str] = []
+
+    class Trainer:
+        callback_metrics: dict[str, float] = {}  # noqa: RUF012
+        limit_val_batches = 0
+
+        def validate(self, *args, **kwargs):
+            calls.append("validate")
+
+        def fit(self, *args, **kwargs):
+            calls.append("fit")
+
+    class Module:
+        iteration = 10
+
+    for flag, expected in (("true", ["validate", "fit"]), ("false", ["fit"])):
+        calls.clear()
+        cfg = compose([*base(data), f"trainer.val_before_train={flag}"])
+        fit._run(cfg, "fit", Trainer(), Module(), None, None)
+        assert calls == expected, flag
+
+
+# ------------------------------------------------------------------- inactive keys are named
+
+
+def _warning(args: list[str]) -> str:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        load_config(args)
+    return " ".join(str(w.message) for w in caught)
+
+
+# a context where each rule's reason holds, and a key it covers with a non-default value
+INACTIVE = [
+    ("agent.init_config.backend_config.backend=async_verl", []),
+    ("agent.use_agent=true", []),
+    ("critic.ppo_epochs=3", GRPO),
+    ("trainer.critic_warmup=2", GRPO),
+    ("algorithm.kl_ctrl.kl_coef=0.01", ["algorithm.use_kl_in_reward=false"]),
+    ("actor_rollout_ref.actor.kl_loss_coef=0.1", ["actor_rollout_ref.actor.use_kl_loss=false"]),
+    ("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=2",
+     ["actor_rollout_ref.actor.use_kl_loss=false", "algorithm.use_kl_in_reward=false"]),
+    ("actor_rollout_ref.actor.fsdp_config.fsdp_size=1", []),
+    ("actor_rollout_ref.rollout.gpu_memory_utilization=0.8", []),
+    ("actor_rollout_ref.rollout.val_kwargs.top_p=0.5", ["actor_rollout_ref.rollout.val_kwargs.do_sample=false"]),
+    ("data.val_batch_size=4", ["data.val_files=[]"]),
+    ("trainer.total_epochs=2", []),
+    ("trainer.resume_from_path=/ckpt", []),
+    ("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2",
+     ["algorithm.use_kl_in_reward=false", "actor_rollout_ref.actor.ppo_mini_batch_size=32", "critic.ppo_mini_batch_size=32"]),
+    ("actor_rollout_ref.actor.optim.min_lr_ratio=0.1", []),
+    ("critic.optim.num_cycles=1.0", []),
+    ("actor_rollout_ref.actor.optim.lr_warmup_steps_ratio=0.1", ["actor_rollout_ref.actor.optim.lr_warmup_steps=3"]),
+    ("critic.optim.lr_warmup_steps_ratio=0.1", ["critic.optim.lr_warmup_steps=3"]),
+    ("actor_rollout_ref.actor.clip_ratio=0.3",
+     ["actor_rollout_ref.actor.clip_ratio_low=0.2", "actor_rollout_ref.actor.clip_ratio_high=0.28"]),
+    ("data.seed=3", ["data.shuffle=false"]),
+    ("algorithm.norm_adv_by_std_in_grpo=false", []),
+    ("algorithm.gamma=0.9", GRPO),
+    ("algorithm.lam=0.9", GRPO),
+    ("actor_rollout_ref.actor.loss_scale_factor=100", []),
+    ("critic.loss_scale_factor=100", []),
+]
+
+
+def test_every_rule_has_a_case():
+    for rule in RULES:
+        assert any(rule.covers(canonical_key(arg.split("=")[0])) for arg, _ in INACTIVE), rule.prefixes
+
+
+@pytest.mark.parametrize(("arg", "context"), INACTIVE)
+def test_a_key_another_setting_turns_off_is_named(data, arg, context):
+    key = canonical_key(arg.split("=")[0])
+    said = _warning([*base(data), *context, arg])
+    assert f"{key} (" in said, said
+    assert f"{key} (" not in _warning([*base(data), *context])  # only what the user set
+
+
+def test_wandb_names_without_wandb_are_named(data):
+    args = [*base(data), "trainer.logger=[console]", "trainer.default_local_dir=/runs/x", "trainer.project_name=p"]
+    assert "trainer.project_name (" in _warning(args)
+    assert "trainer.project_name (" not in _warning([*args[:-2], "trainer.project_name=p"])  # names the run dir
