@@ -223,24 +223,18 @@ def build_callbacks(cfg: Any, run_dir: Path, total: int) -> list[Any]:
 
 
 def build_loggers(cfg: Any, run_dir: Path) -> list[Any]:
-    """CSV always (``run_dir/metrics``); TensorBoard and wandb when ``trainer.logger`` names them.
+    """CSV always (``run_dir/metrics``); TensorBoard (``run_dir/tensorboard``) and wandb when
+    ``trainer.logger`` names them; ``console`` is the progress bar (see :func:`build_callbacks`).
 
     wandb honours its own environment (``WANDB_MODE=offline``, ``WANDB_DIR``; the run directory
     when ``WANDB_DIR`` is unset) and takes ``project_name``/``experiment_name``.
     """
-    import importlib.util
-
     from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger, WandbLogger
 
     names = [str(n) for n in cfg.trainer.logger]
     # one version folder per launch (a resumed run adds version_1, ...; none is overwritten)
     loggers: list[Any] = [CSVLogger(str(run_dir), name="metrics")]
     if "tensorboard" in names:
-        if not any(importlib.util.find_spec(m) for m in ("tensorboard", "tensorboardX")):
-            raise ValueError(
-                "trainer.logger names 'tensorboard' but neither tensorboard nor tensorboardX is "
-                "installed (pip install tensorboard), or drop it: metrics are written as CSV anyway"
-            )
         loggers.append(TensorBoardLogger(str(run_dir), name="tensorboard", version=""))
     if "wandb" in names:
         save_dir = os.environ.get("WANDB_DIR") or str(run_dir)
@@ -250,8 +244,24 @@ def build_loggers(cfg: Any, run_dir: Path) -> list[Any]:
     return loggers
 
 
-def resume_path(cfg: Any, run_dir: Path) -> str | None:
+def resume_path(cfg: Any, run_dir: Path, ckpt_path: str | None = None) -> str | None:
+    """The checkpoint a fit resumes from, or that ``validate``/``test`` score; None: the base model.
+
+    ``ckpt_path`` (the command line's ``--ckpt_path``) names it outright; it must exist, and it
+    contradicts ``resume_mode=disable`` or a different ``resume_from_path``. Otherwise
+    ``resume_mode`` decides: ``resume_path`` takes ``resume_from_path``, ``auto`` the newest of
+    ``checkpoints/last.ckpt`` (else the last ``iter_*.ckpt``) and SLURM's ``hpc_ckpt_*.ckpt``.
+    """
     mode = cfg.trainer.resume_mode
+    if ckpt_path is not None:
+        path = Path(ckpt_path)
+        if not path.exists():
+            raise FileNotFoundError(f"--ckpt_path {path} does not exist")
+        named = cfg.trainer.resume_from_path
+        if mode == "disable" or (mode == "resume_path" and Path(str(named)).resolve() != path.resolve()):
+            given = f"resume_from_path={named}" if mode == "resume_path" else "resume_mode=disable"
+            raise ValueError(f"--ckpt_path {path} contradicts trainer.{given}: give one of them")
+        return str(path)
     if mode == "disable":
         return None
     if mode == "resume_path":
@@ -272,8 +282,11 @@ def resume_path(cfg: Any, run_dir: Path) -> str | None:
     return str(max(candidates, key=lambda p: p.stat().st_mtime))
 
 
-def build_trainer(cfg: Any) -> tuple[Any, Any, Any, str | None]:
-    """(Lightning Trainer, module, data module, checkpoint to resume from)."""
+def build_trainer(cfg: Any, ckpt_path: str | None = None) -> tuple[Any, Any, Any, str | None]:
+    """(Lightning Trainer, module, data module, checkpoint to resume from or to validate).
+
+    ``ckpt_path``: the checkpoint named on the command line (see :func:`resume_path`).
+    """
     import lightning.pytorch as pl
     from lightning.fabric.plugins.environments import SLURMEnvironment
     from omegaconf import OmegaConf
@@ -281,6 +294,8 @@ def build_trainer(cfg: Any) -> tuple[Any, Any, Any, str | None]:
     from agentfly.config.lightning_args import build_callbacks as build_lightning_callbacks
     from agentfly.estimators import get_estimator
 
+    run_dir = Path(str(cfg.trainer.default_local_dir))
+    ckpt = resume_path(cfg, run_dir, ckpt_path)  # a missing checkpoint fails before anything starts
     check_engine(cfg)
     needs_critic = get_estimator(cfg.algorithm.adv_estimator).needs_critic
     if cfg.trainer.num_threads:
@@ -290,7 +305,6 @@ def build_trainer(cfg: Any) -> tuple[Any, Any, Any, str | None]:
     pl.seed_everything(int(cfg.trainer.seed), workers=True)
     accelerator, devices, nodes = _world(cfg)
     world = devices * nodes
-    run_dir = Path(str(cfg.trainer.default_local_dir))
     run_dir.mkdir(parents=True, exist_ok=True)
     strategy: Any = cfg.actor_rollout_ref.actor.strategy
     if strategy == "fsdp":
@@ -334,17 +348,18 @@ def build_trainer(cfg: Any) -> tuple[Any, Any, Any, str | None]:
     trainer = pl.Trainer(**settings)
     module = build_module(cfg, world, total)
     datamodule = build_datamodule(cfg, world, run_dir)
-    return trainer, module, datamodule, resume_path(cfg, run_dir)
+    return trainer, module, datamodule, ckpt
 
 
-def run_fit(cfg: Any, stage: str = "fit") -> dict[str, float]:
+def run_fit(cfg: Any, stage: str = "fit", ckpt_path: str | None = None) -> dict[str, float]:
     """Validate (``val_before_train``), train, validate again, then print and write the run's report
     (:mod:`agentfly.report`: before → after table, sample trajectories, ``training_curves.png``);
-    returns the last logged metrics."""
+    returns the last logged metrics. ``stage`` ``validate``/``test`` only validates, the checkpoint
+    that :func:`resume_path` finds (``ckpt_path`` first) or else the base model."""
     import time
 
     start = time.perf_counter()
-    trainer, module, datamodule, ckpt = build_trainer(cfg)
+    trainer, module, datamodule, ckpt = build_trainer(cfg, ckpt_path)
     try:
         metrics = _run(cfg, stage, trainer, module, datamodule, ckpt)
     finally:
@@ -368,6 +383,14 @@ def _run(cfg: Any, stage: str, trainer: Any, module: Any, datamodule: Any, ckpt:
     # an explicit validation covers the whole set, or the user's --trainer.limit_val_batches
     limit = cfg.trainer.lightning.get("limit_val_batches", 1.0)
     if stage in ("validate", "test"):
+        if ckpt is None and trainer.is_global_zero:
+            why = "trainer.resume_mode=disable" if cfg.trainer.resume_mode == "disable" else (
+                f"trainer.resume_mode={cfg.trainer.resume_mode} found none in {cfg.trainer.default_local_dir}"
+            )
+            logger.warning(
+                "%s: no checkpoint (no --ckpt_path, %s): validating the base model %s",
+                stage, why, cfg.actor_rollout_ref.model.path,
+            )
         _validate(trainer, module, datamodule, limit, ckpt)
         return {k: float(v) for k, v in trainer.callback_metrics.items()}
     if has_val and cfg.trainer.val_before_train and ckpt is None:
