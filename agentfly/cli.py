@@ -4,7 +4,9 @@
 the same config as training and writes one JSON line per chain plus a summary. Both override
 styles work and may be mixed: the seeds' Hydra-style ``agent.run_config.num_chains=4`` and
 LightningCLI-style ``--agent.run_config.num_chains 4``. ``agentfly fit`` (or ``train``, as the seeds spell it)
-trains with the same config; ``validate``/``test`` roll out the validation set.
+trains with the same config; ``validate``/``test`` roll out the validation set with the weights
+of ``--ckpt_path`` (LightningCLI's flag; for ``fit`` the checkpoint to resume from), else of the
+checkpoint ``trainer.resume_mode`` finds, else of the base model (said once).
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ def _fit(args: argparse.Namespace) -> int:
         if args.print_config:
             return 0
     try:
-        metrics = run_fit(cfg, stage=args.command)
+        metrics = run_fit(cfg, stage=args.command, ckpt_path=args.ckpt_path)
     except (ValueError, FileNotFoundError, KeyError) as e:
         print(f"agentfly: {e}", file=sys.stderr)
         return 2
@@ -145,13 +147,19 @@ def build_parser() -> argparse.ArgumentParser:
     for name, helptext in (
         ("fit", "train (the seeds' `python -m agentfly.cli train ...` is the same command)"),
         ("train", "same as fit"),
-        ("validate", "roll out the validation set with the (resumed) actor"),
+        ("validate", "roll out the validation set with a checkpoint's actor (--ckpt_path, or the "
+         "one trainer.resume_mode finds; else the base model)"),
         ("test", "same as validate"),
     ):
         sp = sub.add_parser(name, help=helptext)
         sp.add_argument("overrides", nargs="*", help="key=value config overrides (Hydra syntax)")
         sp.add_argument("--config", help="a YAML config (e.g. conf/examples/gsm8k_calculator.yaml)")
         sp.add_argument("--print_config", action="store_true", help="print the resolved config and exit")
+        sp.add_argument(
+            "--ckpt_path",
+            help="a checkpoint: fit resumes from it, validate/test score it (instead of the one "
+            "trainer.resume_mode finds)",
+        )
         sp.set_defaults(func=_fit)
     return parser
 

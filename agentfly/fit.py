@@ -130,15 +130,32 @@ def build_callbacks(plan: RunPlan) -> list[Any]:
 
 
 def build_loggers(plan: RunPlan) -> list[Any]:
+    """CSV always, TensorBoard and wandb when ``trainer.logger`` names them
+    (:func:`agentfly.plan.plan_loggers`); ``console`` is the progress bar (a callback)."""
     from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger, WandbLogger
 
     kinds = {"csv": CSVLogger, "tensorboard": TensorBoardLogger, "wandb": WandbLogger}
     return [kinds[kind](**kwargs) for kind, kwargs in plan.loggers]
 
 
-def resume_path(plan: RunPlan) -> str | None:
-    """The checkpoint a run continues from (``trainer.resume_mode``), or None."""
+def resume_path(plan: RunPlan, ckpt_path: str | None = None) -> str | None:
+    """The checkpoint a fit resumes from, or that ``validate``/``test`` score; None: the base model.
+
+    ``ckpt_path`` (the command line's ``--ckpt_path``) names it outright; it must exist, and it
+    contradicts ``resume_mode=disable`` or a different ``resume_from_path``. Otherwise
+    ``resume_mode`` decides: ``resume_path`` takes ``resume_from_path``, ``auto`` the newest of
+    ``checkpoints/last.ckpt`` (else the last ``iter_*.ckpt``) and SLURM's ``hpc_ckpt_*.ckpt``.
+    """
     mode, run_dir = plan.resume_mode, Path(plan.run_dir)
+    if ckpt_path is not None:
+        path = Path(ckpt_path)
+        if not path.exists():
+            raise FileNotFoundError(f"--ckpt_path {path} does not exist")
+        named = plan.resume_from_path
+        if mode == "disable" or (mode == "resume_path" and Path(str(named)).resolve() != path.resolve()):
+            given = f"resume_from_path={named}" if mode == "resume_path" else "resume_mode=disable"
+            raise ValueError(f"--ckpt_path {path} contradicts trainer.{given}: give one of them")
+        return str(path)
     if mode == "disable":
         return None
     if mode == "resume_path":
@@ -159,12 +176,19 @@ def resume_path(plan: RunPlan) -> str | None:
     return str(max(candidates, key=lambda p: p.stat().st_mtime))
 
 
-def build_trainer(cfg: Any, hardware: Hardware | None = None) -> tuple[Any, Any, Any, str | None]:
-    """(Lightning Trainer, module, data module, checkpoint to resume from)."""
+def build_trainer(
+    cfg: Any, ckpt_path: str | None = None, hardware: Hardware | None = None
+) -> tuple[Any, Any, Any, str | None]:
+    """(Lightning Trainer, module, data module, checkpoint to resume from or to validate).
+
+    ``ckpt_path``: the checkpoint named on the command line (see :func:`resume_path`);
+    ``hardware``: the machine (detected when None).
+    """
     import lightning.pytorch as pl
     from lightning.fabric.plugins.environments import SLURMEnvironment
 
     plan = make_plan(cfg, hardware)
+    ckpt = resume_path(plan, ckpt_path)  # a missing checkpoint fails before anything starts
     check_engine(cfg)
     if plan.num_threads:
         import torch
@@ -188,17 +212,18 @@ def build_trainer(cfg: Any, hardware: Hardware | None = None) -> tuple[Any, Any,
     trainer = pl.Trainer(**settings, callbacks=callbacks, logger=build_loggers(plan))
     module = build_module(plan)
     datamodule = build_datamodule(cfg, plan)
-    return trainer, module, datamodule, resume_path(plan)
+    return trainer, module, datamodule, ckpt
 
 
-def run_fit(cfg: Any, stage: str = "fit") -> dict[str, float]:
+def run_fit(cfg: Any, stage: str = "fit", ckpt_path: str | None = None) -> dict[str, float]:
     """Validate (``val_before_train``), train, validate again, then print and write the run's report
     (:mod:`agentfly.report`: before → after table, sample trajectories, ``training_curves.png``);
-    returns the last logged metrics."""
+    returns the last logged metrics. ``stage`` ``validate``/``test`` only validates, the checkpoint
+    that :func:`resume_path` finds (``ckpt_path`` first) or else the base model."""
     import time
 
     start = time.perf_counter()
-    trainer, module, datamodule, ckpt = build_trainer(cfg)
+    trainer, module, datamodule, ckpt = build_trainer(cfg, ckpt_path)
     try:
         metrics = _run(cfg, stage, trainer, module, datamodule, ckpt)
     finally:
@@ -222,6 +247,14 @@ def _run(cfg: Any, stage: str, trainer: Any, module: Any, datamodule: Any, ckpt:
     # an explicit validation covers the whole set, or the user's --trainer.limit_val_batches
     limit = cfg.trainer.lightning.get("limit_val_batches", 1.0)
     if stage in ("validate", "test"):
+        if ckpt is None and trainer.is_global_zero:
+            why = "trainer.resume_mode=disable" if cfg.trainer.resume_mode == "disable" else (
+                f"trainer.resume_mode={cfg.trainer.resume_mode} found none in {cfg.trainer.default_local_dir}"
+            )
+            logger.warning(
+                "%s: no checkpoint (no --ckpt_path, %s): validating the base model %s",
+                stage, why, cfg.actor_rollout_ref.model.path,
+            )
         _validate(trainer, module, datamodule, limit, ckpt)
         return {k: float(v) for k, v in trainer.callback_metrics.items()}
     if has_val and cfg.trainer.val_before_train and ckpt is None:

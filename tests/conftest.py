@@ -33,3 +33,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def ray_tmpdir(monkeypatch: pytest.MonkeyPatch):
+    """A short RAY_TMPDIR of this test's own (Ray's socket paths must stay under 108 bytes, which
+    pytest's tmp_path can exceed), removed afterwards."""
+    import shutil
+    import tempfile
+
+    path = tempfile.mkdtemp(prefix="ray", dir="/tmp")
+    monkeypatch.setenv("RAY_TMPDIR", path)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)

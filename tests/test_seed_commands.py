@@ -83,7 +83,7 @@ def local_args(seed, data, local_dir, model, corpus=None, extra=(), steps=2):
          ["trainer.n_gpus_per_node=4 -> 1 CPU process", "one rollout engine"]),
     ],
 )
-def test_seed_command_trains_on_the_cpu(local, tmp_path, monkeypatch, caplog, name, seed, data, with_corpus, engines, says):
+def test_seed_command_trains_on_the_cpu(local, tmp_path, monkeypatch, ray_tmpdir, caplog, name, seed, data, with_corpus, engines, says):
     import logging
 
     if torch.cuda.is_available():
@@ -91,7 +91,6 @@ def test_seed_command_trains_on_the_cpu(local, tmp_path, monkeypatch, caplog, na
     root, model, corpus = local
     monkeypatch.setenv("WANDB_MODE", "offline")  # the seeds log to wandb
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
-    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path / "ray"))
     run = tmp_path / "run"
     extra = [] if engines is None else [f"actor_rollout_ref.rollout.num_engines={engines}"]
     args = local_args(seed, root / f"{data}.json", run, model, corpus if with_corpus else None, extra)

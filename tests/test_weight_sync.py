@@ -60,3 +60,56 @@ def test_engine_matches_the_actor_after_an_update(tmp_path, monkeypatch, engine)
     gap = (engine_lp - actor_lp).abs().max().item()
     assert gap < 1e-4, gap
     assert (initial - actor_lp).abs().max().item() > 1e-3  # the update changed what the engine serves
+
+
+class _Pool:
+    def __init__(self) -> None:
+        self.pushed: list[dict] = []
+
+    def update_weights(self, state: dict) -> None:
+        self.pushed.append(state)
+
+
+class _Session:
+    def __init__(self) -> None:
+        self.pool = _Pool()
+
+
+class _Module:
+    def __init__(self) -> None:
+        self.actor = torch.nn.Linear(2, 1)
+        self.weights_version = 0
+
+    def log(self, *args, **kwargs) -> None:
+        pass
+
+
+def test_the_engines_get_the_weights_whenever_theirs_are_another_version():
+    """A new pool holds version 0 (the model at its path); each hook before a rollout pushes the
+    actor's state exactly when the module's version differs from the one the engines hold."""
+    from types import SimpleNamespace
+
+    from agentfly.callbacks.weight_sync import WeightSyncCallback
+
+    session, module = _Session(), _Module()
+    trainer = SimpleNamespace(datamodule=SimpleNamespace(session=session), global_rank=0)
+    sync = WeightSyncCallback()
+    sync.on_validation_start(trainer, module)  # val_before_train on the base model
+    sync.on_train_start(trainer, module)
+    assert session.pool.pushed == []
+    module.weights_version = 1  # an update (or a checkpoint load)
+    sync.on_train_batch_end(trainer, module, None, None, 0)
+    assert len(session.pool.pushed) == 1
+    assert torch.equal(session.pool.pushed[0]["weight"], module.actor.weight)
+    sync.on_validation_start(trainer, module)  # a validation in the middle of the fit
+    sync.on_train_batch_end(trainer, module, None, None, 1)  # a critic warm-up iteration
+    assert len(session.pool.pushed) == 1
+    module.weights_version = 2  # e.g. `agentfly test` restored a checkpoint
+    sync.on_test_start(trainer, module)
+    assert len(session.pool.pushed) == 2
+    trainer.datamodule.session = fresh = _Session()  # a new pool loads the model from its path
+    sync.on_validation_start(trainer, module)
+    assert len(fresh.pool.pushed) == 1
+    trainer.datamodule.session = None  # no engines: nothing to do
+    module.weights_version = 3
+    sync.on_validation_start(trainer, module)

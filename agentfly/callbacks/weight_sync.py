@@ -1,8 +1,9 @@
-"""Pushes the actor's weights into every engine of the rollout pool after each update."""
+"""Keeps every engine of the rollout pool serving the actor's current weights."""
 
 from __future__ import annotations
 
 import time
+import weakref
 from typing import Any
 
 from lightning.pytorch.callbacks import Callback
@@ -11,28 +12,58 @@ from agentfly.modules.fsdp import full_state
 
 
 class WeightSyncCallback(Callback):
-    """After each training step, rank 0 sends the actor's full state dict to the engine pool.
+    """Pushes the actor's full state dict to the engine pool whenever the engines' copy is stale.
 
-    Under FSDP the state dict is gathered in full first (Lightning's strategy does it); the pool
-    reaches every engine with one ``update_weights`` call.
+    The module's ``weights_version`` names the actor's weights: 0 is the model as loaded from its
+    path, and every actor update and every checkpoint load moves it on. The callback remembers
+    the version the engines hold (a new engine pool loads the model from the same path: version
+    0) and syncs when the two differ, at each point a rollout may follow: the start of a fit (a
+    resumed checkpoint), of a validation or a test (``agentfly validate --ckpt_path``, a
+    checkpoint found by ``resume_mode``), and the end of every training batch. A validation in
+    the middle of a fit, or a critic warm-up iteration, finds the engines current and pushes
+    nothing.
+
+    Every rank takes the same decision (the versions move in lockstep), so under FSDP all ranks
+    join in gathering the full state (:func:`~agentfly.modules.fsdp.full_state`). Each rank has its
+    own pool and pushes to it; a session marked ``shared`` (one pool for all ranks) is pushed to by
+    rank 0 alone.
     """
 
     def __init__(self) -> None:
-        self.last_seconds = 0.0
+        self.last_seconds = 0.0  # the latest check's push, 0 when the engines were current
+        self._session: Any = None  # weakref to the session whose engines hold _engine_version
+        self._engine_version = 0
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-        """A resumed actor differs from the checkpoint the engines loaded: sync before rollout 1."""
-        if pl_module.iteration > 0:
-            self.sync(trainer, pl_module)
+        self.ensure_current(trainer, pl_module)
+
+    def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
+        self.ensure_current(trainer, pl_module)
+
+    def on_test_start(self, trainer: Any, pl_module: Any) -> None:
+        self.ensure_current(trainer, pl_module)
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        self.sync(trainer, pl_module)
+        self.ensure_current(trainer, pl_module)
         pl_module.log("timing/weight_sync_s", self.last_seconds, on_step=True, batch_size=1)
 
-    def sync(self, trainer: Any, pl_module: Any) -> None:
+    def ensure_current(self, trainer: Any, pl_module: Any) -> bool:
+        """Push the actor's weights if the engines hold another version; True when it pushed."""
+        self.last_seconds = 0.0
         session = getattr(trainer.datamodule, "session", None)
         if session is None:
-            return
+            return False
+        if self._session is None or self._session() is not session:
+            self._session, self._engine_version = weakref.ref(session), 0
+        version = int(pl_module.weights_version)
+        if version == self._engine_version:
+            return False
+        self.sync(trainer, pl_module, session)
+        self._engine_version = version
+        return True
+
+    def sync(self, trainer: Any, pl_module: Any, session: Any) -> None:
+        """Send the actor's full state dict to ``session``'s pool (every rank must call this)."""
         start = time.perf_counter()
         shared = bool(getattr(session, "shared", False))  # one pool for all ranks: rank 0 pushes
         state = full_state(pl_module.actor, everywhere=not shared)

@@ -187,6 +187,9 @@ class AgentRLModule(pl.LightningModule):
         self.reference: Any = None
         self.critic: Any = None
         self.iteration = 0  # RL iterations done (checkpointed)
+        # which actor weights these are, for the engines (not checkpointed): 0 is the model as
+        # loaded from model_path; each actor update and each checkpoint load moves it on
+        self.weights_version = 0
 
     def _critic_setting(self, name: str) -> Any:
         """``critic_<name>``, or the actor's ``<name>`` when it is None."""
@@ -345,6 +348,7 @@ class AgentRLModule(pl.LightningModule):
             start = clock()
             metrics.update(self._update_actor(batch, optimizers[0], schedulers[0]))
             metrics["timing/update_s"] = clock() - start
+            self.weights_version += 1  # on every rank alike: the engines' sync gathers collectively
         metrics.update(self._batch_metrics(batch))
         self.iteration += 1
         metrics["training/iteration"] = float(self.iteration)
@@ -505,3 +509,4 @@ class AgentRLModule(pl.LightningModule):
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.configure_model()
         self.iteration = int(checkpoint.get("agentfly_iteration", 0))
+        self.weights_version += 1  # the checkpoint's weights replace the ones the engines may hold

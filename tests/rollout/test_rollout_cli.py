@@ -115,7 +115,7 @@ def test_exit_status_is_1_when_every_chain_failed(setup, capsys, monkeypatch):
     assert "EngineDeadError: boom" in capsys.readouterr().err
 
 
-def test_rollout_with_every_default_runs_what_the_machine_holds(setup, tmp_path, monkeypatch, caplog):
+def test_rollout_with_every_default_runs_what_the_machine_holds(setup, tmp_path, ray_tmpdir, caplog):
     """Only data and a model named: the defaults ask for 8 GPUs (8 engines); without a GPU the
     run takes one engine in a Ray pool, says so, and finishes."""
     import logging
@@ -125,7 +125,6 @@ def test_rollout_with_every_default_runs_what_the_machine_holds(setup, tmp_path,
     if torch.cuda.is_available():
         pytest.skip("checks the CPU fallback")
     _, model, data = setup
-    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path / "ray"))
     out = tmp_path / "out.jsonl"
     args = ["rollout", f"data.train_files={data}", f"agent.init_config.model_name_or_path={model}",
             "agent.run_config.generation_config.max_tokens=4", f"--output={out}"]
