@@ -1,8 +1,9 @@
 """Builds the rollout side from a resolved config, and runs rollouts alone (``agentfly rollout``).
 
 Everything that can be checked before an engine starts is checked here, so a bad name or path
-fails in seconds, naming it: the agent type, every tool, the reward, the template, the search
-corpus, the data file and its rows.
+fails in seconds, naming it: the agent type, every tool and its settings, the reward, the
+template, the search corpus, the data file and its rows. ``agent.init_config.plugins`` are
+imported first, here and in every engine actor.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agentfly.plugins import is_object_spec, load_plugins, portable
 from agentfly.rollout.agent_loop import AgentLoop
 from agentfly.rollout.summary import summarize, trajectory_record
 
@@ -30,24 +32,21 @@ def _get(cfg: Any, dotted: str, default: Any = None) -> Any:
     return default if node is None else node
 
 
+def _plain(node: Any) -> Any:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
+
+
 def configure_tools(tool_names: list[str], tool_config: dict[str, Any] | None) -> list[Any]:
-    """Look up every tool (an unknown name lists the known ones) and apply per-tool settings.
+    """This run's copies of the named tools, each bound to its ``tool_config`` settings.
 
-    ``tool_config`` maps a tool name to keyword settings; today ``search`` (alias
-    ``google_search``) takes those of :func:`agentfly.rollout.tools.configure_search`
-    (``corpus_path``, ``top_k``, ``backend``, ``url``, ...).
+    See :func:`agentfly.rollout.tools.settings.bind_tools`; raises its ``ToolConfigError`` (a
+    ``ValueError``) naming every unknown tool or setting.
     """
-    from agentfly.rollout.tools import configure_search, get_tool
+    from agentfly.rollout.tools.settings import bind_tools
 
-    tools = [get_tool(name) for name in tool_names]
-    settings = dict(tool_config or {})
-    search_settings = settings.pop("search", None) or settings.pop("google_search", None)
-    if search_settings:
-        configure_search(**dict(search_settings))
-    if settings:
-        unknown = ", ".join(sorted(settings))
-        raise ValueError(f"agent.init_config.tool_config has settings for unknown tools: {unknown}")
-    return tools
+    return bind_tools(list(_plain(tool_names) or []), _plain(tool_config) or {})
 
 
 @dataclass
@@ -106,6 +105,8 @@ def build_rollout(cfg: Any, *, ray_init: dict[str, Any] | None = None) -> Rollou
 
     init = _get(cfg, "agent.init_config")
     run = _get(cfg, "agent.run_config")
+    plugins = [portable(p) for p in _plain(_get(init, "plugins", [])) or []]
+    load_plugins(plugins)  # done when the config was composed; a no-op then
     tools = configure_tools(list(_get(init, "tools", [])), _get(init, "tool_config"))
     agent = get_agent(_get(init, "agent_type", "hf"), tools, _get(init, "system_prompt"))
     reward = _get(init, "reward_name")
@@ -118,7 +119,15 @@ def build_rollout(cfg: Any, *, ray_init: dict[str, Any] | None = None) -> Rollou
     name, num, engine_kwargs, pool_kwargs = engine_settings(cfg)
     backend = "ray" if num > 0 else "local"
     try:
-        pool = EnginePool(name, num, engine_kwargs=engine_kwargs, backend=backend, ray_init=ray_init, **pool_kwargs)
+        pool = EnginePool(
+            portable(name) if is_object_spec(name) else name,
+            num,
+            engine_kwargs=engine_kwargs,
+            backend=backend,
+            ray_init=ray_init,
+            plugins=plugins,  # engine actors import them too
+            **pool_kwargs,
+        )
     except ImportError as e:
         raise RuntimeError(
             f"engine {name!r} cannot start ({e}); use actor_rollout_ref.rollout.name=hf"
