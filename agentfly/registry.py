@@ -29,6 +29,15 @@ class UnknownNameError(KeyError, ValueError):
         return str(self.args[0]) if self.args else ""
 
 
+def _describe(obj: Any) -> str:
+    """``module.qualname`` of a function or class (or of the function an entry wraps)."""
+    target = getattr(obj, "fn", obj)  # a Tool, an AdvantageEstimator
+    qualname = getattr(target, "__qualname__", None)
+    if qualname is None:
+        return repr(obj) if len(repr(obj)) <= 80 else type(obj).__name__
+    return f"{getattr(target, '__module__', '?')}.{qualname}"
+
+
 class Registry(Generic[T]):
     """Maps names (and aliases) to plug-ins of one kind.
 
@@ -59,8 +68,8 @@ class Registry(Generic[T]):
             existing = self._lookup(key)
             if existing is not None and existing is not obj:
                 raise ValueError(
-                    f"{self.kind} {key!r} is already registered to {existing!r}; "
-                    f"refusing to register {obj!r} under the same name"
+                    f"{self.kind} {key!r} is already registered to {_describe(existing)}; "
+                    f"refusing to register {_describe(obj)} under the same name"
                 )
         self._items[name] = obj
         for alias in aliases:

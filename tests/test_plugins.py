@@ -236,6 +236,7 @@ def test_module_attr_names_are_imported_and_used_by_fit(task, plugin_file, event
 def test_a_dotted_plugin_module_and_module_attr(plugin_file, monkeypatch):
     """The same file by path and by dotted name is one module: its names register once."""
     by_path = import_plugin(str(plugin_file))
+    shout = get_tool(f"{plugin_file}:shout")  # a plain function made a tool, under the path spec
     monkeypatch.syspath_prepend(str(plugin_file.parent))
     monkeypatch.delitem(sys.modules, "my_plugins", raising=False)
     init = load_config(
@@ -248,6 +249,7 @@ def test_a_dotted_plugin_module_and_module_attr(plugin_file, monkeypatch):
     ).agent.init_config
     assert sys.modules["my_plugins"] is by_path
     assert [t.name for t in configure_tools(init.tools, {})] == ["shout", "plugtest_stamp"]
+    assert get_tool("my_plugins:shout") is shout  # the same tool under both spellings
     assert get_reward("my_plugins:scored") is by_path.scored
 
 

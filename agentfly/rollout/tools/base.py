@@ -172,7 +172,8 @@ def _as_tool(obj: Any, spec: str) -> Tool:
     if isinstance(obj, Tool):
         return obj
     if inspect.isfunction(obj) or inspect.iscoroutinefunction(obj):
-        return tool(obj)
+        known = next((t for t in map(TOOLS.get, TOOLS) if t.fn is obj), None)
+        return known if known is not None else tool(obj)  # once, whatever the spec's spelling
     raise TypeError(f"expected a function or an @tool, got {type(obj).__name__}")
 
 
