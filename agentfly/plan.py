@@ -25,7 +25,7 @@ class RolloutPlan:
     """The rollout side: engines, agent, tools, reward, template and the agent loop's settings.
 
     Attributes:
-        engine: registered engine name.
+        engine: registered engine name (or ``module:attr``, a file path made absolute).
         num_engines: Ray engine actors; 0 = one engine in this process.
         engine_kwargs: every engine's constructor arguments.
         pool_kwargs: further :class:`~agentfly.rollout.engines.EnginePool` arguments.
@@ -37,6 +37,7 @@ class RolloutPlan:
         reward: reward name (None: chains are not scored).
         template: chat template name (None: the model's own).
         resource_backend: where stateful tool resources live (``local`` or ``ray``).
+        plugins: modules to import first, here and in every engine actor (file paths absolute).
         loop: :class:`~agentfly.rollout.agent_loop.AgentLoop` keyword arguments (``max_model_len``
             None = the engine's).
     """
@@ -53,6 +54,7 @@ class RolloutPlan:
     reward: str | None
     template: str | None
     resource_backend: str
+    plugins: list[str]
     loop: dict[str, Any]
 
 
@@ -233,6 +235,8 @@ def plan_datamodule(cfg: Any, topology: Topology, run_dir: Path) -> dict[str, An
 
 def plan_rollout(cfg: Any, topology: Topology) -> RolloutPlan:
     """The engines, the agent and the agent loop's settings."""
+    from agentfly.plugins import is_object_spec, portable
+
     init, run = cfg.agent.init_config, cfg.agent.run_config
     rollout, model = cfg.actor_rollout_ref.rollout, cfg.actor_rollout_ref.model
     gen = run.generation_config
@@ -267,8 +271,9 @@ def plan_rollout(cfg: Any, topology: Topology) -> RolloutPlan:
         train_on_last_turn=bool(cfg.agent.train_on_last_turn),
         seed=int(cfg.trainer.seed),
     )
+    name = str(rollout.name)
     return RolloutPlan(
-        engine=str(rollout.name),
+        engine=portable(name) if is_object_spec(name) else name,
         num_engines=topology.num_engines,
         engine_kwargs=engine_kwargs,
         pool_kwargs={"num_gpus_per_engine": topology.gpus_per_engine},
@@ -280,6 +285,7 @@ def plan_rollout(cfg: Any, topology: Topology) -> RolloutPlan:
         reward=init.reward_name,
         template=init.template,
         resource_backend=str(run.context_config.resource_backend),
+        plugins=[portable(str(p)) for p in init.plugins],
         loop=loop,
     )
 

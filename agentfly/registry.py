@@ -3,13 +3,21 @@
 Registering the same name twice to *different* objects is refused (re-registering the identical
 object, as happens when a module is imported twice, is allowed). Looking up an unknown name raises
 a ``KeyError`` subclass whose message lists the known names and the closest matches.
+
+Wherever a registered name is accepted, so is a ``module:attr`` spec (``my_pkg.rewards:exact`` or
+``path/to/file.py:exact``): :meth:`Registry.get` imports the object (:mod:`agentfly.plugins`),
+turns it into an entry with the registry's ``coerce`` (a plain function into a tool, an
+estimator...), and registers it under the spec, or makes the spec an alias of the name the object
+is already registered under (a ``@tool``-decorated function keeps its tool name).
 """
 
 from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Iterator
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
+
+from agentfly.plugins import PluginError, import_object, is_object_spec
 
 T = TypeVar("T")
 
@@ -21,15 +29,27 @@ class UnknownNameError(KeyError, ValueError):
         return str(self.args[0]) if self.args else ""
 
 
+def _describe(obj: Any) -> str:
+    """``module.qualname`` of a function or class (or of the function an entry wraps)."""
+    target = getattr(obj, "fn", obj)  # a Tool, an AdvantageEstimator
+    qualname = getattr(target, "__qualname__", None)
+    if qualname is None:
+        return repr(obj) if len(repr(obj)) <= 80 else type(obj).__name__
+    return f"{getattr(target, '__module__', '?')}.{qualname}"
+
+
 class Registry(Generic[T]):
     """Maps names (and aliases) to plug-ins of one kind.
 
     Args:
         kind: what the registry holds, used in error messages ("advantage estimator", "tool").
+        coerce: turns an object a ``module:attr`` spec imports into an entry, ``coerce(obj,
+            spec)``; raises ``TypeError`` saying what an entry must be. None: entries as imported.
     """
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, coerce: Callable[[Any, str], T] | None = None) -> None:
         self.kind = kind
+        self._coerce = coerce
         self._items: dict[str, T] = {}
         self._aliases: dict[str, str] = {}
 
@@ -48,8 +68,8 @@ class Registry(Generic[T]):
             existing = self._lookup(key)
             if existing is not None and existing is not obj:
                 raise ValueError(
-                    f"{self.kind} {key!r} is already registered to {existing!r}; "
-                    f"refusing to register {obj!r} under the same name"
+                    f"{self.kind} {key!r} is already registered to {_describe(existing)}; "
+                    f"refusing to register {_describe(obj)} under the same name"
                 )
         self._items[name] = obj
         for alias in aliases:
@@ -63,8 +83,34 @@ class Registry(Generic[T]):
             return self._items[self._aliases[name]]
         return None
 
+    def _name_of(self, obj: T) -> str | None:
+        return next((name for name, item in self._items.items() if item is obj), None)
+
+    def _import(self, spec: str) -> T:
+        """Import the object ``spec`` names and register it under ``spec``."""
+        obj = import_object(spec)
+        if self._name_of(obj) is None and self._coerce is not None:
+            try:
+                obj = self._coerce(obj, spec)
+            except TypeError as e:
+                raise PluginError(f"{spec!r} does not name a valid {self.kind}: {e}") from e
+        known = self._name_of(obj)
+        if known is None:
+            self.register(spec, obj)
+        elif known != spec:
+            self._aliases[spec] = known
+        return obj
+
     def get(self, name: str) -> T:
+        """The entry called ``name`` (or an alias), importing a ``module:attr`` spec.
+
+        Raises:
+            UnknownNameError: no such name; the message gives close matches and the known names.
+            PluginError: a ``module:attr`` spec that cannot be imported or is not a valid entry.
+        """
         obj = self._lookup(name)
+        if obj is None and is_object_spec(name):
+            return self._import(name)
         if obj is None:
             known = self.names(include_aliases=True)
             close = difflib.get_close_matches(str(name), known, n=3)

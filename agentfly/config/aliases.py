@@ -27,6 +27,7 @@ _INIT_KEYS = (
     "max_model_len",
     "system_prompt",
     "tool_config",
+    "plugins",
 )
 
 #: alias prefix → canonical prefix.

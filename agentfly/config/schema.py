@@ -64,7 +64,8 @@ class AgentInitConfig:
     """How the agent is built (canonical home of ``agent.tools``, ``agent.template``...).
 
     Attributes:
-        agent_type: agent class by registry name (``hf``, ``react``, ``code``, ``action``...).
+        agent_type: agent class by registry name (``hf``, ``react``, ``code``, ``action``...)
+            or ``module:attr``.
         model_name_or_path: HF model id or local path; kept equal to
             ``actor_rollout_ref.model.path`` (one set → copied to the other).
         template: chat template name; ``None`` = the tokenizer's own template.
@@ -77,9 +78,14 @@ class AgentInitConfig:
             ``hf`` type's, ``react``, ``code``, ``action``); ``None`` = the agent type's own.
         max_model_len: longest conversation in tokens a chain may reach; ``None`` = the model's.
         system_prompt: replaces the agent type's default system prompt.
-        tool_config: per-tool settings by tool name, free-form (e.g.
-            ``{search: {corpus_path: ..., top_k: 3}}``); its sub-keys are not checked here but
-            by the tools that read them.
+        tool_config: per-tool settings by tool name (e.g.
+            ``{search: {corpus_path: ..., top_k: 3}, calculator: {max_digits: 50}}``): each tool
+            declares the settings it accepts (plus ``timeout`` and ``max_output_chars``); names
+            and types are checked when the config is composed.
+        plugins: the user's modules to import before any name is looked up (dotted module
+            names or ``.py`` file paths), so that what they register can be named; any name
+            above (and ``algorithm.adv_estimator``, ``actor_rollout_ref.rollout.name``) may also
+            be a ``module:attr`` of the user's.
     """
 
     agent_type: str = "hf"
@@ -92,6 +98,7 @@ class AgentInitConfig:
     max_model_len: int | None = None
     system_prompt: str | None = None
     tool_config: dict[str, Any] = field(default_factory=dict)
+    plugins: list[str] = field(default_factory=list)
 
 
 @dataclass

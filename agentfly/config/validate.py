@@ -20,7 +20,9 @@ counts *trajectories*: its WebShop script sets ``mini_batch_size = batch_size * 
 Settings this build cannot honour are refused here with the reason (:func:`_check_unsupported`);
 settings that another setting turns off are named by :mod:`agentfly.config.inactive`.
 Estimator-dependent checks ask the registry entry (``needs_critic``, ``needs_groups``) rather
-than branching on names.
+than branching on names. Plug-in names (engine, estimator, agent type, reward, template, tools and
+their settings) are asked of the registries after ``agent.init_config.plugins`` is imported
+(:mod:`agentfly.config.plugins`).
 """
 
 from __future__ import annotations
@@ -30,10 +32,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from agentfly.config.errors import ConfigError
+from agentfly.config.plugins import lookup_error, plugin_errors
 from agentfly.modules.loss_modes import LOSS_AGG_MODES
 from agentfly.modules.schedule import WARMUP_STYLES
 
-ROLLOUT_NAMES = ("hf", "vllm")
 RESUME_MODES = ("auto", "disable", "resume_path")
 RESOURCE_BACKENDS = ("local", "ray")
 KL_CTRL_TYPES = ("fixed", "adaptive")
@@ -88,9 +90,9 @@ def _estimator(c: _Checker) -> Any | None:
     from agentfly.estimators import ESTIMATORS
 
     name = c.get("algorithm.adv_estimator")
-    if name not in ESTIMATORS:
-        known = ESTIMATORS.names(include_aliases=True)
-        c.errors.append(f"algorithm.adv_estimator={name!r} is not one of: {', '.join(known)}")
+    error = lookup_error("algorithm.adv_estimator", ESTIMATORS, name)
+    if error:
+        c.errors.append(error)
         return None
     return ESTIMATORS.get(name)
 
@@ -172,7 +174,6 @@ def _check_ranges(c: _Checker) -> None:
 
 
 def _check_choices(c: _Checker) -> None:
-    c.choice("actor_rollout_ref.rollout.name", ROLLOUT_NAMES)
     c.choice("actor_rollout_ref.rollout.dtype", DTYPES)
     c.choice("actor_rollout_ref.actor.strategy", STRATEGIES)
     c.choice("actor_rollout_ref.actor.loss_agg_mode", LOSS_AGG_MODES)
@@ -336,6 +337,7 @@ def validate(cfg: Any, check_required: bool = True) -> None:
             critic). ``False`` checks a template such as ``conf/config.yaml`` on its own.
     """
     c = _Checker(cfg)
+    c.errors += plugin_errors(c.get)  # first: imports agent.init_config.plugins
     _check_ranges(c)
     _check_choices(c)
     _check_unsupported(c)

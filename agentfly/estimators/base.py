@@ -109,7 +109,25 @@ class AdvantageEstimator:
             )
 
 
-ESTIMATORS: Registry[AdvantageEstimator] = Registry("advantage estimator")
+def _as_estimator(obj: Any, spec: str) -> AdvantageEstimator:
+    """A ``module:attr`` estimator: an ``AdvantageEstimator``, a function registered with
+    :func:`register_estimator`, or a plain function with the shared signature (its
+    ``needs_critic`` / ``needs_groups`` / ``needs_baselines`` attributes, False if absent)."""
+    if isinstance(obj, AdvantageEstimator):
+        return obj
+    if not callable(obj) or isinstance(obj, type):
+        raise TypeError(f"expected a function with the estimator signature, got {obj!r}")
+    registered = (ESTIMATORS.get(name) for name in ESTIMATORS)
+    known = next((e for e in registered if e.fn is obj), None)
+    if known is not None:
+        return known
+    flags = {
+        k: bool(getattr(obj, k, False)) for k in ("needs_critic", "needs_groups", "needs_baselines")
+    }
+    return AdvantageEstimator(spec, obj, **flags)
+
+
+ESTIMATORS: Registry[AdvantageEstimator] = Registry("advantage estimator", coerce=_as_estimator)
 
 
 def register_estimator(

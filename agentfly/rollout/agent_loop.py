@@ -320,12 +320,17 @@ class AgentLoop:
     async def _call(self, call: ToolCallRequest, chain_resources: Any) -> ToolResult:
         if call.error is not None:
             return ToolResult.failure(INVALID_ARGUMENTS, f"Error: {call.error}.")
-        if call.name not in self.agent.tool_names and not self._is_alias(call.name):
+        tool = self._tool(call.name)
+        if tool is None:
             known = ", ".join(self.agent.tool_names) or "none"
             return ToolResult.failure(
                 "unknown_tool", f"Error: no tool named {call.name!r} is available (tools: {known})."
             )
-        return await run_tool_call(call.name, call.arguments, resource=chain_resources)
+        return await run_tool_call(tool, call.arguments, resource=chain_resources)
 
-    def _is_alias(self, name: str) -> bool:
-        return any(name in getattr(t, "aliases", ()) for t in self.agent.tools)
+    def _tool(self, name: str) -> Any:
+        """The agent's own (configured) tool the model called by ``name`` or an alias."""
+        return next(
+            (t for t in self.agent.tools if name == t.name or name in getattr(t, "aliases", ())),
+            None,
+        )

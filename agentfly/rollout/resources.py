@@ -130,9 +130,10 @@ class ResourcePool:
         return semaphores[tool.name]
 
     def _create(self, tool: Tool) -> Any:
-        factory = self._factories.get(tool.name, tool.resource_factory)
-        if factory is None:
+        factory = self._factories.get(tool.name)
+        if factory is None and tool.resource_factory is None:
             raise ValueError(f"tool {tool.name!r} is not stateful: it has no resource factory")
+        factory = factory or tool.new_resource  # the tool's factory, given its settings
         if self.backend == "local":
             return factory()
         import ray
@@ -156,14 +157,15 @@ class ResourcePool:
             logger.warning("releasing a %s resource failed", tool_name, exc_info=True)
 
     @contextlib.asynccontextmanager
-    async def acquire(self, tool_name: str, chain_id: Hashable) -> AsyncIterator[Any]:
+    async def acquire(self, tool_name: str | Tool, chain_id: Hashable) -> AsyncIterator[Any]:
         """Make a resource for ``tool_name`` (waiting under the cap) and destroy it on exit.
 
         Args:
-            tool_name: the stateful tool (or an alias).
+            tool_name: the stateful tool (or an alias), or the ``Tool`` itself (a configured
+                copy makes its resources with its own settings).
             chain_id: the chain that holds it (for logs).
         """
-        tool = get_tool(tool_name)
+        tool = tool_name if isinstance(tool_name, Tool) else get_tool(tool_name)
         if self.backend == "ray":
             import ray
 
@@ -201,13 +203,14 @@ class ChainResources:
         self._stack = contextlib.AsyncExitStack()
         self._lock = asyncio.Lock()
 
-    async def get(self, tool_name: str) -> Any:
-        """The chain's resource for ``tool_name``, acquired on the first call."""
-        name = get_tool(tool_name).name
+    async def get(self, tool_name: str | Tool) -> Any:
+        """The chain's resource for ``tool_name`` (a name, or the ``Tool``), acquired on the first call."""
+        tool = tool_name if isinstance(tool_name, Tool) else get_tool(tool_name)
+        name = tool.name
         async with self._lock:
             if name not in self._held:
                 self._held[name] = await self._stack.enter_async_context(
-                    self.pool.acquire(name, self.chain_id)
+                    self.pool.acquire(tool, self.chain_id)
                 )
             return self._held[name]
 

@@ -2,8 +2,9 @@
 alone (``agentfly rollout``).
 
 Everything that can be checked before an engine starts is checked here, so a bad name or path
-fails in seconds, naming it: the agent type, every tool, the reward, the template, the search
-corpus, the data file and its rows.
+fails in seconds, naming it: the agent type, every tool and its settings, the reward, the
+template, the search corpus, the data file and its rows. ``agent.init_config.plugins`` are
+imported first, here and in every engine actor.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 from agentfly.config.topology import Hardware, resolve_topology
 from agentfly.plan import RolloutPlan, plan_rollout
+from agentfly.plugins import load_plugins
 from agentfly.rollout.agent_loop import AgentLoop
 from agentfly.rollout.summary import summarize, trajectory_record
 
@@ -25,23 +27,14 @@ logger = logging.getLogger(__name__)
 
 
 def configure_tools(tool_names: list[str], tool_config: dict[str, Any] | None) -> list[Any]:
-    """Look up every tool (an unknown name lists the known ones) and apply per-tool settings.
+    """This run's copies of the named tools, each bound to its ``tool_config`` settings.
 
-    ``tool_config`` maps a tool name to keyword settings; today ``search`` (alias
-    ``google_search``) takes those of :func:`agentfly.rollout.tools.configure_search`
-    (``corpus_path``, ``top_k``, ``backend``, ``url``, ...).
+    See :func:`agentfly.rollout.tools.settings.bind_tools`; raises its ``ToolConfigError`` (a
+    ``ValueError``) naming every unknown tool or setting.
     """
-    from agentfly.rollout.tools import configure_search, get_tool
+    from agentfly.rollout.tools.settings import bind_tools
 
-    tools = [get_tool(name) for name in tool_names]
-    settings = dict(tool_config or {})
-    search_settings = settings.pop("search", None) or settings.pop("google_search", None)
-    if search_settings:
-        configure_search(**dict(search_settings))
-    if settings:
-        unknown = ", ".join(sorted(settings))
-        raise ValueError(f"agent.init_config.tool_config has settings for unknown tools: {unknown}")
-    return tools
+    return bind_tools(list(tool_names), dict(tool_config or {}))
 
 
 @dataclass
@@ -64,6 +57,7 @@ def build_rollout(plan: RolloutPlan, *, ray_init: dict[str, Any] | None = None) 
     from agentfly.rollout.rewards import get_reward
     from agentfly.rollout.templates import get_template
 
+    load_plugins(plan.plugins)  # done when the config was composed; a no-op then
     tools = configure_tools(plan.tools, plan.tool_config)
     agent = get_agent(plan.agent_type, tools, plan.system_prompt, parser=plan.tool_parser)
     if plan.reward:
@@ -75,7 +69,7 @@ def build_rollout(plan: RolloutPlan, *, ray_init: dict[str, Any] | None = None) 
     try:
         pool = EnginePool(
             plan.engine, plan.num_engines, engine_kwargs=plan.engine_kwargs, backend=backend,
-            ray_init=ray_init, **plan.pool_kwargs,
+            ray_init=ray_init, plugins=plan.plugins, **plan.pool_kwargs,  # actors import them too
         )
     except ImportError as e:
         raise RuntimeError(

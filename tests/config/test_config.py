@@ -385,9 +385,9 @@ def test_single_string_or_null_for_a_list_key() -> None:
 
 
 def test_comma_values_are_text_for_strings_and_errors_for_numbers() -> None:
-    cfg = load_config([*BASE, "agent.system_prompt=Hello, world", "agent.tools=a,b"])
+    cfg = load_config([*BASE, "agent.system_prompt=Hello, world", "agent.tools=calculator,answer"])
     assert cfg.agent.init_config.system_prompt == "Hello, world"
-    assert list(cfg.agent.init_config.tools) == ["a", "b"]
+    assert list(cfg.agent.init_config.tools) == ["calculator", "answer"]
     with pytest.raises(ConfigError, match=r"trainer\.nnodes"):
         load_config([*BASE, "trainer.nnodes=1,2"])
 
@@ -667,6 +667,7 @@ def test_tool_config_is_a_free_form_mapping(tmp_path: Path) -> None:
     f.write_text(yaml.safe_dump({"agent": {"tool_config": {"search": {"top_k": 3, "url": "u"}}}}))
     args = [
         *BASE,
+        "agent.init_config.tools=[search,calculator]",
         "agent.init_config.tool_config.search.top_k=5",  # merges into the file's mapping
         "~agent.init_config.tool_config.search.url",  # drops one item
         "+agent.init_config.tool_config.calculator.max_digits=8",

@@ -77,6 +77,7 @@ CHANGES: dict[str, tuple[str, list[str]]] = {
     "agent.init_config.max_model_len": ("1024", []),
     "agent.init_config.system_prompt": ("Be brief.", []),
     "agent.init_config.tool_config": ("{calculator: {timeout: 3}}", []),
+    "agent.init_config.plugins": ("[{data}/plugin.py]", []),
     "agent.run_config.max_turns": ("5", []),
     "agent.run_config.num_chains": ("2", []),
     "agent.run_config.max_concurrent_chains": ("4", []),
@@ -225,6 +226,7 @@ def data(tmp_path_factory) -> Path:
     rows = [{"question": f"What is {i}+1?", "problem": f"{i}+1", "answer": str(i + 1)} for i in range(40)]
     for name in ("train", "val", "other"):
         (root / f"{name}.json").write_text(json.dumps(rows))
+    (root / "plugin.py").write_text('"""A user\'s module that registers nothing."""\n')
     return root
 
 
@@ -297,7 +299,7 @@ def test_offloading_parameters_and_optimizer_together_reaches_the_module(data, p
 def test_print_config_prints_the_config(data, capsys, monkeypatch):
     from agentfly import cli
 
-    monkeypatch.setattr("agentfly.fit.run_fit", lambda cfg, stage="fit": {})
+    monkeypatch.setattr("agentfly.fit.run_fit", lambda cfg, stage="fit", ckpt_path=None: {})
     assert cli.main(["fit", *base(data)]) == 0
     assert "adv_estimator: gae" not in capsys.readouterr().out
     assert cli.main(["fit", *base(data), "trainer.print_config=true"]) == 0

@@ -13,7 +13,7 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from agentfly.rollout.tools import configure_search, run_tool_call
+from agentfly.rollout.tools import Tool, ToolSettingsError, get_tool, run_tool_call
 from agentfly.rollout.tools import search as search_module
 from agentfly.rollout.tools.search import load_corpus
 
@@ -25,13 +25,6 @@ PASSAGES = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def restore_search_config() -> Iterator[None]:
-    saved = search_module.search_config()
-    yield
-    search_module._config = saved
-
-
 @pytest.fixture
 def corpus(tmp_path: Path) -> Path:
     path = tmp_path / "corpus.jsonl"
@@ -39,56 +32,62 @@ def corpus(tmp_path: Path) -> Path:
     return path
 
 
-def search(query: str) -> object:
-    return asyncio.run(run_tool_call("search", {"query": query}))
+def search_with(**settings: object) -> Tool:
+    """The search tool with ``settings`` bound (the registered one is left as it is)."""
+    return get_tool("search").configure(**settings)
+
+
+def search(tool: Tool, query: str) -> object:
+    return asyncio.run(run_tool_call(tool, {"query": query}))
 
 
 def test_bm25_puts_the_passage_with_the_query_words_first(corpus: Path) -> None:
-    configure_search(corpus_path=corpus, top_k=2)
-    result = search("capital of France")
+    tool = search_with(corpus_path=corpus, top_k=2)
+    result = search(tool, "capital of France")
     assert result.ok
     lines = result.observation.splitlines()
     assert lines[0] == "Doc 1 (Title: Paris) Paris is the capital and largest city of France."
     assert len(lines) == 1  # no other passage shares a word with the query
 
-    magma = search("what happens when magma erupts").observation
+    magma = search(tool, "what happens when magma erupts").observation
     assert magma.startswith("Doc 1 (Title: Volcanoes) A volcano erupts")
 
 
 def test_top_k_and_ranking(corpus: Path) -> None:
-    configure_search(corpus_path=corpus, top_k=2)
+    tool = search_with(corpus_path=corpus, top_k=2)
     # Passage 1 matches two query terms once each ("cats" in the title, "cat"), passage 4 one
     # term twice ("dogs"); every term is in one document of four, so has the same IDF, and
     # BM25's saturation makes two distinct hits outscore one repeated hit (passage 1 is also
     # shorter after stop words: 5 tokens against 6). Passages 2 and 3 share no word: left out.
-    lines = search("cat cats dogs").observation.splitlines()
+    lines = search(tool, "cat cats dogs").observation.splitlines()
     assert len(lines) == 2
     assert lines[0].startswith("Doc 1 (Title: Cats)")
     assert lines[1].startswith("Doc 2 (Title: Dogs)")
 
 
 def test_no_match_and_empty_query(corpus: Path) -> None:
-    configure_search(corpus_path=corpus)
-    assert search("zeppelin quasar").observation == "No results found."
-    empty = search("   ")
+    tool = search_with(corpus_path=corpus)
+    assert search(tool, "zeppelin quasar").observation == "No results found."
+    empty = search(tool, "   ")
     assert not empty.ok and "the query is empty" in empty.observation
 
 
 def test_alias_google_search(corpus: Path) -> None:
-    configure_search(corpus_path=corpus, top_k=1)
-    result = asyncio.run(run_tool_call("google_search", {"query": "loyal dogs"}))
+    tool = get_tool("google_search").configure(corpus_path=corpus, top_k=1)
+    assert tool.name == "search"
+    result = search(tool, "loyal dogs")
     assert result.observation.startswith("Doc 1 (Title: Dogs)")
 
 
 def test_plain_text_corpus(tmp_path: Path) -> None:
     path = tmp_path / "passages.txt"
     path.write_text("apples are red\nbananas are yellow\n\ngrapes are purple\n", encoding="utf-8")
-    configure_search(corpus_path=path, top_k=3)
-    assert search("yellow bananas").observation == "Doc 1 bananas are yellow"
+    tool = search_with(corpus_path=path, top_k=3)
+    assert search(tool, "yellow bananas").observation == "Doc 1 bananas are yellow"
 
 
 def test_index_is_built_once_per_file(corpus: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    configure_search(corpus_path=corpus)
+    tool = search_with(corpus_path=corpus)
     built = []
     original = search_module.Bm25Index.__init__
 
@@ -98,19 +97,19 @@ def test_index_is_built_once_per_file(corpus: Path, monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setattr(search_module.Bm25Index, "__init__", counting_init)
     monkeypatch.setattr(search_module, "_indexes", {})
-    search("cat")
-    search("dog")
+    search(tool, "cat")
+    search(tool, "dog")
     assert built == [4]
     with corpus.open("a", encoding="utf-8") as f:  # a changed file is indexed again
         f.write(json.dumps({"text": "Penguins live in Antarctica."}) + "\n")
-    assert search("penguins").observation == "Doc 1 Penguins live in Antarctica."
+    assert search(tool, "penguins").observation == "Doc 1 Penguins live in Antarctica."
     assert built == [4, 5]
 
 
 def test_missing_corpus_fails_at_configure_time_naming_the_path(tmp_path: Path) -> None:
     missing = tmp_path / "nope" / "wiki.jsonl"
-    with pytest.raises(FileNotFoundError, match="search corpus not found") as info:
-        configure_search(corpus_path=missing)
+    with pytest.raises(ToolSettingsError, match="search corpus not found") as info:
+        search_with(corpus_path=missing)
     assert str(missing) in str(info.value)
 
 
@@ -122,20 +121,20 @@ def test_bad_corpus_lines_name_file_and_line(tmp_path: Path) -> None:
 
 
 def test_unconfigured_search_is_an_error_observation() -> None:
-    configure_search()
-    result = search("anything")
-    assert not result.ok and "configure_search" in result.observation
+    tool = search_with()
+    result = search(tool, "anything")
+    assert not result.ok and "tool_config.search.corpus_path" in result.observation
 
 
 def test_configuration_errors() -> None:
-    with pytest.raises(ValueError, match="unknown search backend"):
-        configure_search(backend="bing")
+    with pytest.raises(ValueError, match="backend='bing': expected one of 'bm25', 'http'"):
+        search_with(backend="bing")
+    with pytest.raises(ValueError, match="top_k must be at least 1"):
+        search_with(top_k=0)
     with pytest.raises(ValueError, match="needs a url"):
-        configure_search(backend="http")
+        search_with(backend="http")
     with pytest.raises(ValueError, match="AGENTFLY_TEST_UNSET_KEY"):
-        configure_search(
-            backend="http", url="http://127.0.0.1:1", api_key_env="AGENTFLY_TEST_UNSET_KEY"
-        )
+        search_with(backend="http", url="http://127.0.0.1:1", api_key_env="AGENTFLY_TEST_UNSET_KEY")
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -180,8 +179,8 @@ def server() -> Iterator[str]:
 
 def test_http_backend_post(server: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AGENTFLY_TEST_SEARCH_KEY", "s3cret")
-    configure_search(backend="http", url=server, top_k=2, api_key_env="AGENTFLY_TEST_SEARCH_KEY")
-    result = search("llamas")
+    tool = search_with(backend="http", url=server, top_k=2, api_key_env="AGENTFLY_TEST_SEARCH_KEY")
+    result = search(tool, "llamas")
     assert result.ok
     assert result.observation == "Doc 1 about llamas\nDoc 2 second"
     (request,) = _Handler.requests
@@ -191,8 +190,8 @@ def test_http_backend_post(server: str, monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def test_http_backend_get(server: str) -> None:
-    configure_search(backend="http", url=server, method="GET", top_k=3)
-    result = search("alpacas")
+    tool = search_with(backend="http", url=server, method="GET", top_k=3)
+    result = search(tool, "alpacas")
     assert result.observation == "Doc 1 (Title: T) snippet for alpacas"
     assert _Handler.requests[0]["query"] == {"query": ["alpacas"], "top_k": ["3"]}
     assert _Handler.requests[0]["auth"] is None
@@ -200,7 +199,7 @@ def test_http_backend_get(server: str) -> None:
 
 def test_http_backend_down_is_an_error_observation() -> None:
     # Port 9 (discard) on the loopback: nothing listens there, the connection is refused.
-    configure_search(backend="http", url="http://127.0.0.1:9/retrieve", http_timeout=2)
-    result = search("anything")
+    tool = search_with(backend="http", url="http://127.0.0.1:9/retrieve", http_timeout=2)
+    result = search(tool, "anything")
     assert not result.ok and result.error == "exception"
     assert "the search service at http://127.0.0.1:9/retrieve failed" in result.observation

@@ -98,7 +98,14 @@ class Agent:
         return value
 
 
-AGENTS: Registry[type[Agent]] = Registry("agent type")
+def _as_agent(obj: Any, spec: str) -> type[Agent]:
+    """A ``module:attr`` agent type: a subclass of :class:`Agent`."""
+    if isinstance(obj, type) and issubclass(obj, Agent):
+        return obj
+    raise TypeError(f"expected a subclass of agentfly.rollout.agents.Agent, got {obj!r}")
+
+
+AGENTS: Registry[type[Agent]] = Registry("agent type", coerce=_as_agent)
 
 
 def register_agent(name: str, *, aliases: tuple[str, ...] = ()):

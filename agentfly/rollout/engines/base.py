@@ -139,7 +139,14 @@ class Engine(ABC):
         """Release what the engine holds outside this process (shared memory, workers)."""
 
 
-ENGINES: Registry[type[Engine]] = Registry("generation engine")
+def _as_engine(obj: Any, spec: str) -> type[Engine]:
+    """A ``module:attr`` engine: a subclass of :class:`Engine`."""
+    if isinstance(obj, type) and issubclass(obj, Engine):
+        return obj
+    raise TypeError(f"expected a subclass of agentfly.rollout.engines.Engine, got {obj!r}")
+
+
+ENGINES: Registry[type[Engine]] = Registry("generation engine", coerce=_as_engine)
 
 
 def register_engine(name: str, *, aliases: tuple[str, ...] = ()):

@@ -26,7 +26,7 @@ import contextlib
 import os
 import queue
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -42,19 +42,28 @@ class EngineHost:
     """Holds one engine; the body of a Ray actor (or used in-process as is).
 
     Args:
-        engine: registered engine name.
+        engine: registered engine name, or a ``module:attr`` engine class.
         engine_kwargs: the engine's constructor arguments.
         num_threads: torch intra-op threads for this process (None leaves the default).
+        plugins: the user's modules to import first (``agent.init_config.plugins``), so an
+            engine they register is found in this process too.
     """
 
     def __init__(
-        self, engine: str, engine_kwargs: dict[str, Any], num_threads: int | None = None
+        self,
+        engine: str,
+        engine_kwargs: dict[str, Any],
+        num_threads: int | None = None,
+        plugins: Sequence[str] = (),
     ) -> None:
         if num_threads:
             import torch
 
             torch.set_num_threads(num_threads)
         import agentfly.rollout.engines  # noqa: F401  (registers the built-in engines)
+        from agentfly.plugins import load_plugins
+
+        load_plugins(plugins)
 
         self.engine = create_engine(engine, **engine_kwargs)
         self._lock = threading.Lock()
@@ -140,6 +149,8 @@ class EnginePool:
         max_batch_size: rows (prompts × n) one merged batch may hold.
         ray_init: ``ray.init`` keyword arguments when the pool starts Ray (``num_cpus``,
             ``temp_dir``, ...), see :func:`ensure_ray`.
+        plugins: modules every engine host imports before it builds its engine (dotted names
+            importable on every node, or absolute ``.py`` paths every node can read).
     """
 
     def __init__(
@@ -154,13 +165,14 @@ class EnginePool:
         max_batch_size: int = 256,
         ray_init: dict[str, Any] | None = None,
         num_threads: int | None = None,
+        plugins: Sequence[str] = (),
     ) -> None:
         self.backend = "local" if num_engines == 0 else backend
         self.max_batch_size = max_batch_size
         kwargs = dict(engine_kwargs or {})
         self._started_ray = False
         if self.backend == "local":
-            self._hosts: list[Any] = [EngineHost(engine, kwargs)]
+            self._hosts: list[Any] = [EngineHost(engine, kwargs, plugins=plugins)]
         elif self.backend == "ray":
             import ray
 
@@ -172,7 +184,9 @@ class EnginePool:
                 num_threads = (os.cpu_count() or 1) // max(1, num_engines)
             threads = max(1, int(num_threads or num_cpus_per_engine))
             self._hosts = [
-                actor.remote(engine, {**kwargs, "seed": kwargs.get("seed", 0) + i}, threads)
+                actor.remote(
+                    engine, {**kwargs, "seed": kwargs.get("seed", 0) + i}, threads, list(plugins)
+                )
                 for i in range(num_engines)
             ]
         else:

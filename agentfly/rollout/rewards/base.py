@@ -48,7 +48,15 @@ RewardFn = Callable[..., Any]
 DEFAULT_TIMEOUT_S = 60.0
 """Timeout of a reward registered without one (seconds)."""
 
-REWARDS: Registry[RewardFn] = Registry("reward")
+
+def _as_reward(obj: Any, spec: str) -> RewardFn:
+    """A ``module:attr`` reward: a plain function, registered under the spec (timeout: the default)."""
+    if not callable(obj) or isinstance(obj, type):
+        raise TypeError(f"expected a reward function, got {obj!r}")
+    return reward(name=spec)(obj)
+
+
+REWARDS: Registry[RewardFn] = Registry("reward", coerce=_as_reward)
 _INFOS: dict[str, RewardInfo] = {}  # by registered name, for callables that refuse attributes
 
 _PREDICTION_NAMES = ("prediction", "final_response")

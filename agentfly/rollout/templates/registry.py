@@ -7,7 +7,17 @@ from typing import Any
 from agentfly.registry import Registry
 from agentfly.rollout.templates.base import ChatTemplate
 
-TEMPLATES: Registry[ChatTemplate] = Registry("chat template")
+
+def _as_template(obj: Any, spec: str) -> ChatTemplate:
+    """A ``module:attr`` template: a ``ChatTemplate``, or a subclass built without arguments."""
+    if isinstance(obj, type) and issubclass(obj, ChatTemplate):
+        obj = obj()
+    if isinstance(obj, ChatTemplate):
+        return obj
+    raise TypeError(f"expected a ChatTemplate instance, got {obj!r}")
+
+
+TEMPLATES: Registry[ChatTemplate] = Registry("chat template", coerce=_as_template)
 
 # Names that select the model's own chat template (``tokenizer.apply_chat_template``).
 MODEL_TEMPLATE_NAMES = ("auto", "model")

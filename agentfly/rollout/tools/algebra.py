@@ -11,23 +11,28 @@ import ast
 from fractions import Fraction
 from typing import Any
 
-from agentfly.rollout.tools.calculator import MAX_DEGREE, CalculatorError, evaluate, format_number
+from agentfly.rollout.tools.calculator import (
+    CalculatorError,
+    CalculatorSettings,
+    evaluate,
+    format_number,
+)
 
 
 def _has(node: ast.AST, name: str) -> bool:
     return any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(node))
 
 
-def _degree(node: ast.AST, name: str) -> int:
+def _degree(node: ast.AST, name: str, limits: CalculatorSettings) -> int:
     """An upper bound on the polynomial degree of ``node`` in ``name``; refuses other shapes."""
     if not _has(node, name):
         return 0
     if isinstance(node, ast.Name):
         return 1
     if isinstance(node, ast.UnaryOp):
-        return _degree(node.operand, name)
+        return _degree(node.operand, name, limits)
     if isinstance(node, ast.BinOp):
-        left, right = _degree(node.left, name), _degree(node.right, name)
+        left, right = _degree(node.left, name, limits), _degree(node.right, name, limits)
         if isinstance(node.op, (ast.Add, ast.Sub)):
             return max(left, right)
         if isinstance(node.op, (ast.Mult, ast.Div)):
@@ -35,12 +40,12 @@ def _degree(node: ast.AST, name: str) -> int:
         if isinstance(node.op, ast.Pow):
             if right:
                 raise CalculatorError(f"{name} cannot appear in an exponent")
-            exponent = evaluate(node.right)
+            exponent = evaluate(node.right, limits)
             if not (isinstance(exponent, Fraction) and exponent.denominator == 1):
                 raise CalculatorError(f"powers of {name} must be whole numbers")
             degree = left * abs(exponent.numerator)
-            if degree > MAX_DEGREE:
-                raise CalculatorError(f"the equation's degree is above {MAX_DEGREE}")
+            if degree > limits.max_degree:
+                raise CalculatorError(f"the equation's degree is above {limits.max_degree}")
             return degree
         raise CalculatorError(f"// and % cannot be applied to the unknown {name}")
     raise CalculatorError(
@@ -48,22 +53,22 @@ def _degree(node: ast.AST, name: str) -> int:
     )
 
 
-def _to_sympy(node: ast.AST, name: str, symbol: Any) -> Any:
+def _to_sympy(node: ast.AST, name: str, symbol: Any, limits: CalculatorSettings) -> Any:
     import sympy
 
     if not _has(node, name):
-        value = evaluate(node)
+        value = evaluate(node, limits)
         if isinstance(value, Fraction):
             return sympy.Rational(value.numerator, value.denominator)
         return sympy.Float(value, 15)
     if isinstance(node, ast.Name):
         return symbol
     if isinstance(node, ast.UnaryOp):
-        operand = _to_sympy(node.operand, name, symbol)
+        operand = _to_sympy(node.operand, name, symbol, limits)
         return -operand if isinstance(node.op, ast.USub) else operand
     assert isinstance(node, ast.BinOp)
-    left = _to_sympy(node.left, name, symbol)
-    right = _to_sympy(node.right, name, symbol)
+    left = _to_sympy(node.left, name, symbol, limits)
+    right = _to_sympy(node.right, name, symbol, limits)
     if isinstance(node.op, ast.Add):
         return left + right
     if isinstance(node.op, ast.Sub):
@@ -101,8 +106,12 @@ def _is_real(root: Any) -> bool:
     return abs(value.imag) <= 1e-12 * max(1.0, abs(value))
 
 
-def solve_equation(left: ast.Expression, right: ast.Expression, name: str) -> str:
+def solve_equation(
+    left: ast.Expression, right: ast.Expression, name: str, limits: CalculatorSettings
+) -> str:
     """Solve ``left = right`` for ``name``; both trees already passed the calculator's whitelist.
+
+    ``limits`` bounds the equation's degree and the size of its known parts.
 
     Returns:
         The real solutions (``"x = 2"``, ``"x = -3 or x = 2"``; irrational ones with a decimal
@@ -111,10 +120,11 @@ def solve_equation(left: ast.Expression, right: ast.Expression, name: str) -> st
     """
     import sympy
 
-    if _degree(left.body, name) + _degree(right.body, name) > MAX_DEGREE:
-        raise CalculatorError(f"the equation's degree is above {MAX_DEGREE}")
+    degree = _degree(left.body, name, limits) + _degree(right.body, name, limits)
+    if degree > limits.max_degree:
+        raise CalculatorError(f"the equation's degree is above {limits.max_degree}")
     symbol = sympy.Symbol(name)
-    expr = _to_sympy(left.body, name, symbol) - _to_sympy(right.body, name, symbol)
+    expr = _to_sympy(left.body, name, symbol, limits) - _to_sympy(right.body, name, symbol, limits)
     numerator, denominator = sympy.fraction(sympy.together(expr))
     poly = sympy.Poly(sympy.expand(numerator), symbol)
     if poly.is_zero:

@@ -18,6 +18,21 @@ released when the chain ends. That parameter is not part of the schema.
 
 A tool returns a ``str`` (the observation), any JSON-serialisable value (dumped as JSON), or a
 ``ToolResult`` when it needs to say more (end the chain, report an error kind).
+
+A tool with *settings* (a corpus path, a size limit) declares them with ``@tool(settings=Cls)``
+and takes a parameter named ``settings`` (left out of the schema, like ``resource``)::
+
+    @dataclass(frozen=True)
+    class WeatherSettings:
+        unit: Literal["C", "F"] = "C"
+
+    @tool(settings=WeatherSettings)
+    def weather(city: str, settings: WeatherSettings) -> str: ...
+
+``agent.init_config.tool_config.weather.unit=F`` then reaches ``WeatherSettings(unit="F")`` for
+that run (see :mod:`agentfly.rollout.tools.settings`); ``tool.configure(unit="F")`` does the
+same from Python. A stateful tool's ``resource_factory`` receives the settings too when it takes
+a ``settings`` parameter.
 """
 
 from __future__ import annotations
@@ -77,6 +92,11 @@ class Tool:
         max_resources: at most this many resources of this tool live at once (``None``: the
             pool's default).
         aliases: other names the model may use.
+        settings_type: the class (or function) whose keyword parameters are the tool's own
+            settings; None when it has none.
+        settings: the bound settings (``settings_type(**values)``), passed to ``fn`` and to a
+            ``resource_factory`` that take ``settings``; the defaults' instance until
+            :meth:`configure` binds others (None when some setting has no default).
     """
 
     name: str
@@ -88,6 +108,8 @@ class Tool:
     max_output_chars: int = 10_000
     max_resources: int | None = None
     aliases: tuple[str, ...] = field(default=())
+    settings_type: Callable[..., Any] | None = None
+    settings: Any = None
 
     @property
     def description(self) -> str:
@@ -101,12 +123,61 @@ class Tool:
     def is_async(self) -> bool:
         return inspect.iscoroutinefunction(self.fn)
 
+    @property
+    def takes_settings(self) -> bool:
+        return "settings" in inspect.signature(self.fn).parameters
+
+    def configure(self, **settings: Any) -> Tool:
+        """A copy of this tool with ``settings`` bound (its own, and ``timeout``,
+        ``max_output_chars``, ``max_resources``); see :func:`~agentfly.rollout.tools.settings.configure_tool`."""
+        from agentfly.rollout.tools.settings import configure_tool
+
+        return configure_tool(self, settings)
+
+    def new_resource(self) -> Any:
+        """A fresh per-chain resource from ``resource_factory`` (given the settings if it takes them)."""
+        if self.resource_factory is None:
+            raise ValueError(f"tool {self.name!r} is not stateful: it has no resource factory")
+        if _takes(self.resource_factory, "settings"):
+            return self.resource_factory(settings=self.settings)
+        return self.resource_factory()
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the underlying function directly (no validation, timeout or truncation)."""
+        if self.takes_settings and "settings" not in kwargs:
+            kwargs["settings"] = self.settings
         return self.fn(*args, **kwargs)
 
 
-TOOLS: Registry[Tool] = Registry("tool")
+def _takes(fn: Callable[..., Any], name: str) -> bool:
+    try:
+        return name in inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # a builtin without a signature
+        return False
+
+
+def _default_settings(settings_type: Callable[..., Any] | None) -> Any:
+    """``settings_type()`` when every setting has a default, else None."""
+    if settings_type is None:
+        return None
+    from agentfly.rollout.tools.settings import declared_settings
+
+    if any(s.required for s in declared_settings(settings_type)[0].values()):
+        return None
+    return settings_type()
+
+
+def _as_tool(obj: Any, spec: str) -> Tool:
+    """A ``module:attr`` tool: a ``Tool``, or a plain function registered under its own name."""
+    if isinstance(obj, Tool):
+        return obj
+    if inspect.isfunction(obj) or inspect.iscoroutinefunction(obj):
+        known = next((t for t in map(TOOLS.get, TOOLS) if t.fn is obj), None)
+        return known if known is not None else tool(obj)  # once, whatever the spec's spelling
+    raise TypeError(f"expected a function or an @tool, got {type(obj).__name__}")
+
+
+TOOLS: Registry[Tool] = Registry("tool", coerce=_as_tool)
 
 
 def tool(
@@ -120,6 +191,7 @@ def tool(
     max_output_chars: int = 10_000,
     max_resources: int | None = None,
     aliases: Iterable[str] = (),
+    settings: Callable[..., Any] | None = None,
 ) -> Any:
     """Register a function as a tool; usable as ``@tool`` or ``@tool(name=...)``.
 
@@ -133,6 +205,8 @@ def tool(
         max_output_chars: observations longer than this are truncated.
         max_resources: cap on live resources of this tool (stateful tools).
         aliases: other names for the tool.
+        settings: a class (a dataclass, or any callable) whose keyword parameters are the
+            tool's own settings; the function takes its instance as ``settings``.
 
     Returns:
         The registered ``Tool`` (still callable like the function).
@@ -140,6 +214,16 @@ def tool(
 
     def decorate(f: Callable[..., Any]) -> Tool:
         tool_name = name or f.__name__
+        takes_settings = _takes(f, "settings") or (
+            resource_factory is not None and _takes(resource_factory, "settings")
+        )
+        if settings is None and _takes(f, "settings"):
+            raise TypeError(f"tool {tool_name!r} takes 'settings' but declares none (settings=...)")
+        if settings is not None and not takes_settings:
+            raise TypeError(
+                f"tool {tool_name!r} declares settings but neither it nor its resource_factory "
+                "takes a 'settings' parameter"
+            )
         takes_resource = "resource" in inspect.signature(f).parameters
         if stateful and (resource_factory is None or not takes_resource):
             raise TypeError(
@@ -157,6 +241,8 @@ def tool(
             max_output_chars=max_output_chars,
             max_resources=max_resources,
             aliases=tuple(aliases),
+            settings_type=settings,
+            settings=_default_settings(settings),
         )
         TOOLS.register(tool_name, registered, aliases=registered.aliases)
         return registered

@@ -4,13 +4,17 @@ The expression is parsed with ``ast`` and walked over a whitelist of nodes (numb
 // % **``, unary signs, calls to a few named functions, the constants ``pi`` and ``e``).
 Numbers are ``fractions.Fraction`` so ``0.1 + 0.2`` is exactly ``0.3`` and ``1/3`` stays a
 third; functions with irrational results (``sin``, ``log``, a non-perfect ``sqrt``) give floats.
-Sizes are bounded before any work is done: a power whose result would pass ``MAX_BITS`` bits,
-``factorial`` above ``MAX_FACTORIAL`` or an input over ``MAX_CHARS`` characters is refused, so
-``9**9**9`` fails at once instead of hanging.
+
+Sizes are bounded by :class:`CalculatorSettings` (``agent.init_config.tool_config.calculator``):
+``max_digits`` bounds every number the calculator handles — a literal in the input, each
+intermediate value and the result: an integer, and a fraction's numerator and denominator, have
+at most ``max_digits`` decimal digits; a float result is below ``10**max_digits`` in magnitude. A
+power or factorial whose result would pass it is refused before it is computed, so ``9**9**9``
+fails at once instead of hanging. ``max_chars`` bounds the input's length.
 
 An input with one ``=`` and one unknown name (``2*x + 3 = 7``) is solved with sympy; the sympy
 expression is built from the validated tree, never from the raw string (``sympify`` evals).
-Only polynomial or rational equations up to degree ``MAX_DEGREE`` are accepted.
+Only polynomial or rational equations up to degree ``max_degree`` are accepted.
 
 Departures from Python: ``^`` means power, not xor; ``round`` rounds halves away from zero.
 """
@@ -21,37 +25,73 @@ import ast
 import math
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from decimal import Decimal, localcontext
 from fractions import Fraction
+from functools import cached_property
 
 from agentfly.rollout.tools.base import INVALID_ARGUMENTS, ToolResult, tool
 
-MAX_CHARS = 1000
-MAX_BITS = 10_000  # ≈ 3,000 decimal digits in any numerator or denominator
-MAX_FACTORIAL = 1000
-MAX_DEGREE = 10
 MAX_ROOT_INDEX = 64  # exact roots of x**(p/q) are tried for q up to this
 
 Number = Fraction | float
+
+
+@dataclass(frozen=True)
+class CalculatorSettings:
+    """The calculator's size limits.
+
+    Attributes:
+        max_digits: most decimal digits of any exact number in the input, in an intermediate
+            value or in the result (an integer, or a fraction's numerator and denominator each);
+            a float result must be below ``10**max_digits`` in magnitude.
+        max_chars: longest input, in characters.
+        max_degree: highest degree of an equation's polynomial.
+    """
+
+    max_digits: int = 3000
+    max_chars: int = 1000
+    max_degree: int = 10
+
+    def __post_init__(self) -> None:
+        for name in ("max_digits", "max_chars", "max_degree"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+
+    @cached_property
+    def bound(self) -> int:
+        """``10**max_digits``: the smallest magnitude with too many digits."""
+        return 10**self.max_digits
+
+
+DEFAULT_SETTINGS = CalculatorSettings()
 
 
 class CalculatorError(ValueError):
     """Input the calculator refuses; the message is shown to the model."""
 
 
-def _check(value: Number) -> Number:
+def _too_large(limits: CalculatorSettings) -> CalculatorError:
+    return CalculatorError(
+        f"a number would have more than {limits.max_digits} digits; too large to compute"
+    )
+
+
+def _check(value: Number, limits: CalculatorSettings) -> Number:
     if isinstance(value, float):
         if not math.isfinite(value):
             raise CalculatorError("the result is not a finite number")
+        if abs(value) >= limits.bound:  # int/float comparison is exact
+            raise _too_large(limits)
         return value
-    if max(value.numerator.bit_length(), value.denominator.bit_length()) > MAX_BITS:
-        raise CalculatorError(f"a number has more than {MAX_BITS} bits; too large to compute")
+    if abs(value.numerator) >= limits.bound or value.denominator >= limits.bound:
+        raise _too_large(limits)
     return value
 
 
-def _log2(value: Fraction) -> float:
-    """log2 of the larger of |numerator| and denominator (no float overflow)."""
-    return max(math.log2(abs(value.numerator) or 1), math.log2(value.denominator))
+def _log10(value: Fraction) -> float:
+    """log10 of the larger of |numerator| and denominator (no float overflow)."""
+    return max(math.log10(abs(value.numerator) or 1), math.log10(value.denominator))
 
 
 def _integer(value: Number, what: str) -> int:
@@ -73,13 +113,14 @@ def _iroot(n: int, q: int) -> int | None:
     return x if x**q == n else None
 
 
-def _power(base: Number, exponent: Number) -> Number:
+def _power(limits: CalculatorSettings, base: Number, exponent: Number) -> Number:
     if isinstance(base, Fraction) and isinstance(exponent, Fraction):
         p, q = exponent.numerator, exponent.denominator
         if base == 0 and exponent < 0:
             raise ZeroDivisionError
-        if abs(base) not in (0, 1) and abs(exponent) * _log2(base) > MAX_BITS:
-            raise CalculatorError(f"the power has more than {MAX_BITS} bits; too large to compute")
+        # the result's larger part has floor(|exponent| * log10(base's larger part)) + 1 digits
+        if abs(base) not in (0, 1) and abs(exponent) * _log10(base) >= limits.max_digits + 1e-9:
+            raise _too_large(limits)
         if q == 1:
             return base**p
         if base >= 0 and q <= MAX_ROOT_INDEX:
@@ -91,7 +132,7 @@ def _power(base: Number, exponent: Number) -> Number:
     return float(base) ** float(exponent)
 
 
-def _round(value: Number, digits: Number = Fraction(0)) -> Number:
+def _round(limits: CalculatorSettings, value: Number, digits: Number = Fraction(0)) -> Number:
     n = _integer(digits, "round's number of digits")
     if abs(n) > 100:
         raise CalculatorError("round takes at most 100 digits")
@@ -100,19 +141,22 @@ def _round(value: Number, digits: Number = Fraction(0)) -> Number:
     return rounded if value >= 0 else -rounded
 
 
-def _factorial(value: Number) -> Number:
+def _factorial(limits: CalculatorSettings, value: Number) -> Number:
     n = _integer(value, "factorial's argument")
-    if not 0 <= n <= MAX_FACTORIAL:
-        raise CalculatorError(f"factorial is defined here for 0 ≤ n ≤ {MAX_FACTORIAL}, got {n}")
+    if n < 0:
+        raise CalculatorError(f"factorial is defined here for whole numbers n ≥ 0, got {n}")
+    # n! has floor(log10(n!)) + 1 digits; lgamma(n + 1) = ln(n!)
+    if n >= 2**53 or math.lgamma(n + 1) / math.log(10) >= limits.max_digits + 1e-9:
+        raise _too_large(limits)
     return Fraction(math.factorial(n))
 
 
-def _log(value: Number, base: Number | None = None) -> Number:
+def _log(limits: CalculatorSettings, value: Number, base: Number | None = None) -> Number:
     if value <= 0 or (base is not None and (base <= 0 or base == 1)):
         raise CalculatorError("log needs a positive argument (and a positive base other than 1)")
     if isinstance(value, Fraction) and isinstance(base, Fraction):
         guess = round((math.log(value.numerator) - math.log(value.denominator)) / math.log(base))
-        if abs(guess) * _log2(base) <= MAX_BITS and base**guess == value:
+        if abs(guess) * _log10(base) < limits.max_digits + 1 and base**guess == value:
             return Fraction(guess)
     if isinstance(value, Fraction):
         ln = math.log(value.numerator) - math.log(value.denominator)
@@ -121,32 +165,45 @@ def _log(value: Number, base: Number | None = None) -> Number:
     return ln if base is None else ln / math.log(base)
 
 
-def _sqrt(value: Number) -> Number:
+def _sqrt(limits: CalculatorSettings, value: Number) -> Number:
     if value < 0:
         raise CalculatorError("the square root of a negative number is not a real number")
-    return _power(value, Fraction(1, 2))
+    return _power(limits, value, Fraction(1, 2))
 
 
-def _float_fn(fn: Callable[[float], float]) -> Callable[[Number], Number]:
-    return lambda x: fn(float(x))
+def _plain(fn: Callable[..., Number]) -> Callable[..., Number]:
+    """A function that needs no limits, in the table's ``fn(limits, *args)`` form."""
+    return lambda _limits, *args: fn(*args)
 
 
-# name -> (function, min args, max args)
+def _float_fn(fn: Callable[[float], float]) -> Callable[..., Number]:
+    return lambda _limits, x: fn(float(x))
+
+
+# name -> (function(limits, *args), min args, max args)
 FUNCTIONS: dict[str, tuple[Callable[..., Number], int, int]] = {
     "sqrt": (_sqrt, 1, 1),
-    "abs": (abs, 1, 1),
+    "abs": (_plain(abs), 1, 1),
     "round": (_round, 1, 2),
-    "min": (min, 1, 100),
-    "max": (max, 1, 100),
+    "min": (_plain(min), 1, 100),
+    "max": (_plain(max), 1, 100),
     "factorial": (_factorial, 1, 1),
-    "floor": (lambda x: Fraction(math.floor(x)), 1, 1),
-    "ceil": (lambda x: Fraction(math.ceil(x)), 1, 1),
-    "gcd": (lambda *a: Fraction(math.gcd(*(_integer(x, "gcd's argument") for x in a))), 1, 100),
-    "lcm": (lambda *a: Fraction(math.lcm(*(_integer(x, "lcm's argument") for x in a))), 1, 100),
+    "floor": (_plain(lambda x: Fraction(math.floor(x))), 1, 1),
+    "ceil": (_plain(lambda x: Fraction(math.ceil(x))), 1, 1),
+    "gcd": (
+        _plain(lambda *a: Fraction(math.gcd(*(_integer(x, "gcd's argument") for x in a)))),
+        1,
+        100,
+    ),
+    "lcm": (
+        _plain(lambda *a: Fraction(math.lcm(*(_integer(x, "lcm's argument") for x in a)))),
+        1,
+        100,
+    ),
     "log": (_log, 1, 2),
     "ln": (_log, 1, 1),
-    "log10": (lambda x: _log(x, Fraction(10)), 1, 1),
-    "log2": (lambda x: _log(x, Fraction(2)), 1, 1),
+    "log10": (lambda limits, x: _log(limits, x, Fraction(10)), 1, 1),
+    "log2": (lambda limits, x: _log(limits, x, Fraction(2)), 1, 1),
     "exp": (_float_fn(math.exp), 1, 1),
     "sin": (_float_fn(math.sin), 1, 1),
     "cos": (_float_fn(math.cos), 1, 1),
@@ -154,19 +211,19 @@ FUNCTIONS: dict[str, tuple[Callable[..., Number], int, int]] = {
 }
 CONSTANTS: dict[str, float] = {"pi": math.pi, "e": math.e}
 
-_BINARY: dict[type, Callable[[Number, Number], Number]] = {
-    ast.Add: lambda a, b: a + b,
-    ast.Sub: lambda a, b: a - b,
-    ast.Mult: lambda a, b: a * b,
-    ast.Div: lambda a, b: a / b,
-    ast.FloorDiv: lambda a, b: Fraction(a // b),
-    ast.Mod: lambda a, b: a % b,
+_BINARY: dict[type, Callable[[CalculatorSettings, Number, Number], Number]] = {
+    ast.Add: _plain(lambda a, b: a + b),
+    ast.Sub: _plain(lambda a, b: a - b),
+    ast.Mult: _plain(lambda a, b: a * b),
+    ast.Div: _plain(lambda a, b: a / b),
+    ast.FloorDiv: _plain(lambda a, b: Fraction(a // b)),
+    ast.Mod: _plain(lambda a, b: a % b),
     ast.Pow: _power,
 }
 _UNARY: dict[type, Callable[[Number], Number]] = {ast.USub: lambda a: -a, ast.UAdd: lambda a: a}
 
 
-def _literal(node: ast.Constant) -> Fraction:
+def _literal(node: ast.Constant, limits: CalculatorSettings) -> Fraction:
     value = node.value
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise CalculatorError(f"only numbers are allowed, not {value!r}")
@@ -174,24 +231,24 @@ def _literal(node: ast.Constant) -> Fraction:
         if not math.isfinite(value):
             raise CalculatorError("the number is too large")
         return Fraction(repr(value))  # the decimal the user wrote, not its binary approximation
-    return _check(Fraction(value))
+    return _check(Fraction(value), limits)
 
 
-def _validate(node: ast.AST) -> set[str]:
+def _validate(node: ast.AST, limits: CalculatorSettings) -> set[str]:
     """Refuse anything outside the whitelist; return the unknown names used."""
     if isinstance(node, ast.Expression):
-        return _validate(node.body)
+        return _validate(node.body, limits)
     if isinstance(node, ast.Constant):
-        _literal(node)
+        _literal(node, limits)
         return set()
     if isinstance(node, ast.Name):
         if node.id in FUNCTIONS:
             raise CalculatorError(f"{node.id} is a function; call it like {node.id}(...)")
         return set() if node.id in CONSTANTS else {node.id}
     if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
-        return _validate(node.left) | _validate(node.right)
+        return _validate(node.left, limits) | _validate(node.right, limits)
     if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
-        return _validate(node.operand)
+        return _validate(node.operand, limits)
     if isinstance(node, ast.Call):
         name = node.func.id if isinstance(node.func, ast.Name) else None
         if name not in FUNCTIONS:
@@ -202,25 +259,27 @@ def _validate(node: ast.AST) -> set[str]:
         _, low, high = FUNCTIONS[name]
         if not low <= len(node.args) <= high:
             raise CalculatorError(f"{name} takes {low}–{high} arguments, got {len(node.args)}")
-        return set().union(*(_validate(a) for a in node.args))
+        return set().union(*(_validate(a, limits) for a in node.args))
     raise CalculatorError(f"unsupported syntax: {type(node).__name__} in {ast.unparse(node)!r}")
 
 
-def evaluate(node: ast.AST) -> Number:
-    """The value of a tree that passed validation and has no unknowns."""
+def evaluate(node: ast.AST, limits: CalculatorSettings = DEFAULT_SETTINGS) -> Number:
+    """The value of a tree that passed validation and has no unknowns; every value is checked
+    against ``limits``."""
     if isinstance(node, ast.Expression):
-        return evaluate(node.body)
+        return evaluate(node.body, limits)
     if isinstance(node, ast.Constant):
-        return _literal(node)
+        return _literal(node, limits)
     if isinstance(node, ast.Name):
         return CONSTANTS[node.id]
     if isinstance(node, ast.BinOp):
-        return _check(_BINARY[type(node.op)](evaluate(node.left), evaluate(node.right)))
+        left, right = evaluate(node.left, limits), evaluate(node.right, limits)
+        return _check(_BINARY[type(node.op)](limits, left, right), limits)
     if isinstance(node, ast.UnaryOp):
-        return _UNARY[type(node.op)](evaluate(node.operand))
+        return _UNARY[type(node.op)](evaluate(node.operand, limits))
     assert isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
     fn = FUNCTIONS[node.func.id][0]
-    return _check(fn(*(evaluate(a) for a in node.args)))
+    return _check(fn(limits, *(evaluate(a, limits) for a in node.args)), limits)
 
 
 def format_number(value: Number) -> str:
@@ -257,10 +316,10 @@ def _parse(text: str) -> ast.Expression:
         raise CalculatorError(f"could not parse {text.strip()!r}") from None
 
 
-def _normalize(expression: str) -> list[str]:
+def _normalize(expression: str, limits: CalculatorSettings) -> list[str]:
     """The sides of the input: one for an expression, two for an equation."""
-    if len(expression) > MAX_CHARS:
-        raise CalculatorError(f"the input is longer than {MAX_CHARS} characters")
+    if len(expression) > limits.max_chars:
+        raise CalculatorError(f"the input is longer than {limits.max_chars} characters")
     text = expression.replace("^", "**").replace("×", "*").replace("÷", "/").replace("−", "-")
     if re.search(r"[<>!]", text):
         raise CalculatorError("comparisons are not supported; use = for an equation")
@@ -272,10 +331,15 @@ def _normalize(expression: str) -> list[str]:
     return sides
 
 
-def calculate(expression: str) -> str:
-    """Evaluate an expression or solve an equation; raises ``CalculatorError`` on bad input."""
-    trees = [_parse(side) for side in _normalize(expression)]
-    unknowns = set().union(*(_validate(t) for t in trees))
+def calculate(expression: str, limits: CalculatorSettings = DEFAULT_SETTINGS) -> str:
+    """Evaluate an expression or solve an equation; raises ``CalculatorError`` on bad input.
+
+    Args:
+        expression: the expression or equation.
+        limits: the size limits (see :class:`CalculatorSettings`).
+    """
+    trees = [_parse(side) for side in _normalize(expression, limits)]
+    unknowns = set().union(*(_validate(t, limits) for t in trees))
     if len(unknowns) > 1:
         raise CalculatorError(f"only one unknown is supported, found {', '.join(sorted(unknowns))}")
     try:
@@ -287,8 +351,8 @@ def calculate(expression: str) -> str:
                 )
             from agentfly.rollout.tools.algebra import solve_equation
 
-            return solve_equation(trees[0], trees[1], unknowns.pop())
-        values = [evaluate(t) for t in trees]
+            return solve_equation(trees[0], trees[1], unknowns.pop(), limits)
+        values = [evaluate(t, limits) for t in trees]
     except ZeroDivisionError:
         raise CalculatorError("division by zero") from None
     except OverflowError:
@@ -301,8 +365,8 @@ def calculate(expression: str) -> str:
     return f"false (left side {format_number(left)}, right side {format_number(right)})"
 
 
-@tool(name="calculator", timeout=10.0, max_output_chars=4000)
-def calculator(expression: str) -> str | ToolResult:
+@tool(name="calculator", timeout=10.0, max_output_chars=4000, settings=CalculatorSettings)
+def calculator(expression: str, settings: CalculatorSettings) -> str | ToolResult:
     """Evaluate an arithmetic expression exactly, or solve an equation in one unknown.
 
     Supports + - * / // % ** (or ^), parentheses, pi, e and the functions sqrt, abs, round,
@@ -313,6 +377,6 @@ def calculator(expression: str) -> str | ToolResult:
         expression: the expression or equation, e.g. "(3 + 4) * 12" or "x**2 - 5*x + 6 = 0".
     """
     try:
-        return calculate(expression)
+        return calculate(expression, settings)
     except CalculatorError as e:
         return ToolResult.failure(INVALID_ARGUMENTS, f"Error: {e}")

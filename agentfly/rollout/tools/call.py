@@ -17,12 +17,14 @@ import json
 import logging
 from typing import Any
 
+from agentfly.plugins import is_object_spec
 from agentfly.registry import UnknownNameError
 from agentfly.rollout.tools.base import (
     EXCEPTION,
     INVALID_ARGUMENTS,
     MALFORMED_OUTPUT,
     TIMEOUT,
+    TOOLS,
     UNKNOWN_TOOL,
     Tool,
     ToolResult,
@@ -75,6 +77,8 @@ def _as_result(value: Any, tool: Tool) -> ToolResult:
 
 
 async def _invoke(tool: Tool, kwargs: dict[str, Any]) -> Any:
+    if tool.takes_settings:
+        kwargs["settings"] = tool.settings
     if tool.is_async:
         return await asyncio.wait_for(tool.fn(**kwargs), tool.timeout)
     return await asyncio.wait_for(asyncio.to_thread(tool.fn, **kwargs), tool.timeout)
@@ -91,12 +95,13 @@ async def _close(resource: Any) -> None:
 
 
 async def run_tool_call(
-    name: str, arguments: dict[str, Any] | str | None, *, resource: Any = None
+    name: str | Tool, arguments: dict[str, Any] | str | None, *, resource: Any = None
 ) -> ToolResult:
     """Run the tool ``name`` on ``arguments``; every failure becomes an error observation.
 
     Args:
-        name: the tool name (or alias) the model used.
+        name: the tool name (or alias) the model used, looked up in the registry, or the
+            ``Tool`` itself (a configured copy, see :meth:`Tool.configure`).
         arguments: a dict, or the JSON string the model wrote.
         resource: for a stateful tool, its per-chain resource, or a ``ChainResources`` to take
             it from. Without one, a throwaway resource is made for this call and closed after.
@@ -104,10 +109,20 @@ async def run_tool_call(
     Returns:
         The ``ToolResult``; never raises (except ``asyncio.CancelledError``).
     """
+    if isinstance(name, str) and is_object_spec(name) and name not in TOOLS:
+        # a name from the model never imports anything: module:attr tools are imported when
+        # the config is composed
+        return ToolResult.failure(UNKNOWN_TOOL, f"Error: unknown tool {name!r}.")
     try:
-        tool = get_tool(name)
+        tool = name if isinstance(name, Tool) else get_tool(name)
     except UnknownNameError as e:
         return ToolResult.failure(UNKNOWN_TOOL, f"Error: {e}")
+    if tool.settings_type is not None and tool.settings is None:
+        return ToolResult.failure(
+            EXCEPTION,
+            f"Error: tool {tool.name!r} is not configured: set its settings in "
+            f"agent.init_config.tool_config.{tool.name} (a bug in the setup, not in your call).",
+        )
     kwargs = parse_arguments(arguments)
     if isinstance(kwargs, str):
         return ToolResult.failure(INVALID_ARGUMENTS, f"Error calling {tool.name}: {kwargs}.")
@@ -123,9 +138,9 @@ async def run_tool_call(
             from agentfly.rollout.resources import ChainResources
 
             if isinstance(resource, ChainResources):
-                resource = await resource.get(tool.name)
+                resource = await resource.get(tool)
             elif resource is None:
-                resource = throwaway = await asyncio.to_thread(tool.resource_factory)
+                resource = throwaway = await asyncio.to_thread(tool.new_resource)
             kwargs["resource"] = resource
         value = await _invoke(tool, kwargs)
     except (TimeoutError, asyncio.TimeoutError):  # distinct classes before Python 3.11

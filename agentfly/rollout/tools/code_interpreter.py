@@ -2,15 +2,49 @@
 
 Each chain gets its own ``PythonSession`` (see ``agentfly.rollout.sandbox``) from the resource
 pool, so variables persist across the chain's turns and never leak into another chain. The
-session's own per-cell limit (10 s by default; set it with a pool factory such as
-``functools.partial(PythonSession, timeout=5)``) stops a runaway cell and restarts the
-interpreter; the tool's outer timeout is only a backstop.
+session's own per-cell limit (:class:`SessionSettings`, ``cell_timeout``: 10 s by default) stops
+a runaway cell and restarts the interpreter; the tool's outer timeout is only a backstop.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Literal
+
 from agentfly.rollout.sandbox import CellResult, PythonSession
 from agentfly.rollout.tools.base import TIMEOUT, ToolResult, tool
+
+
+@dataclass(frozen=True)
+class SessionSettings:
+    """Limits of each chain's Python session (``agent.init_config.tool_config.code_interpreter``).
+
+    Attributes:
+        cell_timeout: wall-clock (and CPU) seconds per cell before the interpreter is restarted.
+        memory_mb: address-space limit of the interpreter process.
+        isolation: ``"auto"`` (bubblewrap when present, else rlimits), ``"bwrap"`` or ``"rlimits"``.
+        start_timeout: seconds to wait for a new interpreter to come up.
+    """
+
+    cell_timeout: float = 10.0
+    memory_mb: int = 1024
+    isolation: Literal["auto", "bwrap", "rlimits"] = "auto"
+    start_timeout: float = 30.0
+
+    def __post_init__(self) -> None:
+        for name in ("cell_timeout", "memory_mb", "start_timeout"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+
+
+def new_session(settings: SessionSettings) -> PythonSession:
+    """A fresh sandboxed session with the run's limits (the tool's resource factory)."""
+    return PythonSession(
+        timeout=settings.cell_timeout,
+        memory_mb=settings.memory_mb,
+        isolation=settings.isolation,
+        start_timeout=settings.start_timeout,
+    )
 
 
 def format_cell(result: CellResult) -> str:
@@ -31,9 +65,10 @@ def format_cell(result: CellResult) -> str:
     name="code_interpreter",
     aliases=("python_executor",),
     stateful=True,
-    resource_factory=PythonSession,
+    resource_factory=new_session,
     timeout=120.0,
     max_output_chars=10_000,
+    settings=SessionSettings,
 )
 def code_interpreter(code: str, resource: PythonSession) -> str | ToolResult:
     """Run Python code in a persistent interpreter and return what it prints.

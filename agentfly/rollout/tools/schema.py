@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any, Literal, Union
 
 # Parameters the tool runner fills in itself; never shown to the model.
-RESERVED_PARAMETERS = frozenset({"resource"})
+RESERVED_PARAMETERS = frozenset({"resource", "settings"})
 
 _SECTION = re.compile(
     r"^\s*(Args|Arguments|Parameters|Returns|Return|Yields|Raises|Examples?|Notes?|"
@@ -128,8 +128,8 @@ def function_schema(fn: Callable[..., Any], name: str, description: str | None =
     """The OpenAI function-calling schema of ``fn``.
 
     Args:
-        fn: the tool function; ``*args``/``**kwargs`` are refused, a parameter named
-            ``resource`` is left out.
+        fn: the tool function; ``*args``/``**kwargs`` are refused, parameters named
+            ``resource`` and ``settings`` are left out.
         name: the tool's name as the model will call it.
         description: overrides the docstring's description.
 

@@ -1,6 +1,7 @@
 """``search`` (alias ``google_search``): top-k passages from a local BM25 index or a search API.
 
-Configure once with ``configure_search``:
+Settings (:class:`SearchSettings`; ``agent.init_config.tool_config.search.<name>`` in a config,
+``get_tool("search").configure(...)`` from Python):
 
 - ``backend="bm25"`` (default): a ``bm25s`` index over ``corpus_path``, a JSONL file (one
   object per line with ``"text"``, or ``"contents"`` as in the Search-R1 wiki dump, and
@@ -36,35 +37,10 @@ class Passage:
 
 
 @dataclass(frozen=True)
-class SearchConfig:
-    """The search tool's settings (see ``configure_search``)."""
+class SearchSettings:
+    """The search tool's settings; checks everything it can when built, not at the first call.
 
-    backend: Literal["bm25", "http"] = "bm25"
-    corpus_path: Path | None = None
-    top_k: int = 3
-    url: str | None = None
-    api_key_env: str | None = None
-    method: Literal["POST", "GET"] = "POST"
-    http_timeout: float = 10.0
-
-
-_config = SearchConfig()
-_indexes: dict[tuple[str, int, int], Bm25Index] = {}
-_indexes_lock = threading.Lock()
-
-
-def configure_search(
-    corpus_path: str | os.PathLike | None = None,
-    top_k: int = 3,
-    backend: Literal["bm25", "http"] = "bm25",
-    url: str | None = None,
-    api_key_env: str | None = None,
-    method: Literal["POST", "GET"] = "POST",
-    http_timeout: float = 10.0,
-) -> SearchConfig:
-    """Set up the ``search`` tool; checks everything it can now rather than at the first call.
-
-    Args:
+    Attributes:
         corpus_path: the JSONL or text corpus (``bm25`` backend).
         top_k: passages returned per query.
         backend: ``"bm25"`` (local index) or ``"http"`` (a search service).
@@ -73,35 +49,42 @@ def configure_search(
         method: ``"POST"`` (JSON body) or ``"GET"`` (query string).
         http_timeout: seconds to wait for the service.
 
-    Returns:
-        The new configuration.
-
     Raises:
         FileNotFoundError: the corpus file does not exist.
         ValueError: an unknown backend or method, a missing ``url`` or API key, ``top_k < 1``.
     """
-    global _config
-    if backend not in ("bm25", "http"):
-        raise ValueError(f"unknown search backend {backend!r} (known: bm25, http)")
-    if method not in ("POST", "GET"):
-        raise ValueError(f"search method must be POST or GET, got {method!r}")
-    if top_k < 1:
-        raise ValueError(f"top_k must be at least 1, got {top_k}")
-    path = Path(corpus_path).expanduser().resolve() if corpus_path is not None else None
-    if backend == "bm25" and path is not None and not path.is_file():
-        raise FileNotFoundError(f"search corpus not found: {path}")
-    if backend == "http":
-        if not url:
-            raise ValueError("the http search backend needs a url")
-        if api_key_env and not os.environ.get(api_key_env):
-            raise ValueError(f"the search API key variable {api_key_env!r} is not set")
-    _config = SearchConfig(backend, path, top_k, url, api_key_env, method, http_timeout)
-    return _config
+
+    corpus_path: str | os.PathLike | None = None
+    top_k: int = 3
+    backend: Literal["bm25", "http"] = "bm25"
+    url: str | None = None
+    api_key_env: str | None = None
+    method: Literal["POST", "GET"] = "POST"
+    http_timeout: float = 10.0
+
+    def __post_init__(self) -> None:
+        if self.backend not in ("bm25", "http"):
+            raise ValueError(f"unknown search backend {self.backend!r} (known: bm25, http)")
+        if self.method not in ("POST", "GET"):
+            raise ValueError(f"search method must be POST or GET, got {self.method!r}")
+        if self.top_k < 1:
+            raise ValueError(f"top_k must be at least 1, got {self.top_k}")
+        if not self.http_timeout > 0:
+            raise ValueError(f"http_timeout must be positive, got {self.http_timeout}")
+        if self.corpus_path is not None:
+            path = Path(self.corpus_path).expanduser().resolve()
+            object.__setattr__(self, "corpus_path", path)
+            if self.backend == "bm25" and not path.is_file():
+                raise FileNotFoundError(f"search corpus not found: {path}")
+        if self.backend == "http":
+            if not self.url:
+                raise ValueError("the http search backend needs a url")
+            if self.api_key_env and not os.environ.get(self.api_key_env):
+                raise ValueError(f"the search API key variable {self.api_key_env!r} is not set")
 
 
-def search_config() -> SearchConfig:
-    """The current configuration."""
-    return _config
+_indexes: dict[tuple[str, int, int], Bm25Index] = {}
+_indexes_lock = threading.Lock()
 
 
 def load_corpus(path: Path) -> list[Passage]:
@@ -181,33 +164,33 @@ def _passage(item: Any) -> Passage | None:
     return None
 
 
-def http_search(query: str, config: SearchConfig) -> list[Passage]:
+def http_search(query: str, settings: SearchSettings) -> list[Passage]:
     """Ask the configured search service; raises ``RuntimeError`` with the reason if it fails."""
     headers = {"Accept": "application/json"}
-    if config.api_key_env:
-        headers["Authorization"] = f"Bearer {os.environ.get(config.api_key_env, '')}"
-    fields = {"query": query, "top_k": config.top_k, "queries": [query], "topk": config.top_k}
-    if config.method == "GET":
-        params = urllib.parse.urlencode({"query": query, "top_k": config.top_k})
-        request = urllib.request.Request(f"{config.url}?{params}", headers=headers)
+    if settings.api_key_env:
+        headers["Authorization"] = f"Bearer {os.environ.get(settings.api_key_env, '')}"
+    fields = {"query": query, "top_k": settings.top_k, "queries": [query], "topk": settings.top_k}
+    if settings.method == "GET":
+        params = urllib.parse.urlencode({"query": query, "top_k": settings.top_k})
+        request = urllib.request.Request(f"{settings.url}?{params}", headers=headers)
     else:
         headers["Content-Type"] = "application/json"
         body = json.dumps(fields).encode("utf-8")
-        request = urllib.request.Request(config.url, data=body, headers=headers, method="POST")
+        request = urllib.request.Request(settings.url, data=body, headers=headers, method="POST")
     try:
-        with urllib.request.urlopen(request, timeout=config.http_timeout) as response:
+        with urllib.request.urlopen(request, timeout=settings.http_timeout) as response:
             reply = json.loads(response.read().decode("utf-8"))
     except Exception as e:
-        raise RuntimeError(f"the search service at {config.url} failed: {e}") from None
+        raise RuntimeError(f"the search service at {settings.url} failed: {e}") from None
     if isinstance(reply, dict):
         keys = ("results", "result", "passages", "documents", "items", "organic")
         reply = next((reply[k] for k in keys if k in reply), [])
     if isinstance(reply, list) and reply and isinstance(reply[0], list):
         reply = reply[0]  # a batched reply to ``queries``
     if not isinstance(reply, list):
-        raise RuntimeError(f"the search service at {config.url} sent no list of passages")
+        raise RuntimeError(f"the search service at {settings.url} sent no list of passages")
     passages = [p for p in map(_passage, reply) if p is not None]
-    return passages[: config.top_k]
+    return passages[: settings.top_k]
 
 
 def format_passages(passages: list[Passage]) -> str:
@@ -221,19 +204,26 @@ def format_passages(passages: list[Passage]) -> str:
     return "\n".join(lines)
 
 
-@tool(name="search", aliases=("google_search",), timeout=30.0, max_output_chars=6000)
-def search(query: str) -> str:
+@tool(
+    name="search",
+    aliases=("google_search",),
+    timeout=30.0,
+    max_output_chars=6000,
+    settings=SearchSettings,
+)
+def search(query: str, settings: SearchSettings) -> str:
     """Search for passages relevant to a query and return the best matches.
 
     Args:
         query: what to search for, in a few keywords.
     """
-    config = _config
     if not query.strip():
         raise ValueError("the query is empty")
-    if config.backend == "http":
-        return format_passages(http_search(query, config))
-    if config.corpus_path is None:
-        raise RuntimeError("search has no corpus: call configure_search(corpus_path=...)")
-    hits = bm25_index(config.corpus_path).search(query, config.top_k)
+    if settings.backend == "http":
+        return format_passages(http_search(query, settings))
+    if settings.corpus_path is None:
+        raise RuntimeError(
+            "search has no corpus: set agent.init_config.tool_config.search.corpus_path"
+        )
+    hits = bm25_index(Path(settings.corpus_path)).search(query, settings.top_k)
     return format_passages([passage for passage, _ in hits])

@@ -1,0 +1,79 @@
+"""Compose-time checks of the plug-ins a config names, asked of the registries themselves.
+
+``agent.init_config.plugins`` is imported first (so what it registers is known), then every
+registered name the config gives is looked up in its registry — the registry's own message
+(close matches, known names) names the key — and the tools are bound to their
+``agent.init_config.tool_config`` settings exactly as a run binds them
+(:func:`agentfly.rollout.tools.settings.bind_tools`). A ``module:attr`` name is imported and
+registered here, so the run finds it under that name.
+
+The registries are imported inside :func:`plugin_errors`, keeping ``import agentfly.config``
+light; none of them but the estimators' imports torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+from agentfly.plugins import PluginError, import_plugin
+
+# key → (module, registry attribute, names that are not looked up there)
+REGISTERED_NAMES: dict[str, tuple[str, str, tuple[Any, ...]]] = {
+    "actor_rollout_ref.rollout.name": ("agentfly.rollout.engines", "ENGINES", ()),
+    "agent.init_config.agent_type": ("agentfly.rollout.agents", "AGENTS", ("gui",)),
+    "agent.init_config.reward_name": ("agentfly.rollout.rewards", "REWARDS", (None, "")),
+    "agent.init_config.template": (
+        "agentfly.rollout.templates",
+        "TEMPLATES",
+        (None, "auto", "model"),
+    ),
+}
+
+
+def _plain(value: Any) -> Any:
+    """A DictConfig/ListConfig as plain containers; anything else as it is."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+
+
+def lookup_error(key: str, registry: Any, name: Any) -> str | None:
+    """The problem with ``key=name`` as a name in ``registry``, or None (imports a ``module:attr``)."""
+    try:
+        registry.get(name)
+    except (KeyError, ValueError) as e:  # UnknownNameError, PluginError, a name registered twice
+        return f"{key}={name!r}: {e}"
+    return None
+
+
+def plugin_errors(get: Callable[[str], Any]) -> list[str]:
+    """Import the plugins, then check every registered name and the tools' settings.
+
+    Args:
+        get: the config's value at a dotted key.
+
+    Returns:
+        The problems, each naming its key.
+    """
+    from agentfly.rollout.tools.settings import ToolConfigError, bind_tools
+
+    errors = []
+    for spec in _plain(get("agent.init_config.plugins")) or []:
+        try:
+            import_plugin(spec)
+        except PluginError as e:
+            errors.append(f"agent.init_config.plugins: {e}")
+    for key, (module, attr, skipped) in REGISTERED_NAMES.items():
+        name = get(key)
+        if name not in skipped:
+            registry = getattr(importlib.import_module(module), attr)
+            errors += filter(None, [lookup_error(key, registry, name)])
+    try:
+        bind_tools(
+            _plain(get("agent.init_config.tools")), _plain(get("agent.init_config.tool_config"))
+        )
+    except ToolConfigError as e:
+        errors += e.problems
+    return errors

@@ -1,0 +1,256 @@
+"""Per-run tool settings: what a tool accepts, type checks, and binding them to a copy of the tool.
+
+A tool declares its own settings with ``@tool(settings=SomeClass)``: the keyword parameters of
+``SomeClass`` (a dataclass's fields, a constructor's keyword arguments) are the settings it
+accepts, typed by their annotations. Every tool also accepts ``timeout`` and ``max_output_chars``
+(and a stateful one ``max_resources``), which replace the limits given to ``@tool``.
+
+``agent.init_config.tool_config.<tool>.<setting>`` reaches :func:`configure_tool`, which checks
+the names and types, builds ``SomeClass(**settings)`` and returns a copy of the tool holding that
+instance; the function receives it as its ``settings`` parameter (and a stateful tool's
+``resource_factory`` too, when it takes ``settings``). The registered tool is never changed, so
+two runs in one process may configure the same tool differently.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import inspect
+import os
+import types
+import typing
+from collections import abc
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import PurePath
+from typing import TYPE_CHECKING, Any, Literal, Union
+
+if TYPE_CHECKING:
+    from agentfly.rollout.tools.base import Tool
+
+#: settings every tool accepts: they replace the limits given to ``@tool``
+COMMON_SETTINGS: dict[str, Any] = {"timeout": float, "max_output_chars": int}
+#: accepted by stateful tools only
+STATEFUL_SETTINGS: dict[str, Any] = {"max_resources": int}
+
+
+class ToolSettingsError(ValueError):
+    """Settings a tool does not accept, of the wrong type, or refused by its settings class."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """One accepted setting: its type annotation and whether it must be given."""
+
+    annotation: Any = Any
+    required: bool = False
+
+
+def _hints(factory: Callable[..., Any]) -> dict[str, Any]:
+    target = factory
+    if isinstance(factory, type) and not dataclasses.is_dataclass(factory):
+        target = factory.__init__
+    try:
+        return typing.get_type_hints(target)
+    except Exception:  # an annotation only a type checker can resolve: judged by the factory
+        return {}
+
+
+def declared_settings(factory: Callable[..., Any]) -> tuple[dict[str, Setting], bool]:
+    """The keyword settings ``factory`` takes, and whether it also takes ``**kwargs``."""
+    hints = _hints(factory)
+    out: dict[str, Setting] = {}
+    var_keyword = False
+    for p in inspect.signature(factory).parameters.values():
+        if p.kind is p.VAR_KEYWORD:
+            var_keyword = True
+        elif p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+            out[p.name] = Setting(hints.get(p.name, Any), p.default is p.empty)
+    return out, var_keyword
+
+
+def accepted_settings(tool: Tool) -> dict[str, Setting]:
+    """Every setting ``tool`` accepts, by name (its own and the common ones)."""
+    accepted = {name: Setting(tp) for name, tp in COMMON_SETTINGS.items()}
+    if tool.stateful:
+        accepted.update({name: Setting(tp) for name, tp in STATEFUL_SETTINGS.items()})
+    if tool.settings_type is not None:
+        accepted.update(declared_settings(tool.settings_type)[0])
+    return accepted
+
+
+def describe_type(tp: Any) -> str:
+    """``int``, ``str or null``, ``one of 'bm25', 'http'``: a type as a config user reads it."""
+    if tp is Any:
+        return "any value"
+    if tp is type(None):
+        return "null"
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(map(repr, args))
+    if origin in (Union, types.UnionType):
+        return " or ".join(describe_type(a) for a in args)
+    if isinstance(tp, type) and issubclass(tp, (PurePath, os.PathLike)):
+        return "a path"
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def matches_type(value: Any, tp: Any) -> bool:
+    """Whether a config value fits the annotation (unknown annotations are left to the class)."""
+    if tp is Any or tp is inspect.Parameter.empty:
+        return True
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (Union, types.UnionType):
+        return any(matches_type(value, a) for a in args)
+    if origin is Literal:
+        return value in args
+    if tp is type(None):
+        return value is None
+    if tp is bool:
+        return isinstance(value, bool)
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if tp is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if isinstance(tp, type) and issubclass(tp, (PurePath, os.PathLike)):
+        return isinstance(value, (str, os.PathLike))
+    base = origin or tp
+    if base is abc.Sequence or base in (list, tuple, set, frozenset):
+        if not isinstance(value, (list, tuple)):
+            return False
+        item = (
+            args[0] if args and (base is not tuple or (len(args) == 2 and args[1] is ...)) else Any
+        )
+        return all(matches_type(v, item) for v in value)
+    if base in (dict, abc.Mapping):
+        return isinstance(value, Mapping)
+    if isinstance(base, type):
+        return isinstance(value, base)
+    return True
+
+
+def check_settings(tool: Tool, values: Mapping[str, Any]) -> list[str]:
+    """The problems with ``values`` as settings of ``tool`` (unknown names, wrong types)."""
+    accepted = accepted_settings(tool)
+    var_keyword = tool.settings_type is not None and declared_settings(tool.settings_type)[1]
+    listing = ", ".join(sorted(accepted))
+    problems = []
+    for name, value in values.items():
+        if name not in accepted:
+            if var_keyword:
+                continue
+            close = difflib.get_close_matches(str(name), list(accepted), n=2)
+            hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+            problems.append(
+                f"tool {tool.name!r} has no setting {name!r}{hint} (accepted: {listing})"
+            )
+        elif not matches_type(value, accepted[name].annotation):
+            problems.append(
+                f"tool {tool.name!r} setting {name}={value!r}: expected "
+                f"{describe_type(accepted[name].annotation)}, got {type(value).__name__}"
+            )
+    missing = [n for n, s in accepted.items() if s.required and n not in values]
+    if missing:
+        problems.append(
+            f"tool {tool.name!r} needs the setting(s) {', '.join(missing)} (accepted: {listing})"
+        )
+    for name in ("timeout", "max_output_chars", "max_resources"):
+        value = values.get(name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and not value > 0:
+            problems.append(f"tool {tool.name!r} setting {name}={value!r} must be positive")
+    return problems
+
+
+def configure_tool(tool: Tool, values: Mapping[str, Any] | None = None) -> Tool:
+    """A copy of ``tool`` with ``values`` bound: its own settings built, the limits replaced.
+
+    Args:
+        tool: a registered tool.
+        values: setting name → value, as in ``agent.init_config.tool_config.<tool>``.
+
+    Raises:
+        ToolSettingsError: an unknown setting (with close matches and the accepted ones), a
+            value of the wrong type, a missing required one, or the settings class refusing
+            the values (its message, prefixed with the tool's name).
+    """
+    values = dict(values or {})
+    problems = check_settings(tool, values)
+    if problems:
+        raise ToolSettingsError("; ".join(problems))
+    limits = {k: values.pop(k) for k in (*COMMON_SETTINGS, *STATEFUL_SETTINGS) if k in values}
+    settings = tool.settings
+    if tool.settings_type is not None:
+        try:
+            settings = tool.settings_type(**values)
+        except (TypeError, ValueError, OSError) as e:
+            raise ToolSettingsError(f"tool {tool.name!r}: {e}") from e
+    return dataclasses.replace(tool, settings=settings, **limits)
+
+
+class ToolConfigError(ToolSettingsError):
+    """Problems with a run's tools and their settings, each naming its config key.
+
+    Attributes:
+        problems: one message per problem.
+    """
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+def bind_tools(names: Sequence[str], tool_config: Mapping[str, Any] | None = None) -> list[Tool]:
+    """The tools ``agent.init_config.tools`` names, each configured with its ``tool_config`` entry.
+
+    ``tool_config`` is keyed by a tool's name or alias (``google_search`` configures ``search``);
+    a key naming no tool of the run is refused rather than ignored.
+
+    Args:
+        names: registered tool names, aliases or ``module:attr`` specs, in order.
+        tool_config: tool name → {setting: value}.
+
+    Returns:
+        Configured copies of the tools (the registered ones are left unchanged).
+
+    Raises:
+        ToolConfigError: every unknown tool, unused or doubled ``tool_config`` entry, unknown or
+            wrongly typed setting and refused value, each naming its config key.
+    """
+    from agentfly.rollout.tools.base import get_tool
+
+    problems: list[str] = []
+    tools: list[Tool] = []
+    for name in names:
+        try:
+            tools.append(get_tool(name))
+        except (KeyError, ValueError) as e:  # UnknownNameError, PluginError, a refused tool
+            problems.append(f"agent.init_config.tools: {e}")
+    used = {t.name for t in tools}
+    settings: dict[str, Mapping[str, Any]] = {}
+    for key, values in (tool_config or {}).items():
+        where = f"agent.init_config.tool_config.{key}"
+        try:
+            tool = get_tool(key)
+        except (KeyError, ValueError) as e:
+            problems.append(f"{where}: {e}")
+            continue
+        if not isinstance(values, Mapping):
+            problems.append(f"{where} must map setting names to values, got {values!r}")
+        elif tool.name not in used:
+            problems.append(
+                f"{where}: tool {tool.name!r} is not in agent.init_config.tools "
+                f"({', '.join(sorted(used)) or 'none'}); add it there or drop these settings"
+            )
+        elif tool.name in settings:
+            problems.append(f"{where}: tool {tool.name!r} is configured twice (by name and alias)")
+        else:
+            settings[tool.name] = values
+    bound = []
+    for tool in tools:
+        try:
+            bound.append(configure_tool(tool, settings.get(tool.name)))
+        except ToolSettingsError as e:
+            problems.append(f"agent.init_config.tool_config.{tool.name}: {e}")
+    if problems:
+        raise ToolConfigError(problems)
+    return bound
