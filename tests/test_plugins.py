@@ -261,6 +261,7 @@ BASE = [
     "data.train_batch_size=2",
     "actor_rollout_ref.actor.ppo_mini_batch_size=2",
     "trainer.n_gpus_per_node=1",
+    "agent.init_config.reward_name=math_equal_reward",
 ]
 
 
