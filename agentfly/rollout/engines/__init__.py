@@ -14,12 +14,18 @@ from agentfly.rollout.engines.base import (
     create_engine,
     register_engine,
 )
+from agentfly.rollout.engines.capacity import EngineCapacityError
+from agentfly.rollout.engines.errors import EngineLostError, EngineStartError, EngineTimeoutError
 from agentfly.rollout.engines.pool import EnginePool
 
 __all__ = [
     "ENGINES",
     "Engine",
+    "EngineCapacityError",
+    "EngineLostError",
     "EnginePool",
+    "EngineStartError",
+    "EngineTimeoutError",
     "GenerationOutput",
     "SamplingParams",
     "create_engine",

@@ -11,10 +11,11 @@ generator, so its output does not depend on what else shares the batch.
 (Ray runs an actor's calls one at a time; the in-process engine has a lock).
 
 Ray: started on demand (``ray.init(num_cpus=..., _temp_dir=...)``) unless already initialised or
-``RAY_ADDRESS`` names a cluster to join. ``num_engines=0`` or ``backend="local"`` keeps one engine
-in this process. Under :func:`run_sync` (how the agent loop runs a rollout) it generates on the
-calling thread, the one that also trains, while the event loop runs in a helper thread; otherwise
-in a worker thread.
+``RAY_ADDRESS`` names a cluster to join. The engines are created only if the cluster can hold
+them, and every wait on them has a deadline (:mod:`agentfly.rollout.engines.actors`).
+``num_engines=0`` or ``backend="local"`` keeps one engine in this process. Under :func:`run_sync`
+(how the agent loop runs a rollout) it generates on the calling thread, the one that also
+trains, while the event loop runs in a helper thread; otherwise in a worker thread.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
+import functools
 import os
 import queue
 import threading
@@ -30,98 +32,18 @@ from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from agentfly.rollout.engines.base import GenerationOutput, SamplingParams, create_engine
+from agentfly.rollout.engines.actors import Deadlines, RayEngines
+from agentfly.rollout.engines.base import GenerationOutput, SamplingParams
+from agentfly.rollout.engines.capacity import check_local_capacity
+from agentfly.rollout.engines.errors import EngineLostError
+from agentfly.rollout.engines.host import EngineHost, ensure_ray
 
 if TYPE_CHECKING:
     from agentfly.rollout.engines.base import Weights
 
+__all__ = ["EngineHost", "EnginePool", "ensure_ray", "run_sync"]
+
 T = TypeVar("T")
-
-
-class EngineHost:
-    """Holds one engine; the body of a Ray actor (or used in-process as is).
-
-    Args:
-        engine: registered engine name, or a ``module:attr`` engine class.
-        engine_kwargs: the engine's constructor arguments.
-        num_threads: torch intra-op threads for this process (None leaves the default).
-        plugins: the user's modules to import first (``agent.init_config.plugins``), so an
-            engine they register is found in this process too.
-    """
-
-    def __init__(
-        self,
-        engine: str,
-        engine_kwargs: dict[str, Any],
-        num_threads: int | None = None,
-        plugins: Sequence[str] = (),
-    ) -> None:
-        if num_threads:
-            import torch
-
-            torch.set_num_threads(num_threads)
-        import agentfly.rollout.engines  # noqa: F401  (registers the built-in engines)
-        from agentfly.plugins import load_plugins
-
-        load_plugins(plugins)
-
-        self.engine = create_engine(engine, **engine_kwargs)
-        self._lock = threading.Lock()
-        self.requests = 0
-        self.weights_version = 0
-
-    def generate(
-        self, prompts: list[list[int]], sampling: SamplingParams | list[SamplingParams]
-    ) -> list[list[GenerationOutput]]:
-        with self._lock:
-            self.requests += 1
-            return self.engine.generate(prompts, sampling)
-
-    def load_weights(self, weights: Weights) -> int:
-        with self._lock:
-            self.engine.load_weights(weights)
-            self.weights_version += 1
-            return self.weights_version
-
-    def sleep(self) -> None:
-        with self._lock:
-            self.engine.sleep()
-
-    def wake_up(self) -> None:
-        with self._lock:
-            self.engine.wake_up()
-
-    def close(self) -> None:
-        self.engine.close()
-
-    def get_tokenizer(self) -> Any:
-        return self.engine.tokenizer
-
-    def stats(self) -> dict[str, Any]:
-        return {
-            "pid": os.getpid(),
-            "requests": self.requests,
-            "weights_version": self.weights_version,
-            "max_model_len": self.engine.max_model_len,
-        }
-
-
-def ensure_ray(num_cpus: int | None = None, temp_dir: str | None = None, **kwargs: Any) -> bool:
-    """Initialise Ray if it is not: join ``RAY_ADDRESS`` when set, else start a local instance.
-
-    Returns:
-        True when this call started (or joined) Ray, False when it was already initialised.
-    """
-    import ray
-
-    if ray.is_initialized():
-        return False
-    if os.environ.get("RAY_ADDRESS"):
-        ray.init(address=os.environ["RAY_ADDRESS"], **kwargs)
-    else:
-        kwargs.setdefault("include_dashboard", False)
-        ray.init(num_cpus=num_cpus, _temp_dir=temp_dir, **kwargs)
-    return True
 
 
 @dataclass
@@ -134,13 +56,26 @@ class _Request:
 class EnginePool:
     """N engines behind one asynchronous ``generate``.
 
+    With Ray, the pool first checks that the cluster can hold the engines (each on one node:
+    ``num_engines`` × (``num_cpus_per_engine``, ``num_gpus_per_engine``) against the alive nodes'
+    totals and what is free) and raises
+    :class:`~agentfly.rollout.engines.capacity.EngineCapacityError` naming both sides rather than
+    leave actors pending; then it waits for every engine to come up. Every later wait on Ray has
+    a deadline: an engine whose call passes it is stopped, one whose process dies is dropped, the
+    request it ran fails with :class:`~agentfly.rollout.engines.errors.EngineLostError` (a
+    ``TimeoutError`` for a deadline) naming the engine and why, and the others serve on; with
+    none left every request fails at once (see :mod:`agentfly.rollout.engines.actors`). The
+    in-process engine runs in this process, with no deadline.
+
     Args:
         engine: registered engine name (``"hf"``, ``"vllm"``...).
         num_engines: engines to start; 0 means one in-process engine (``backend="local"``).
         engine_kwargs: constructor arguments of every engine (model path, dtype, max_model_len,
             device, seed...). With Ray, engine ``i`` gets ``seed + i`` so samples differ.
         backend: ``"ray"`` (actors) or ``"local"`` (in-process, for debugging).
-        num_cpus_per_engine: Ray CPUs per actor (its torch thread count on GPU engines).
+        num_cpus_per_engine: Ray CPUs per actor (its torch thread count on GPU engines). A CPU
+            engine computes on at least one core: with the default 1, as many CPU engines start
+            as the cluster has CPUs (a Ray started here has every core of the machine).
         num_threads: torch intra-op threads of each engine actor. None: on CPU-only engines,
             the machine's cores split between the engines (rollout and update alternate, so an
             engine may use every core the trainer is not using, which is all of them while it
@@ -151,6 +86,15 @@ class EnginePool:
             ``temp_dir``, ...), see :func:`ensure_ray`.
         plugins: modules every engine host imports before it builds its engine (dotted names
             importable on every node, or absolute ``.py`` paths every node can read).
+        resource_wait_s: how long to wait for resources that exist but other actors hold (a
+            request beyond the cluster's totals fails at once).
+        engine_start_timeout_s: how long the engines may take to come up (model download and
+            loading included; vLLM takes 30-80 s on a CPU).
+        generate_timeout_s: how long one engine call (a merged batch) may generate.
+        weights_timeout_s: how long an engine may take to load new weights.
+        call_timeout_s: how long ``stats``, ``tokenizer``, ``sleep`` and ``wake_up`` may take.
+        shutdown_timeout_s: how long the engines may take to free their resources at shutdown
+            before their actors are killed.
     """
 
     def __init__(
@@ -166,29 +110,54 @@ class EnginePool:
         ray_init: dict[str, Any] | None = None,
         num_threads: int | None = None,
         plugins: Sequence[str] = (),
+        resource_wait_s: float = 10.0,
+        engine_start_timeout_s: float = 600.0,
+        generate_timeout_s: float = 600.0,
+        weights_timeout_s: float = 600.0,
+        call_timeout_s: float = 120.0,
+        shutdown_timeout_s: float = 30.0,
     ) -> None:
+        if num_engines < 0:
+            raise ValueError(f"num_engines must be >= 0, got {num_engines}")
+        deadlines = Deadlines(
+            resource_wait_s=resource_wait_s,
+            engine_start_timeout_s=engine_start_timeout_s,
+            generate_timeout_s=generate_timeout_s,
+            weights_timeout_s=weights_timeout_s,
+            call_timeout_s=call_timeout_s,
+            shutdown_timeout_s=shutdown_timeout_s,
+        )
         self.backend = "local" if num_engines == 0 else backend
         self.max_batch_size = max_batch_size
         kwargs = dict(engine_kwargs or {})
         self._started_ray = False
+        self._ray: RayEngines | None = None
         if self.backend == "local":
             self._hosts: list[Any] = [EngineHost(engine, kwargs, plugins=plugins)]
         elif self.backend == "ray":
-            import ray
-
-            self._started_ray = ensure_ray(**(ray_init or {}))
-            actor = ray.remote(num_cpus=num_cpus_per_engine, num_gpus=num_gpus_per_engine)(
-                EngineHost
-            )
             if num_threads is None and not num_gpus_per_engine:
                 num_threads = (os.cpu_count() or 1) // max(1, num_engines)
             threads = max(1, int(num_threads or num_cpus_per_engine))
-            self._hosts = [
-                actor.remote(
-                    engine, {**kwargs, "seed": kwargs.get("seed", 0) + i}, threads, list(plugins)
+            if not os.environ.get("RAY_ADDRESS") and not _ray_is_initialized():
+                # a Ray started here cannot hold them: say so before spending seconds on it
+                cpus, gpus = num_cpus_per_engine, num_gpus_per_engine
+                check_local_capacity(num_engines, cpus, gpus, ray_init)
+            self._started_ray = ensure_ray(**(ray_init or {}))
+            try:
+                self._ray = RayEngines(
+                    engine,
+                    num_engines,
+                    kwargs,
+                    num_cpus=num_cpus_per_engine,
+                    num_gpus=num_gpus_per_engine,
+                    num_threads=threads,
+                    deadlines=deadlines,
+                    plugins=plugins,
                 )
-                for i in range(num_engines)
-            ]
+            except BaseException:
+                self._stop_ray()
+                raise
+            self._hosts = self._ray.hosts
         else:
             raise ValueError(f"backend must be 'ray' or 'local', got {backend!r}")
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -201,7 +170,16 @@ class EnginePool:
 
     @property
     def num_engines(self) -> int:
+        """Engines the pool started, those lost included (see :attr:`lost_engines`)."""
         return len(self._hosts)
+
+    @property
+    def lost_engines(self) -> dict[int, str]:
+        """Engines that left the pool (died, or passed a deadline), each with the reason."""
+        return dict(self._ray.lost) if self._ray is not None else {}
+
+    def _live(self) -> list[int]:
+        return self._ray.live() if self._ray is not None else list(range(len(self._hosts)))
 
     async def generate(
         self,
@@ -216,6 +194,10 @@ class EnginePool:
             prompts: token ids per prompt.
             sampling: sampling parameters.
             engine: run on this engine index, bypassing the queue (for tests and debugging).
+
+        Raises:
+            EngineLostError: the engine that ran the request died or passed
+                ``generate_timeout_s`` (an ``EngineTimeoutError``), or no engine is left.
         """
         if not isinstance(sampling, SamplingParams):  # a worker could not batch it: fail here
             raise TypeError(
@@ -225,6 +207,8 @@ class EnginePool:
             return []
         if engine is not None:
             return await self._call(engine, "generate", prompts, sampling)
+        if self._ray is not None and not self._ray.live():
+            raise self._ray.none_left()
         self._ensure_workers()
         assert self._loop is not None and self._wakeup is not None
         request = _Request(prompts, sampling, self._loop.create_future())
@@ -242,9 +226,10 @@ class EnginePool:
         """Load new weights into every engine; returns once all have them.
 
         A state dict is put into the Ray object store once and shared by all actors; a path is
-        read by each actor (it must be visible to every node).
+        read by each actor (it must be visible to every node). An engine that dies or passes
+        ``weights_timeout_s`` leaves the pool.
         """
-        if self.backend == "local":
+        if self._ray is None:
             self._hosts[0].load_weights(weights)
             return
         import ray
@@ -254,7 +239,7 @@ class EnginePool:
 
             cpu = {k: v.detach().to("cpu") for k, v in read_weights(weights).items()}
             weights = ray.put(cpu)
-        ray.get([h.load_weights.remote(weights) for h in self._hosts])
+        self._ray.call_all("load_weights", weights)
 
     def sleep(self) -> None:
         self._broadcast("sleep")
@@ -263,22 +248,21 @@ class EnginePool:
         self._broadcast("wake_up")
 
     def stats(self) -> list[dict[str, Any]]:
-        """Per engine: process id, requests served, weights version, max_model_len."""
-        if self.backend == "local":
+        """Per engine in the pool: process id, requests served, weights version, max_model_len."""
+        if self._ray is None:
             return [self._hosts[0].stats()]
-        import ray
-
-        return ray.get([h.stats.remote() for h in self._hosts])
+        return self._ray.call_all("stats")
 
     @property
     def tokenizer(self) -> Any:
         if self._tokenizer is None:
-            if self.backend == "local":
+            if self._ray is None:
                 self._tokenizer = self._hosts[0].get_tokenizer()
             else:
-                import ray
-
-                self._tokenizer = ray.get(self._hosts[0].get_tokenizer.remote())
+                got: list[Any] = []
+                while not got:  # the first live engine answers; call_all raises if none is left
+                    got = self._ray.call_all("get_tokenizer", engines=self._ray.live()[:1])
+                self._tokenizer = got[0]
         return self._tokenizer
 
     @property
@@ -286,25 +270,25 @@ class EnginePool:
         return self.stats()[0]["max_model_len"]
 
     def shutdown(self) -> None:
-        """Stop the workers and the actors; stop Ray if this pool started it."""
+        """Stop the workers and the engines; stop Ray if this pool started it."""
         for task in self._workers:
             task.cancel()
         self._workers = []
-        if self.backend == "ray":
-            import ray
-
-            for h in self._hosts:
-                # let the engine free shared memory (vLLM) before the actor dies; a dead or
-                # hung actor is killed all the same
-                with contextlib.suppress(Exception):
-                    ray.get(h.close.remote(), timeout=30)
-                ray.kill(h)
-            if self._started_ray:
-                ray.shutdown()
+        if self._ray is not None:
+            self._ray.close()  # vLLM frees shared memory; a dead or hung actor is killed anyway
+            self._ray = None
+            self._stop_ray()
         else:
             for h in self._hosts:
                 h.close()
         self._hosts = []
+
+    def _stop_ray(self) -> None:
+        if self._started_ray:
+            import ray
+
+            ray.shutdown()
+            self._started_ray = False
 
     def __enter__(self) -> EnginePool:
         return self
@@ -315,29 +299,31 @@ class EnginePool:
     # -- dispatch ---------------------------------------------------------------------------
 
     async def _call(self, index: int, method: str, *args: Any) -> Any:
+        if self._ray is not None:
+            return await self._ray.call(index, method, *args)
         host = self._hosts[index]
-        if self.backend == "local":
-            caller = self._caller
-            if caller is not None:
-                return await asyncio.wrap_future(caller.submit(getattr(host, method), *args))
-            return await asyncio.to_thread(getattr(host, method), *args)
-        return await getattr(host, method).remote(*args)
+        caller = self._caller
+        if caller is not None:
+            return await asyncio.wrap_future(caller.submit(getattr(host, method), *args))
+        return await asyncio.to_thread(getattr(host, method), *args)
 
     def _broadcast(self, method: str) -> None:
-        if self.backend == "local":
+        if self._ray is None:
             getattr(self._hosts[0], method)()
             return
-        import ray
-
-        ray.get([getattr(h, method).remote() for h in self._hosts])
+        self._ray.call_all(method)
 
     def _ensure_workers(self) -> None:
-        """Start one worker per engine on the running loop (again if the loop changed)."""
+        """Start one worker per live engine on the running loop (again if the loop changed)."""
         loop = asyncio.get_running_loop()
         if loop is self._loop and self._workers:
             return
         self._loop, self._wakeup, self._pending = loop, asyncio.Event(), collections.deque()
-        self._workers = [loop.create_task(self._worker(i)) for i in range(self.num_engines)]
+        self._workers = []
+        for i in self._live():
+            task = loop.create_task(self._worker(i))
+            task.add_done_callback(functools.partial(self._worker_ended, i))
+            self._workers.append(task)
 
     def _take_batch(self) -> list[_Request]:
         """Queued requests, oldest first, up to ``max_batch_size`` rows (at least one)."""
@@ -356,31 +342,62 @@ class EnginePool:
         return batch
 
     async def _worker(self, index: int) -> None:
+        """Serve batches on engine ``index`` until it leaves the pool."""
         assert self._wakeup is not None
-        while True:
+        while index in self._live():
             batch = self._take_batch()
             if not batch:
                 self._wakeup.clear()
                 await self._wakeup.wait()
                 continue
-            prompts = [p for r in batch for p in r.prompts]
-            params = [r.sampling for r in batch for _ in r.prompts]
             try:
-                outputs = await self._call(index, "generate", prompts, params)
-            except Exception as exc:
-                if len(batch) == 1:
-                    _resolve(batch[0], exc=exc)
-                else:  # rerun one by one so only the offending request fails
-                    for r in batch:
-                        try:
-                            _resolve(r, await self._call(index, "generate", r.prompts, r.sampling))
-                        except Exception as single_exc:
-                            _resolve(r, exc=single_exc)
-                continue
-            at = 0
+                await self._serve(index, batch)
+            except Exception as exc:  # a fault of the pool itself: fail the batch, serve on
+                for r in batch:
+                    _resolve(r, exc=exc)
+
+    async def _serve(self, index: int, batch: list[_Request]) -> None:
+        """Run ``batch`` as one call on engine ``index`` and hand each request its outputs."""
+        prompts = [p for r in batch for p in r.prompts]
+        params = [r.sampling for r in batch for _ in r.prompts]
+        try:
+            outputs = await self._call(index, "generate", prompts, params)
+        except EngineLostError as exc:  # the engine is gone: rerunning on it cannot help
             for r in batch:
-                _resolve(r, outputs[at : at + len(r.prompts)])
-                at += len(r.prompts)
+                _resolve(r, exc=exc)
+            return
+        except Exception as exc:
+            if len(batch) == 1:
+                _resolve(batch[0], exc=exc)
+                return
+            for r in batch:  # rerun one by one so only the offending request fails
+                try:
+                    _resolve(r, await self._call(index, "generate", r.prompts, r.sampling))
+                except Exception as single_exc:
+                    _resolve(r, exc=single_exc)
+            return
+        at = 0
+        for r in batch:
+            _resolve(r, outputs[at : at + len(r.prompts)])
+            at += len(r.prompts)
+
+    def _worker_ended(self, index: int, task: asyncio.Task) -> None:
+        """A worker ends when its engine leaves the pool; the last one fails the queue."""
+        if task.cancelled() or self._ray is None or task.get_loop() is not self._loop:
+            return
+        exc = task.exception()
+        if exc is not None:  # it cannot: _worker catches what _serve raises
+            self._ray.lose(index, f"the pool's worker for engine {index} failed: {exc!r}")
+        if not self._ray.live():
+            error = self._ray.none_left()
+            while self._pending:
+                _resolve(self._pending.popleft(), exc=error)
+
+
+def _ray_is_initialized() -> bool:
+    import ray
+
+    return ray.is_initialized()
 
 
 def _resolve(request: _Request, result: Any = None, exc: BaseException | None = None) -> None:

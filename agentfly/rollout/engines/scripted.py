@@ -3,12 +3,14 @@
 For tests and for debugging tools, rewards and templates without a model: turn ``k`` of every
 chain (counted from the assistant generation prompts in the prompt text) is ``script[k]``
 followed by ``end_of_turn``, tokenized with the model's tokenizer. Log-probabilities are a fixed
-``logprob`` per token. It is registered as ``scripted``.
+``logprob`` per token. It is registered as ``scripted``. ``delay_s`` makes every ``generate``
+wait before it answers: a slow or hung engine, for tests of the pool's deadlines.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,6 +34,7 @@ class ScriptedEngine(Engine):
         turn_marker: the text that opens an assistant turn in the rendered prompt.
         logprob: the log-probability reported for every token.
         max_model_len: as for other engines.
+        delay_s: seconds every ``generate`` call waits before it answers.
     """
 
     def __init__(
@@ -43,6 +46,7 @@ class ScriptedEngine(Engine):
         turn_marker: str = "<|im_start|>assistant",
         logprob: float = -1.0,
         max_model_len: int = 4096,
+        delay_s: float = 0.0,
         **_: Any,
     ) -> None:
         from transformers import PreTrainedTokenizerFast
@@ -55,6 +59,7 @@ class ScriptedEngine(Engine):
         self.turn_marker = turn_marker
         self.logprob = logprob
         self.max_model_len = max_model_len
+        self.delay_s = delay_s
 
     @property
     def tokenizer(self) -> Any:
@@ -63,6 +68,8 @@ class ScriptedEngine(Engine):
     def generate(
         self, prompts: list[list[int]], sampling: SamplingParams | Sequence[SamplingParams]
     ) -> list[list[GenerationOutput]]:
+        if self.delay_s:
+            time.sleep(self.delay_s)
         outputs = []
         for prompt, sp in zip(prompts, per_prompt(prompts, sampling), strict=True):
             text = self._tokenizer.decode(prompt, skip_special_tokens=False)

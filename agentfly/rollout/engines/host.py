@@ -1,0 +1,99 @@
+"""The body of an engine's Ray actor, and starting (or joining) Ray."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from agentfly.rollout.engines.base import GenerationOutput, SamplingParams, create_engine
+
+if TYPE_CHECKING:
+    from agentfly.rollout.engines.base import Weights
+
+
+class EngineHost:
+    """Holds one engine; the body of a Ray actor (or used in-process as is).
+
+    Args:
+        engine: registered engine name, or a ``module:attr`` engine class.
+        engine_kwargs: the engine's constructor arguments.
+        num_threads: torch intra-op threads for this process (None leaves the default).
+        plugins: the user's modules to import first (``agent.init_config.plugins``), so an
+            engine they register is found in this process too.
+    """
+
+    def __init__(
+        self,
+        engine: str,
+        engine_kwargs: dict[str, Any],
+        num_threads: int | None = None,
+        plugins: Sequence[str] = (),
+    ) -> None:
+        if num_threads:
+            import torch
+
+            torch.set_num_threads(num_threads)
+        import agentfly.rollout.engines  # noqa: F401  (registers the built-in engines)
+        from agentfly.plugins import load_plugins
+
+        load_plugins(plugins)
+
+        self.engine = create_engine(engine, **engine_kwargs)
+        self._lock = threading.Lock()
+        self.requests = 0
+        self.weights_version = 0
+
+    def generate(
+        self, prompts: list[list[int]], sampling: SamplingParams | list[SamplingParams]
+    ) -> list[list[GenerationOutput]]:
+        with self._lock:
+            self.requests += 1
+            return self.engine.generate(prompts, sampling)
+
+    def load_weights(self, weights: Weights) -> int:
+        with self._lock:
+            self.engine.load_weights(weights)
+            self.weights_version += 1
+            return self.weights_version
+
+    def sleep(self) -> None:
+        with self._lock:
+            self.engine.sleep()
+
+    def wake_up(self) -> None:
+        with self._lock:
+            self.engine.wake_up()
+
+    def close(self) -> None:
+        self.engine.close()
+
+    def get_tokenizer(self) -> Any:
+        return self.engine.tokenizer
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "pid": os.getpid(),
+            "requests": self.requests,
+            "weights_version": self.weights_version,
+            "max_model_len": self.engine.max_model_len,
+        }
+
+
+def ensure_ray(num_cpus: int | None = None, temp_dir: str | None = None, **kwargs: Any) -> bool:
+    """Initialise Ray if it is not: join ``RAY_ADDRESS`` when set, else start a local instance.
+
+    Returns:
+        True when this call started (or joined) Ray, False when it was already initialised.
+    """
+    import ray
+
+    if ray.is_initialized():
+        return False
+    if os.environ.get("RAY_ADDRESS"):
+        ray.init(address=os.environ["RAY_ADDRESS"], **kwargs)
+    else:
+        kwargs.setdefault("include_dashboard", False)
+        ray.init(num_cpus=num_cpus, _temp_dir=temp_dir, **kwargs)
+    return True
