@@ -58,9 +58,11 @@ def _fit(args: argparse.Namespace) -> int:
         print(config_to_yaml(cfg))
         if args.print_config:
             return 0
+    from agentfly.rollout.engines.errors import EngineLostError, EngineStartError
+
     try:
         metrics = run_fit(cfg, stage=args.command, ckpt_path=args.ckpt_path)
-    except (ValueError, FileNotFoundError, KeyError) as e:
+    except (ValueError, FileNotFoundError, KeyError, EngineStartError, EngineLostError) as e:
         print(f"agentfly: {e}", file=sys.stderr)
         return 2
     shown = {k: round(v, 4) for k, v in sorted(metrics.items()) if k.startswith(("val/", "critic/score"))}

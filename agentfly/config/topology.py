@@ -34,19 +34,33 @@ class Hardware:
         gpus: CUDA devices visible to this process.
         cpus: CPU cores.
         slurm_tasks: ranks ``srun`` launched for this job (``SLURM_NTASKS``), None outside SLURM.
+        ray_address: the Ray cluster to join (``RAY_ADDRESS``), or ``"running"`` when this
+            process is already connected to one; None: the engine pool starts a one-node Ray with
+            this machine's CPUs and GPUs.
     """
 
     gpus: int = 0
     cpus: int = 1
     slurm_tasks: int | None = None
+    ray_address: str | None = None
 
     @classmethod
     def detect(cls) -> Hardware:
         import torch
 
         gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        import sys
+
         tasks = os.environ.get("SLURM_NTASKS")
-        return cls(gpus=gpus, cpus=os.cpu_count() or 1, slurm_tasks=int(tasks) if tasks else None)
+        address = os.environ.get("RAY_ADDRESS") or None
+        if address is None and "ray" in sys.modules and sys.modules["ray"].is_initialized():
+            address = "running"
+        return cls(
+            gpus=gpus,
+            cpus=os.cpu_count() or 1,
+            slurm_tasks=int(tasks) if tasks else None,
+            ray_address=address,
+        )
 
 
 @dataclass(frozen=True)
@@ -172,6 +186,15 @@ def resolve_topology(cfg: Any, hw: Hardware) -> Topology:
                 "lower actor_rollout_ref.rollout.num_engines or tensor_model_parallel_size"
             )
         cuda_engines = True
+    if engines > 0 and not hw.ray_address and not errors:
+        from agentfly.rollout.engines.capacity import local_capacity_problem
+
+        gpus_each = tp if cuda_engines else 0
+        problem = local_capacity_problem(
+            engines, 1.0, gpus_each, hw.cpus, hw.gpus if cuda_engines else None
+        )
+        if problem:  # each engine actor reserves a CPU (and its GPUs) of the Ray started here
+            errors.append(f"actor_rollout_ref.rollout.num_engines={engines}: {problem}")
     if errors:
         raise ConfigError(errors)
     return Topology(

@@ -391,3 +391,23 @@ def test_wandb_names_without_wandb_are_named(data):
     args = [*base(data), "trainer.logger=[console]", "trainer.default_local_dir=/runs/x", "trainer.project_name=p"]
     assert "trainer.project_name (" in _warning(args)
     assert "trainer.project_name (" not in _warning([*args[:-2], "trainer.project_name=p"])  # names the run dir
+
+
+# -------------------------------------------------------------- what the machine cannot hold
+
+
+@pytest.mark.parametrize(
+    ("args", "hw", "named"),
+    [
+        (["trainer.device=cuda"], Hardware(gpus=0, cpus=2), "no CUDA device is visible"),
+        (["trainer.n_gpus_per_node=8"], Hardware(gpus=2, cpus=8), "this machine shows 2 GPUs"),
+        (["actor_rollout_ref.rollout.num_engines=3"], Hardware(gpus=0, cpus=2), "at most 2 such engine"),
+        (["actor_rollout_ref.rollout.num_engines=3"], Hardware(gpus=2, cpus=8), "need 3 GPUs"),
+        (["actor_rollout_ref.rollout.tensor_model_parallel_size=2"], Hardware(gpus=2, cpus=8), "runs on one device"),
+        (["trainer.device=cpu", "actor_rollout_ref.model.enable_activation_offload=true"], Hardware(gpus=0, cpus=2), "has no GPU"),
+    ],
+)
+def test_a_request_the_machine_cannot_meet_names_the_resource(data, args, hw, named):
+    with pytest.raises(ConfigError) as err:
+        plan_run(compose([*base(data), *args]), hw)
+    assert named in str(err.value), str(err.value)
