@@ -83,6 +83,7 @@ def build_module(cfg: Any, world_size: int, total: int) -> Any:
         critic_path=str(cfg.critic.model.path) if needs_critic else None,
         use_reference=bool(actor.use_kl_loss or use_kl_in_reward),
         use_kl_in_reward=use_kl_in_reward,
+        kl_penalty=cfg.algorithm.kl_penalty,
         lr=actor.optim.lr,
         betas=tuple(actor.optim.betas),
         weight_decay=actor.optim.weight_decay,
@@ -167,6 +168,7 @@ def _session_factory(cfg: Any) -> Any:
 
 
 def build_datamodule(cfg: Any, world_size: int, run_dir: Path) -> Any:
+    from agentfly.estimators import get_estimator
     from agentfly.rollout.datamodule import RolloutDataModule
 
     if cfg.data.train_batch_size % world_size:
@@ -187,6 +189,7 @@ def build_datamodule(cfg: Any, world_size: int, run_dir: Path) -> Any:
         val_top_k=val.top_k,
         val_n=val.n,
         val_also_greedy=bool(val.also_greedy),
+        greedy_baselines=get_estimator(cfg.algorithm.adv_estimator).needs_baselines,
         trajectory_dir=str(run_dir / "trajectories"),
     )
 

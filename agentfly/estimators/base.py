@@ -3,7 +3,10 @@
 Every estimator is a pure function with the keyword-only signature of :func:`estimator_signature`
 and returns ``(advantages, returns)``, both (B, T) and zero wherever ``response_mask`` is zero. It
 is registered with what it needs (a critic's ``values``, group ``index``, greedy
-``reward_baselines``), so callers ask the registry entry instead of branching on names.
+``reward_baselines``, at least ``min_chains`` chains per prompt), so callers ask the registry
+entry instead of branching on names: config validation refuses a setting the estimator cannot
+work with, the module loads a critic when ``needs_critic``, and the rollout adds one greedy chain
+per prompt, scored but not trained on, when ``needs_baselines``.
 """
 
 from __future__ import annotations
@@ -53,13 +56,23 @@ def estimator_signature(
 
 @dataclass(frozen=True)
 class AdvantageEstimator:
-    """A registered estimator and what it needs from the batch."""
+    """A registered estimator and what it needs from the batch.
+
+    Attributes:
+        needs_critic: reads critic ``values`` (the module trains a critic).
+        needs_groups: compares the chains of a prompt (reads ``index``).
+        needs_baselines: reads ``reward_baselines``, the reward of one greedy chain per prompt
+            (the rollout produces it).
+        min_chains: chains per prompt below which the estimator is undefined (refused when the
+            config is composed).
+    """
 
     name: str
     fn: EstimatorFn
     needs_critic: bool = False
     needs_groups: bool = False
     needs_baselines: bool = False
+    min_chains: int = 1
 
     def __call__(
         self,
@@ -85,6 +98,10 @@ class AdvantageEstimator:
             raise ValueError(f"values {tuple(values.shape)} must match rewards (B, T)")
         if self.needs_baselines and reward_baselines is None:
             raise ValueError(f"estimator {self.name!r} needs `reward_baselines` (B,)")
+        if reward_baselines is not None and reward_baselines.shape != (batch,):
+            raise ValueError(
+                f"reward_baselines {tuple(reward_baselines.shape)} must be ({batch},), one per row"
+            )
         gid = None
         if index is not None:
             gid = group_ids(index, device=token_level_rewards.device)
@@ -115,14 +132,18 @@ def register_estimator(
     needs_critic: bool = False,
     needs_groups: bool = False,
     needs_baselines: bool = False,
+    min_chains: int = 1,
     aliases: tuple[str, ...] = (),
 ) -> Callable[[EstimatorFn], EstimatorFn]:
-    """Register a function with the shared signature as an advantage estimator."""
+    """Register a function with the shared signature as an advantage estimator.
+
+    The keyword flags declare what it needs (see :class:`AdvantageEstimator`).
+    """
 
     def decorator(fn: EstimatorFn) -> EstimatorFn:
         ESTIMATORS.register(
             name,
-            AdvantageEstimator(name, fn, needs_critic, needs_groups, needs_baselines),
+            AdvantageEstimator(name, fn, needs_critic, needs_groups, needs_baselines, min_chains),
             aliases=aliases,
         )
         return fn

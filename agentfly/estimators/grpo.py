@@ -71,7 +71,7 @@ def dr_grpo(
     return adv, adv
 
 
-@register_estimator("grpo_passk", needs_groups=True)
+@register_estimator("grpo_passk", needs_groups=True, min_chains=2)
 def grpo_passk(
     *,
     token_level_rewards: torch.Tensor,
