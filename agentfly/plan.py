@@ -150,6 +150,7 @@ def plan_module(cfg: Any, topology: Topology, iterations: int) -> dict[str, Any]
         critic_path=str(critic.model.path) if needs_critic else None,
         use_reference=bool(actor.use_kl_loss or use_kl_in_reward),
         use_kl_in_reward=use_kl_in_reward,
+        kl_penalty=str(cfg.algorithm.kl_penalty),
         lr=float(actor.optim.lr),
         betas=tuple(actor.optim.betas),
         weight_decay=float(actor.optim.weight_decay),
@@ -213,6 +214,8 @@ def plan_module(cfg: Any, topology: Topology, iterations: int) -> dict[str, Any]
 
 def plan_datamodule(cfg: Any, topology: Topology, run_dir: Path) -> dict[str, Any]:
     """The rollout DataModule's keyword arguments (this rank's share of each batch)."""
+    from agentfly.estimators import get_estimator
+
     val = cfg.actor_rollout_ref.rollout.val_kwargs
     train_temperature = cfg.agent.run_config.generation_config.temperature
     return dict(
@@ -229,6 +232,8 @@ def plan_datamodule(cfg: Any, topology: Topology, run_dir: Path) -> dict[str, An
         val_top_k=int(val.top_k),
         val_n=int(val.n),
         val_also_greedy=bool(val.also_greedy),
+        # what the estimator declares it needs from the rollout: a greedy chain per prompt
+        greedy_baselines=get_estimator(cfg.algorithm.adv_estimator).needs_baselines,
         trajectory_dir=str(run_dir / "trajectories"),
     )
 

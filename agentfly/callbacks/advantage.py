@@ -55,7 +55,12 @@ class AdvantageCallback(Callback):
         )
         batch["advantages"], batch["returns"] = advantages, returns
         mask = batch["response_mask"].to(advantages.dtype)
-        return {
+        sampled = mask.bool()
+        metrics = {
             "critic/advantages/mean": to_float(masked_mean(advantages, mask)),
             "critic/returns/mean": to_float(masked_mean(returns, mask)),
         }
+        if bool(sampled.any()):
+            metrics["critic/advantages/max"] = to_float(advantages[sampled].max())
+            metrics["critic/advantages/min"] = to_float(advantages[sampled].min())
+        return metrics

@@ -6,8 +6,11 @@ Batch keys (all tensors; B rows, T response tokens):
     token_level_rewards (B, T): scores after reward shaping (e.g. minus a KL penalty).
     index (B,): group id of the prompt each row answers.
     values (B, T): critic values at rollout time (GAE).
-    reward_baselines (B,): reward of a greedy rollout (ReMax).
+    reward_baselines (B,): reward of the greedy chain of the row's prompt (an estimator that
+        ``needs_baselines``, e.g. ReMax).
     old_log_probs (B, T), ref_log_probs (B, T): policy and reference log-probabilities.
+    full_kl (B, T): full-vocabulary KL(old policy ‖ reference) per position (``kl_penalty=full``
+        in the reward).
     advantages (B, T), returns (B, T): written by the advantage callback.
 """
 

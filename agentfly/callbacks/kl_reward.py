@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from lightning.pytorch.callbacks import Callback
 
 from agentfly.callbacks.batch_hooks import Batch, to_float
-from agentfly.estimators.kl import kl_penalty
+from agentfly.estimators import kl as kl_math
 from agentfly.estimators.kl_controller import get_kl_controller
 from agentfly.ops import masked_mean
 
@@ -18,9 +19,13 @@ class KLRewardCallback(Callback):
     β comes from the controller, which is updated after each batch with the batch's mean
     per-sequence KL and ``n_steps`` = batch size (as verl does). Its state is checkpointed.
 
+    The sampled kinds read the batch's ``old_log_probs`` and ``ref_log_probs``; ``full`` reads
+    ``full_kl``, the full-vocabulary KL the module computes from both models' logits when it is
+    built with ``kl_penalty="full"``. A straight-through kind (``k3+``...) shapes the reward with
+    its value (no gradient flows through a reward).
+
     Args:
-        kl_penalty: per-token estimator (see :func:`agentfly.estimators.kl_penalty`); ``full``
-            is not available here because a batch carries sampled log-probabilities only.
+        kl_penalty: per-token estimator (see :func:`agentfly.estimators.kl_penalty`).
         kl_ctrl_type: ``fixed`` or ``adaptive``.
         kl_coef: (initial) coefficient β.
         target_kl: adaptive target.
@@ -37,17 +42,23 @@ class KLRewardCallback(Callback):
         target_kl: float = 0.1,
         horizon: int = 10000,
     ) -> None:
-        if kl_penalty == "full":
-            raise ValueError(
-                "algorithm.kl_penalty='full' needs full vocabulary rows and cannot shape the "
-                "reward from sampled log-probabilities; use it as actor kl_loss_type instead"
-            )
+        if kl_penalty != "full":  # an unknown kind fails here, not at the first batch
+            kl_math.kl_penalty(torch.zeros(1), torch.zeros(1), kl_penalty)
         self.kind = kl_penalty
         self.controller = get_kl_controller(kl_ctrl_type, kl_coef, target_kl, horizon)
 
     def on_rollout_batch(self, trainer: Any, pl_module: Any, batch: Batch) -> dict[str, float]:
         mask = batch["response_mask"].to(batch["token_level_scores"].dtype)
-        kld = kl_penalty(batch["old_log_probs"], batch["ref_log_probs"], self.kind) * mask
+        if self.kind == "full":
+            if "full_kl" not in batch:
+                raise KeyError(
+                    "kl_penalty='full' shapes the reward with the batch's `full_kl`, which "
+                    "AgentRLModule computes only when built with kl_penalty='full'"
+                )
+            kld = batch["full_kl"] * mask
+        else:
+            kld = kl_math.kl_penalty(batch["old_log_probs"], batch["ref_log_probs"], self.kind)
+            kld = kld * mask
         beta = self.controller.value
         batch["token_level_rewards"] = batch["token_level_scores"] - beta * kld
         current_kl = to_float(masked_mean(kld, mask, dim=-1).mean())

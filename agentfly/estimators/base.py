@@ -3,7 +3,10 @@
 Every estimator is a pure function with the keyword-only signature of :func:`estimator_signature`
 and returns ``(advantages, returns)``, both (B, T) and zero wherever ``response_mask`` is zero. It
 is registered with what it needs (a critic's ``values``, group ``index``, greedy
-``reward_baselines``), so callers ask the registry entry instead of branching on names.
+``reward_baselines``, at least ``min_chains`` chains per prompt), so callers ask the registry
+entry instead of branching on names: config validation refuses a setting the estimator cannot
+work with, the module loads a critic when ``needs_critic``, and the rollout adds one greedy chain
+per prompt, scored but not trained on, when ``needs_baselines``.
 """
 
 from __future__ import annotations
@@ -53,15 +56,27 @@ def estimator_signature(
 
 @dataclass(frozen=True)
 class AdvantageEstimator:
-    """A registered estimator, what it needs from the batch, and which of the scalar settings
-    (``gamma``, ``lam``, ``norm_adv_by_std_in_grpo``) it reads (``uses``): a setting it does not
-    read is named as having no effect when a user sets it (:mod:`agentfly.config.inactive`)."""
+    """A registered estimator, what it needs from the batch, and which of the scalar settings it
+    reads.
+
+    Attributes:
+        needs_critic: reads critic ``values`` (the module trains a critic).
+        needs_groups: compares the chains of a prompt (reads ``index``).
+        needs_baselines: reads ``reward_baselines``, the reward of one greedy chain per prompt
+            (the rollout produces it).
+        min_chains: chains per prompt below which the estimator is undefined (refused when the
+            config is composed).
+        uses: the scalar settings it reads, among ``gamma``, ``lam`` and
+            ``norm_adv_by_std_in_grpo``; one it does not read is named as having no effect when
+            a user sets it (:mod:`agentfly.config.inactive`).
+    """
 
     name: str
     fn: EstimatorFn
     needs_critic: bool = False
     needs_groups: bool = False
     needs_baselines: bool = False
+    min_chains: int = 1
     uses: tuple[str, ...] = ()
 
     def __call__(
@@ -88,6 +103,10 @@ class AdvantageEstimator:
             raise ValueError(f"values {tuple(values.shape)} must match rewards (B, T)")
         if self.needs_baselines and reward_baselines is None:
             raise ValueError(f"estimator {self.name!r} needs `reward_baselines` (B,)")
+        if reward_baselines is not None and reward_baselines.shape != (batch,):
+            raise ValueError(
+                f"reward_baselines {tuple(reward_baselines.shape)} must be ({batch},), one per row"
+            )
         gid = None
         if index is not None:
             gid = group_ids(index, device=token_level_rewards.device)
@@ -136,16 +155,14 @@ def register_estimator(
     needs_critic: bool = False,
     needs_groups: bool = False,
     needs_baselines: bool = False,
+    min_chains: int = 1,
     uses: tuple[str, ...] = (),
     aliases: tuple[str, ...] = (),
 ) -> Callable[[EstimatorFn], EstimatorFn]:
     """Register a function with the shared signature as an advantage estimator.
 
-    Args:
-        name: the registered name (``algorithm.adv_estimator``).
-        needs_critic, needs_groups, needs_baselines: what it needs from the batch.
-        uses: the scalar settings it reads, among ``gamma``, ``lam``, ``norm_adv_by_std_in_grpo``.
-        aliases: other names.
+    The keyword flags declare what it needs and which scalar settings it reads (see
+    :class:`AdvantageEstimator`).
     """
     unknown = set(uses) - {"gamma", "lam", "norm_adv_by_std_in_grpo"}
     if unknown:
@@ -154,7 +171,9 @@ def register_estimator(
     def decorator(fn: EstimatorFn) -> EstimatorFn:
         ESTIMATORS.register(
             name,
-            AdvantageEstimator(name, fn, needs_critic, needs_groups, needs_baselines, tuple(uses)),
+            AdvantageEstimator(
+                name, fn, needs_critic, needs_groups, needs_baselines, min_chains, tuple(uses)
+            ),
             aliases=aliases,
         )
         return fn

@@ -71,7 +71,7 @@ def dr_grpo(
     return adv, adv
 
 
-@register_estimator("grpo_passk", needs_groups=True, uses=("norm_adv_by_std_in_grpo",))
+@register_estimator("grpo_passk", needs_groups=True, min_chains=2, uses=("norm_adv_by_std_in_grpo",))
 def grpo_passk(
     *,
     token_level_rewards: torch.Tensor,

@@ -6,7 +6,9 @@ Kinds (Schulman, "Approximating KL Divergence", http://joschu.net/blog/kl-approx
 ±20 and the result to ±10 as in verl; ``k1+``/``k3+``/... = straight-through forms whose value is
 the named estimator and whose gradient is k2's (unbiased gradient of KL, Liu et al. 2025).
 ``full`` is the exact KL over the vocabulary, Σ_v p(v)(log p(v) - log q(v)), and takes full
-log-probability rows (B, T, V) instead of sampled log-probabilities (verl leaves it unimplemented).
+log-probability rows (B, T, V) instead of sampled log-probabilities (verl leaves it
+unimplemented); :func:`full_kl_from_logits` computes it from two models' logits a chunk of
+positions at a time, which is how the trainer shapes the reward with it.
 """
 
 from __future__ import annotations
@@ -40,6 +42,38 @@ def full_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
             f"{tuple(logprobs.shape)} and {tuple(ref_logprobs.shape)}"
         )
     return (logprobs.exp() * (logprobs - ref_logprobs)).sum(dim=-1)
+
+
+def full_kl_from_logits(
+    logits: torch.Tensor, ref_logits: torch.Tensor, chunk_size: int = 256
+) -> torch.Tensor:
+    """Exact KL(softmax(logits) || softmax(ref_logits)) per position, from raw logits.
+
+    The log-softmax rows are formed ``chunk_size`` positions at a time, so besides the two
+    logits tensors only one chunk's rows exist. Differentiable in both arguments.
+
+    Args:
+        logits: the policy's logits. Shape: (..., V).
+        ref_logits: the reference model's logits. Shape: (..., V).
+        chunk_size: positions per chunk.
+
+    Returns:
+        Σ_v p(v)(log p(v) - log q(v)). Shape: (...).
+    """
+    if logits.shape != ref_logits.shape or logits.dim() < 2:
+        raise ValueError(
+            f"logits {tuple(logits.shape)} and ref_logits {tuple(ref_logits.shape)} must have "
+            "the same shape (..., V)"
+        )
+    vocab = logits.shape[-1]
+    flat, ref_flat = logits.reshape(-1, vocab), ref_logits.reshape(-1, vocab)  # (N, V)
+    if flat.shape[0] == 0:
+        return logits.new_zeros(logits.shape[:-1])
+    parts = [
+        full_kl(p.log_softmax(-1)[None], q.log_softmax(-1)[None])[0]  # (1, c, V) -> (c,)
+        for p, q in zip(flat.split(chunk_size), ref_flat.split(chunk_size), strict=True)
+    ]
+    return torch.cat(parts).reshape(logits.shape[:-1])
 
 
 def kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, kind: str = "kl") -> torch.Tensor:

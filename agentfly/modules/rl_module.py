@@ -25,7 +25,7 @@ import lightning.pytorch as pl
 import torch
 
 from agentfly.callbacks.batch_hooks import run_batch_hooks
-from agentfly.estimators.kl import full_kl, kl_penalty
+from agentfly.estimators.kl import full_kl_from_logits, kl_penalty
 from agentfly.modules.fsdp import total_norm
 from agentfly.modules.losses import (
     agg_loss,
@@ -71,6 +71,8 @@ class AgentRLModule(pl.LightningModule):
         critic_path: the critic's checkpoint; None when the estimator needs no critic.
         use_reference: load a frozen reference model (a KL term is on).
         use_kl_in_reward: the batch hooks need ``old_log_probs`` and ``ref_log_probs``.
+        kl_penalty: the reward's KL estimator; ``full`` (with ``use_kl_in_reward``) also gives
+            the batch hooks ``full_kl`` (:meth:`full_kl_to_reference`).
         lr, betas, weight_decay: AdamW for the actor.
         lr_warmup_steps: linear warm-up length in optimizer steps (0: none).
         warmup_style, min_lr_ratio, num_cycles, lr_decay_steps: the schedule after warm-up
@@ -121,6 +123,7 @@ class AgentRLModule(pl.LightningModule):
         critic_path: str | None = None,
         use_reference: bool = False,
         use_kl_in_reward: bool = False,
+        kl_penalty: str = "kl",
         lr: float = 1e-6,
         betas: tuple[float, float] = (0.9, 0.999),
         weight_decay: float = 0.01,
@@ -289,6 +292,25 @@ class AgentRLModule(pl.LightningModule):
         out = self.critic(**self._model_inputs(batch)).logits  # (B, P + T, 1)
         return out[:, p - 1 : p - 1 + t, 0].float()
 
+    @torch.no_grad()
+    def full_kl_to_reference(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+        """The rollout-time actor's (old policy's) and the reference's log-probabilities of the
+        responses, and the full-vocabulary KL(old ‖ ref) per response position, Σ_v p(v)(log p(v)
+        − log q(v)): one forward of each model per micro-batch, only that micro-batch's logits
+        held. Returns ``old_log_probs``, ``ref_log_probs`` and ``full_kl``, each (B, T)."""
+        keys = ("old_log_probs", "ref_log_probs", "full_kl")
+        parts: dict[str, list[torch.Tensor]] = {k: [] for k in keys}
+        h = self.hparams
+        for idx in self._chunks(len(batch["index"]), h.log_prob_micro_batch_size or h.micro_batch_size):
+            micro = _slice(batch, idx)
+            logits = self._response_logits(self.actor, micro)  # (b, T, V)
+            ref_logits = self._response_logits(self.reference, micro)  # (b, T, V)
+            parts["old_log_probs"].append(logprobs_from_logits(logits, micro["responses"]))
+            parts["ref_log_probs"].append(logprobs_from_logits(ref_logits, micro["responses"]))
+            parts["full_kl"].append(full_kl_from_logits(logits, ref_logits))
+            del logits, ref_logits
+        return {k: torch.cat(v) for k, v in parts.items()}
+
     def _chunks(self, size: int, chunk: int | None) -> list[torch.Tensor]:
         idx = torch.arange(size, device=self.device)
         return list(idx.split(chunk or size))
@@ -317,12 +339,17 @@ class AgentRLModule(pl.LightningModule):
         size = len(batch["index"])
         metrics: dict[str, float] = {}
         clock = time.perf_counter
-        if self._reuses_rollout(size):
+        if h.use_kl_in_reward and h.kl_penalty == "full":
+            start = clock()
+            batch.update(self.full_kl_to_reference(batch))
+            metrics["timing/reference_s"] = clock() - start
+        if self._reuses_rollout(size) and "old_log_probs" not in batch:
             start = clock()
             chunk = h.log_prob_micro_batch_size or h.micro_batch_size
             batch["old_log_probs"] = self._no_grad_pass(lambda b: self.log_probs(self.actor, b)[0], batch, chunk)
             metrics["timing/old_log_prob_s"] = clock() - start
-        if self.reference is not None and h.kl_loss_type != "full":
+        needs_ref = h.use_kl_in_reward or h.kl_loss_type != "full"
+        if self.reference is not None and needs_ref and "ref_log_probs" not in batch:
             start = clock()
             chunk = h.ref_log_prob_micro_batch_size or h.micro_batch_size
             batch["ref_log_probs"] = self._no_grad_pass(lambda b: self.log_probs(self.reference, b)[0], batch, chunk)
@@ -405,6 +432,12 @@ class AgentRLModule(pl.LightningModule):
         else:
             with torch.no_grad():
                 entropy = entropy_from_logits(logits.detach())
+        full = None  # the full-vocabulary KL from these logits, when the loss uses it
+        if h.use_kl_loss and h.kl_loss_type == "full":
+            with torch.no_grad():
+                ref_logits = self._response_logits(self.reference, micro)  # (B, T, V)
+            full = full_kl_from_logits(logits, ref_logits)
+            del ref_logits
         del logits
         old = micro.get("old_log_probs", logp.detach())
         pg, pg_metrics = policy_loss(
@@ -420,11 +453,8 @@ class AgentRLModule(pl.LightningModule):
         if h.entropy_coeff:
             loss = loss - h.entropy_coeff * ent
         if h.use_kl_loss:
-            if h.kl_loss_type == "full":
-                with torch.no_grad():
-                    ref_rows = self._response_logits(self.reference, micro).log_softmax(-1)
-                act_rows = self._response_logits(self.actor, micro).log_softmax(-1)
-                kl = full_kl(act_rows, ref_rows)
+            if full is not None:
+                kl = full
             else:
                 kl = kl_penalty(logp, micro["ref_log_probs"], h.kl_loss_type)
             kl_loss = agg_loss(kl, mask, h.loss_agg_mode, **norms)

@@ -163,6 +163,12 @@ class AgentLoop:
         """:meth:`arun` from synchronous code (an in-process engine generates on this thread)."""
         return run_sync(self.engine, self.arun(rows, **kwargs))
 
+    def run_with_baselines(
+        self, rows: Sequence[dict[str, Any]], **kwargs: Any
+    ) -> tuple[list[Trajectory], list[Trajectory]]:
+        """:meth:`arun_with_baselines` from synchronous code."""
+        return run_sync(self.engine, self.arun_with_baselines(rows, **kwargs))
+
     async def arun(
         self,
         rows: Sequence[dict[str, Any]],
@@ -184,15 +190,53 @@ class AgentLoop:
             greedy: sample greedily (validation).
             sampling: replace the loop's sampling parameters altogether.
         """
-        questions = [question_of(row, prompt_key, i) for i, row in enumerate(rows)]
         n = num_chains or self.num_chains
         base = sampling or self.sampling
         if greedy:
             base = replace(base, temperature=0.0)
+        (trajs,) = await self._rollout(rows, prompt_key, group_offset, [(range(n), base)])
+        return trajs
+
+    async def arun_with_baselines(
+        self,
+        rows: Sequence[dict[str, Any]],
+        *,
+        prompt_key: str | None = None,
+        group_offset: int = 0,
+    ) -> tuple[list[Trajectory], list[Trajectory]]:
+        """The ``num_chains`` sampled chains of every row and one greedy chain per row (ReMax's
+        baseline), rolled out together so that the engine batches their turns.
+
+        The greedy chain runs the same turns, tools and reward as the others at temperature 0;
+        it shares its row's group id and takes chain index ``num_chains`` (its own tool
+        resources). It comes back apart, for its reward only: it is not a training trajectory.
+
+        Returns:
+            ``(chains, baselines)``: the sampled chains row-major, and one greedy chain per row.
+        """
+        n = self.num_chains
+        greedy = replace(self.sampling, temperature=0.0)
+        passes = [(range(n), self.sampling), (range(n, n + 1), greedy)]
+        chains, baselines = await self._rollout(rows, prompt_key, group_offset, passes)
+        return chains, baselines
+
+    async def _rollout(
+        self,
+        rows: Sequence[dict[str, Any]],
+        prompt_key: str | None,
+        group_offset: int,
+        passes: list[tuple[range, SamplingParams]],
+    ) -> list[list[Trajectory]]:
+        """Run every pass's chains of every row at once: a pass is (chain indices, sampling).
+
+        Returns one row-major list of trajectories per pass. A sampled chain with a base ``seed``
+        gets a seed derived from its group and chain index.
+        """
+        questions = [question_of(row, prompt_key, i) for i, row in enumerate(rows)]
         limit = self.max_concurrent_chains
         gate = asyncio.Semaphore(limit) if limit else None
 
-        async def one(i: int, k: int) -> Trajectory:
+        async def one(i: int, k: int, base: SamplingParams) -> Trajectory:
             chain_sampling = base
             if self.seed is not None and not base.greedy:
                 chain_sampling = replace(base, seed=self.seed + (group_offset + i) * 1009 + k)
@@ -203,11 +247,18 @@ class AgentLoop:
 
         self._timer = PhaseTimer()
         start = time.perf_counter()
-        tasks = [one(i, k) for i in range(len(rows)) for k in range(n)]
-        trajs = list(await asyncio.gather(*tasks))
+        tasks = [
+            one(i, k, base) for chains, base in passes for i in range(len(rows)) for k in chains
+        ]
+        done = list(await asyncio.gather(*tasks))
         self.last_timing = {f"{k}_s": v for k, v in self._timer.seconds.items()}
         self.last_timing["rollout_s"] = time.perf_counter() - start
-        return trajs
+        out, at = [], 0
+        for chains, _ in passes:
+            size = len(rows) * len(chains)
+            out.append(done[at : at + size])
+            at += size
+        return out
 
     # ------------------------------------------------------------------ one chain
 

@@ -8,6 +8,8 @@ Layout (B chains, P = longest prompt, T = longest response):
     rollout_log_probs (B, T): the engine's log-probabilities (0 where the mask is 0).
     token_level_scores (B, T): the chain's reward at its last sampled token, 0 elsewhere.
     index (B,): group id (chains of one prompt share it).
+    reward_baselines (B,): with greedy baseline chains (:func:`collate_baselines`), the reward of
+        the greedy chain of each row's prompt.
 The position that predicts response token ``t`` is ``P - 1 + t``.
 """
 
@@ -55,3 +57,18 @@ def collate_trajectories(trajs: list[Trajectory], pad_id: int) -> dict[str, Any]
         "index": torch.tensor([t.group_id for t in trajs], dtype=torch.long),
         "prompt_length": p_len,
     }
+
+
+def collate_baselines(trajs: list[Trajectory], baselines: list[Trajectory]) -> torch.Tensor:
+    """Each chain's baseline: the reward of the greedy chain of its prompt (same group id).
+
+    An unscored greedy chain counts 0, as an unscored chain does in ``collate_trajectories``.
+
+    Returns:
+        (B,) float, in the order of ``trajs``.
+    """
+    by_group = {b.group_id: float(b.reward or 0.0) for b in baselines}
+    missing = sorted({t.group_id for t in trajs} - by_group.keys())
+    if missing:
+        raise ValueError(f"no greedy baseline chain for group(s) {missing}")
+    return torch.tensor([by_group[t.group_id] for t in trajs], dtype=torch.float32)

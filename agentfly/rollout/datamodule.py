@@ -6,6 +6,10 @@ itself runs in ``on_before_batch_transfer``, which Lightning calls right before 
 always uses the weights after update k−1. (A rollout inside the dataloader would run one step
 early, on stale weights, because of Lightning's prefetch.)
 
+With ``greedy_baselines`` (an estimator that ``needs_baselines``, e.g. ReMax) the same rollout runs
+one extra greedy chain per prompt beside the sampled ones, with the same weights, tools and
+reward; its reward becomes ``reward_baselines`` of that prompt's chains and it is not trained on.
+
 Validation batches are rolled out with ``val_kwargs`` sampling (greedy by default; ``n`` chains per
 prompt), optionally a greedy pass beside a sampled one, and reduced to sums and counts per data
 source. Each rank validates its own slice of the validation rows; the module adds the ranks'
@@ -26,7 +30,7 @@ import lightning.pytorch as pl
 import torch
 from torch.utils.data import DataLoader
 
-from agentfly.rollout.collate import collate_trajectories
+from agentfly.rollout.collate import collate_baselines, collate_trajectories
 from agentfly.rollout.data import load_rows
 from agentfly.rollout.summary import summarize, trajectory_record
 
@@ -145,6 +149,9 @@ class RolloutDataModule(pl.LightningDataModule):
         val_n: chains per validation prompt.
         val_also_greedy: when validation samples, also run a greedy pass (one chain per prompt),
             logged as ``val_greedy/...``.
+        greedy_baselines: roll out one greedy chain per training prompt beside the sampled ones
+            and hand its reward over as ``reward_baselines`` (logged as
+            ``rollout/reward_baseline/mean``); set from the estimator's ``needs_baselines``.
         trajectory_dir: where validation trajectories are written as JSONL, and each rank's
             record of its training rollouts (``rollouts_rank{r}.jsonl``); None: nowhere.
         num_val_samples: trajectories kept per validation in that file.
@@ -166,6 +173,7 @@ class RolloutDataModule(pl.LightningDataModule):
         val_top_k: int = -1,
         val_n: int = 1,
         val_also_greedy: bool = False,
+        greedy_baselines: bool = False,
         trajectory_dir: str | None = None,
         num_val_samples: int = 16,
     ) -> None:
@@ -183,6 +191,7 @@ class RolloutDataModule(pl.LightningDataModule):
         self.val_top_k = val_top_k
         self.val_n = max(1, int(val_n))
         self.val_also_greedy = val_also_greedy
+        self.greedy_baselines = greedy_baselines
         self.trajectory_dir = trajectory_dir
         self.num_val_samples = num_val_samples
         self.session: Any = None
@@ -255,29 +264,45 @@ class RolloutDataModule(pl.LightningDataModule):
         loop = self.session.loop
         start = time.perf_counter()
         offset = self._group_offset()
-        trajs = loop.run([row for _, row in items], prompt_key=self.prompt_key, group_offset=offset)
+        rows = [row for _, row in items]
+        baselines: list[Any] = []
+        if self.greedy_baselines:
+            trajs, baselines = loop.run_with_baselines(
+                rows, prompt_key=self.prompt_key, group_offset=offset
+            )
+        else:
+            trajs = loop.run(rows, prompt_key=self.prompt_key, group_offset=offset)
         elapsed = time.perf_counter() - start
         batch = collate_trajectories(trajs, self._pad_id())
         summary = summarize(trajs)
-        tokens = sum(sum(t.loss_mask) for t in trajs)
+        tokens = sum(sum(t.loss_mask) for t in trajs + baselines)  # every token the engines sampled
         self.last_rollout = {
             "timing/rollout_s": elapsed,
             "rollout/tokens_per_s": tokens / elapsed if elapsed > 0 else 0.0,
             **{f"rollout/{k}": v for k, v in summary.items() if isinstance(v, int | float) and v is not None},
         }
+        if self.greedy_baselines:
+            batch["reward_baselines"] = collate_baselines(trajs, baselines)
+            rewards = [float(b.reward or 0.0) for b in baselines]
+            self.last_rollout["rollout/reward_baseline/mean"] = sum(rewards) / len(rewards)
         batch["metrics"] = self.last_rollout
-        self._write_rollout_record(items, trajs)
+        self._write_rollout_record(items, trajs, baselines)
         return batch
 
-    def _write_rollout_record(self, items: list[tuple[int, dict[str, Any]]], trajs: list[Any]) -> None:
+    def _write_rollout_record(
+        self, items: list[tuple[int, dict[str, Any]]], trajs: list[Any], baselines: list[Any]
+    ) -> None:
         """One JSON line per training rollout in ``rollouts_rank{r}.jsonl``: which rows this rank
-        rolled out at which iteration, and their rewards (the per-rank record of a DDP run)."""
+        rolled out at which iteration, and their rewards (the per-rank record of a DDP run), with
+        the greedy baseline chains' rewards (one per row) when there are any."""
         if not self.trajectory_dir:
             return
         rank, world = self._rank()
         rewards = [t.reward for t in trajs]
         record = {"iteration": self._iteration() + 1, "rank": rank, "world_size": world,
                   "rows": [i for i, _ in items], "chains": len(trajs), "rewards": rewards}
+        if baselines:
+            record["baseline_rewards"] = [b.reward for b in baselines]
         path = Path(self.trajectory_dir) / f"rollouts_rank{rank}.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a", encoding="utf-8") as f:

@@ -575,11 +575,6 @@ def test_resume_path_needs_resume_from_path() -> None:
     load_config([*BASE, "trainer.resume_mode=resume_path", "trainer.resume_from_path=/ckpt"])
 
 
-def test_kl_in_reward_cannot_use_full_kl() -> None:
-    msg = error_of([*BASE, "algorithm.use_kl_in_reward=True", "algorithm.kl_penalty=full"])
-    assert "algorithm.kl_penalty" in msg and "algorithm.use_kl_in_reward" in msg
-
-
 def test_group_estimator_with_one_chain_warns() -> None:
     args = [*BASE, "agent.run_config.num_chains=1", "actor_rollout_ref.actor.ppo_mini_batch_size=8"]
     args = [a for a in args if a != "agent.run_config.num_chains=4"]

@@ -62,9 +62,22 @@ def test_adaptive_kl_callback_state_survives_a_checkpoint():
     assert b.controller.value == a.controller.value
 
 
-def test_full_kl_cannot_shape_rewards():
-    with pytest.raises(ValueError, match="full"):
-        KLRewardCallback(kl_penalty="full")
+def test_full_kl_shapes_rewards_with_the_batch_full_kl():
+    batch = make_batch()
+    batch["full_kl"] = torch.tensor([[0.2, 9.0, 0.4]] * 4)  # the module's Σ_v p (log p - log q)
+    trainer = SimpleNamespace(callbacks=[KLRewardCallback("full", "fixed", 0.5)])
+    run_batch_hooks(trainer, None, batch)
+    # row 0: mask 1,0,1 -> penalties 0.1, 0, 0.2 ; the masked position pays nothing
+    assert batch["token_level_rewards"][0].tolist() == pytest.approx([-0.1, 0.0, 1.0 - 0.2])
+    assert batch["token_level_rewards"][3].tolist() == pytest.approx([0.0, -4.5, 0.5 - 0.2])
+    del batch["full_kl"]
+    with pytest.raises(KeyError, match="full_kl"):
+        KLRewardCallback("full").on_rollout_batch(None, None, batch)
+
+
+def test_an_unknown_kl_kind_fails_when_the_callback_is_built():
+    with pytest.raises(ValueError, match="k4"):
+        KLRewardCallback(kl_penalty="k4")
 
 
 def test_advantage_callback_reports_critic_need():
