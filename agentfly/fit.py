@@ -27,10 +27,11 @@ logger = logging.getLogger(__name__)
 
 
 def _is_rank_zero() -> bool:
-    """Rank 0, or not distributed (from the launcher's environment: RANK, SLURM_PROCID...)."""
-    from lightning.fabric.utilities.rank_zero import rank_zero_only
-
-    return getattr(rank_zero_only, "rank", 0) == 0
+    """Rank 0, or not distributed (from the launcher's environment, as Lightning reads it)."""
+    for key in ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK"):
+        if key in os.environ:
+            return int(os.environ[key]) == 0
+    return True
 
 
 def _slurm_single_node_tasks() -> None:
@@ -184,12 +185,12 @@ def build_trainer(
     ``ckpt_path``: the checkpoint named on the command line (see :func:`resume_path`);
     ``hardware``: the machine (detected when None).
     """
+    plan = make_plan(cfg, hardware)  # what the machine cannot run fails here, before any import
+    ckpt = resume_path(plan, ckpt_path)  # a missing checkpoint fails before anything starts
+    check_engine(cfg)
     import lightning.pytorch as pl
     from lightning.fabric.plugins.environments import SLURMEnvironment
 
-    plan = make_plan(cfg, hardware)
-    ckpt = resume_path(plan, ckpt_path)  # a missing checkpoint fails before anything starts
-    check_engine(cfg)
     if plan.num_threads:
         import torch
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 
 import pytest
 import torch
@@ -112,3 +113,23 @@ def test_logged_losses_do_not_depend_on_the_micro_batch_size(task, tmp_path):
     assert logged["null"]["actor/kl_loss"] > 0  # iteration 2 starts away from the reference
     for key, value in logged["null"].items():
         assert abs(logged["1"][key] - value) <= 1e-6 + 1e-4 * abs(value), (key, logged)
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        (["trainer.device=cuda"], "no CUDA device is visible"),
+        ([f"actor_rollout_ref.rollout.num_engines={(os.cpu_count() or 1) + 1}"], "such engine(s) fit"),
+    ],
+)
+def test_a_request_the_machine_cannot_meet_stops_before_anything_starts(task, tmp_path, capsys, extra, named):
+    """Refused when the run is planned: before Ray, an engine or a model starts (the model path
+    below does not exist, and the error is about the machine, not the model)."""
+    if torch.cuda.is_available():
+        pytest.skip("checks a machine without a GPU")
+    root, _ = task
+    args = fit_args(root, tmp_path / "no-model", tmp_path / "run", 1, extra)
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert named in err, err
+    assert not (tmp_path / "run").exists()  # nothing was started or written

@@ -543,7 +543,7 @@ def test_mini_batch_must_split_over_the_ranks_that_run_and_micro_must_divide_it(
         return str(err.value)
 
     three_gpus = [*BASE, "trainer.n_gpus_per_node=3"]
-    msg = ranks_error(three_gpus, Hardware(gpus=3))
+    msg = ranks_error(three_gpus, Hardware(gpus=3, cpus=8))
     assert "ppo_mini_batch_size=8" in msg and "3 data-parallel ranks" in msg
     # the CPU fallback runs one process, whatever n_gpus_per_node says: 8 splits over 1
     cfg = load_quiet(three_gpus)

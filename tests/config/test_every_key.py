@@ -216,6 +216,9 @@ PAIRS: dict[str, tuple[list[str], list[str]]] = {
     ),
 }
 
+# Machines other than TWO_GPUS for a case: two nodes' engines need a Ray cluster to join.
+HARDWARE = {"trainer.nnodes": Hardware(gpus=2, cpus=8, ray_address="head:6379")}
+
 # Read by the command line or the fit loop rather than handed to a component: checked apart.
 ELSEWHERE = {"trainer.print_config", "trainer.val_before_train"}
 
@@ -276,8 +279,9 @@ def without_partner(args: list[str], key: str) -> list[str]:
 def test_changing_the_key_changes_what_a_component_receives(data, key):
     value, context = CHANGES[key]
     args = [*base(data), *context]
-    before = plan_of(args)
-    after = plan_of([*without_partner(args, key), f"{key}={value.replace('{data}', str(data))}"])
+    hw = HARDWARE.get(key, TWO_GPUS)
+    before = plan_of(args, hw)
+    after = plan_of([*without_partner(args, key), f"{key}={value.replace('{data}', str(data))}"], hw)
     assert differences(before, after), f"{key}={value} changed nothing in the run's plan"
 
 
