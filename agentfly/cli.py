@@ -15,6 +15,7 @@ import argparse
 import json
 import logging
 import sys
+from typing import Any
 
 import yaml
 
@@ -166,11 +167,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is when a record is emitted (not when it was made), so a
+    process that calls :func:`main` more than once, redirecting stderr between calls, never writes
+    to a stream that has been closed."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     # agentfly's own warnings; Lightning and Ray keep their own handlers (no double lines)
     log = logging.getLogger("agentfly")
     if not log.handlers:
-        handler = logging.StreamHandler()
+        handler = _StderrHandler()
         handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
         log.addHandler(handler)
         log.setLevel(logging.WARNING)

@@ -129,6 +129,29 @@ def _warmup(optim: Any, total_steps: int) -> int:
     return int(optim.lr_warmup_steps_ratio * total_steps)
 
 
+def _optimizer(optim: Any, steps: int, prefix: str = "") -> dict[str, Any]:
+    """AdamW and its schedule (``optim.*``) as the module's ``[critic_]lr...`` arguments."""
+    return {
+        f"{prefix}lr": float(optim.lr),
+        f"{prefix}betas": tuple(optim.betas),
+        f"{prefix}weight_decay": float(optim.weight_decay),
+        f"{prefix}lr_warmup_steps": _warmup(optim, steps),
+        f"{prefix}warmup_style": str(optim.warmup_style),
+        f"{prefix}min_lr_ratio": float(optim.min_lr_ratio),
+        f"{prefix}num_cycles": float(optim.num_cycles),
+        f"{prefix}lr_decay_steps": steps,
+    }
+
+
+def _sharding(fsdp: Any, prefix: str = "") -> dict[str, Any]:
+    """One model's ``fsdp_config`` as the module's ``[ref_|critic_]fsdp_*`` arguments."""
+    return {
+        f"{prefix}fsdp_offload": bool(fsdp.param_offload),
+        f"{prefix}fsdp_reshard_after_forward": bool(fsdp.reshard_after_forward),
+        f"{prefix}fsdp_size": int(fsdp.fsdp_size),
+    }
+
+
 def plan_module(cfg: Any, topology: Topology, iterations: int) -> dict[str, Any]:
     """The LightningModule's keyword arguments (per-rank batch sizes, schedule lengths)."""
     from agentfly.estimators import get_estimator
@@ -144,21 +167,13 @@ def plan_module(cfg: Any, topology: Topology, iterations: int) -> dict[str, Any]
     critic_mini = max(1, critic.ppo_mini_batch_size // world)
     critic_steps = iterations * critic.ppo_epochs * max(1, per_rank // critic_mini)
     budget = float(rollout.response_length)
-    fsdp, ref_fsdp, critic_fsdp = actor.fsdp_config, ref.fsdp_config, critic.model.fsdp_config
     return dict(
         model_path=str(model.path),
         critic_path=str(critic.model.path) if needs_critic else None,
         use_reference=bool(actor.use_kl_loss or use_kl_in_reward),
         use_kl_in_reward=use_kl_in_reward,
         kl_penalty=str(cfg.algorithm.kl_penalty),
-        lr=float(actor.optim.lr),
-        betas=tuple(actor.optim.betas),
-        weight_decay=float(actor.optim.weight_decay),
-        lr_warmup_steps=_warmup(actor.optim, actor_steps),
-        warmup_style=str(actor.optim.warmup_style),
-        min_lr_ratio=float(actor.optim.min_lr_ratio),
-        num_cycles=float(actor.optim.num_cycles),
-        lr_decay_steps=actor_steps,
+        **_optimizer(actor.optim, actor_steps),
         grad_clip=float(actor.grad_clip),
         ppo_epochs=int(actor.ppo_epochs),
         ppo_mini_batch_size=mini,
@@ -178,14 +193,7 @@ def plan_module(cfg: Any, topology: Topology, iterations: int) -> dict[str, Any]
         ref_log_prob_micro_batch_size=ref.log_prob_micro_batch_size_per_gpu,
         cliprange_value=float(critic.cliprange_value),
         critic_warmup=int(cfg.trainer.critic_warmup),
-        critic_lr=float(critic.optim.lr),
-        critic_betas=tuple(critic.optim.betas),
-        critic_weight_decay=float(critic.optim.weight_decay),
-        critic_lr_warmup_steps=_warmup(critic.optim, critic_steps),
-        critic_warmup_style=str(critic.optim.warmup_style),
-        critic_min_lr_ratio=float(critic.optim.min_lr_ratio),
-        critic_num_cycles=float(critic.optim.num_cycles),
-        critic_lr_decay_steps=critic_steps,
+        **_optimizer(critic.optim, critic_steps, "critic_"),
         critic_grad_clip=float(critic.grad_clip),
         critic_ppo_epochs=int(critic.ppo_epochs),
         critic_ppo_mini_batch_size=critic_mini,
@@ -198,15 +206,9 @@ def plan_module(cfg: Any, topology: Topology, iterations: int) -> dict[str, Any]
         activation_offload=bool(model.enable_activation_offload),
         critic_activation_offload=bool(critic.model.enable_activation_offload),
         trust_remote_code=bool(model.trust_remote_code),
-        fsdp_offload=bool(fsdp.param_offload),
-        fsdp_reshard_after_forward=bool(fsdp.reshard_after_forward),
-        fsdp_size=int(fsdp.fsdp_size),
-        ref_fsdp_offload=bool(ref_fsdp.param_offload),
-        ref_fsdp_reshard_after_forward=bool(ref_fsdp.reshard_after_forward),
-        ref_fsdp_size=int(ref_fsdp.fsdp_size),
-        critic_fsdp_offload=bool(critic_fsdp.param_offload),
-        critic_fsdp_reshard_after_forward=bool(critic_fsdp.reshard_after_forward),
-        critic_fsdp_size=int(critic_fsdp.fsdp_size),
+        **_sharding(actor.fsdp_config),
+        **_sharding(ref.fsdp_config, "ref_"),
+        **_sharding(critic.model.fsdp_config, "critic_"),
         dtype="float32",
         total_training_steps=iterations,
     )

@@ -87,7 +87,6 @@ def test_validating_a_trained_checkpoint_reports_the_trained_policy(
     t = trained
     # Ray's socket paths must stay under 108 bytes: the session's temporary root, not tmp_path
     monkeypatch.setenv("RAY_TMPDIR", str(tmp_path_factory.getbasetemp()))
-    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     ckpt = t.run / "checkpoints" / "last.ckpt"
     out = tmp_path / "out"
     extra = [f"actor_rollout_ref.rollout.num_engines={engines}"]

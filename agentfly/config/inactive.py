@@ -99,22 +99,25 @@ def _no_old_log_prob_pass(cfg: Any) -> str | None:
     )
 
 
-def _constant_schedule(prefix: str) -> Cond:
+def _node(cfg: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        cfg = getattr(cfg, part)
+    return cfg
+
+
+def _unless(key: str, active: str) -> Cond:
+    """Inactive unless ``key`` has the value ``active``."""
+
     def why(cfg: Any) -> str | None:
-        node = cfg
-        for part in prefix.split("."):
-            node = getattr(node, part)
-        return None if node.warmup_style == "cosine" else f"{prefix}.warmup_style={node.warmup_style}"
+        value = _node(cfg, key)
+        return None if value == active else f"{key}={value}"
 
     return why
 
 
 def _warmup_steps_given(prefix: str) -> Cond:
     def why(cfg: Any) -> str | None:
-        node = cfg
-        for part in prefix.split("."):
-            node = getattr(node, part)
-        steps = node.lr_warmup_steps
+        steps = _node(cfg, prefix).lr_warmup_steps
         return None if steps is None or steps < 0 else f"{prefix}.lr_warmup_steps={steps} is given"
 
     return why
@@ -131,19 +134,14 @@ def _no_shuffle(cfg: Any) -> str | None:
     return None if cfg.data.shuffle else "data.shuffle=False"
 
 
-def _no_group_norm(cfg: Any) -> str | None:
-    est = _estimator(cfg)
-    return None if "norm_adv_by_std_in_grpo" in est.uses else f"algorithm.adv_estimator={est.name} does not divide by a group std"
+def _unused_by_estimator(setting: str, what: str) -> Cond:
+    """Inactive when the estimator does not read ``setting`` (its registered ``uses``)."""
 
+    def why(cfg: Any) -> str | None:
+        est = _estimator(cfg)
+        return None if setting in est.uses else f"algorithm.adv_estimator={est.name} {what}"
 
-def _no_gamma(cfg: Any) -> str | None:
-    est = _estimator(cfg)
-    return None if "gamma" in est.uses else f"algorithm.adv_estimator={est.name} does not discount"
-
-
-def _no_lam(cfg: Any) -> str | None:
-    est = _estimator(cfg)
-    return None if "lam" in est.uses else f"algorithm.adv_estimator={est.name} has no GAE lambda"
+    return why
 
 
 def _wandb_off(cfg: Any) -> str | None:
@@ -151,16 +149,6 @@ def _wandb_off(cfg: Any) -> str | None:
         return None
     return "no wandb logger, and trainer.default_local_dir is given (it names nothing else)"
 
-
-def _token_sum_norm_off(prefix: str) -> Cond:
-    def why(cfg: Any) -> str | None:
-        node = cfg
-        for part in prefix.split("."):
-            node = getattr(node, part)
-        mode = node.loss_agg_mode
-        return None if mode == "seq-mean-token-sum-norm" else f"{prefix}.loss_agg_mode={mode}"
-
-    return why
 
 
 def _compatibility(cfg: Any) -> str | None:
@@ -188,17 +176,17 @@ RULES: tuple[Rule, ...] = (
     Rule(("trainer.total_epochs",), _steps_given),
     Rule(("trainer.resume_from_path",), _not_resume_path),
     Rule((A + "rollout.log_prob_micro_batch_size_per_gpu",), _no_old_log_prob_pass),
-    Rule((A + "actor.optim.min_lr_ratio", A + "actor.optim.num_cycles"), _constant_schedule(A + "actor.optim")),
-    Rule(("critic.optim.min_lr_ratio", "critic.optim.num_cycles"), _constant_schedule("critic.optim")),
+    Rule((A + "actor.optim.min_lr_ratio", A + "actor.optim.num_cycles"), _unless(A + "actor.optim.warmup_style", "cosine")),
+    Rule(("critic.optim.min_lr_ratio", "critic.optim.num_cycles"), _unless("critic.optim.warmup_style", "cosine")),
     Rule((A + "actor.optim.lr_warmup_steps_ratio",), _warmup_steps_given(A + "actor.optim")),
     Rule(("critic.optim.lr_warmup_steps_ratio",), _warmup_steps_given("critic.optim")),
     Rule((A + "actor.clip_ratio",), _clip_sides_given),
     Rule(("data.seed",), _no_shuffle),
-    Rule(("algorithm.norm_adv_by_std_in_grpo",), _no_group_norm),
-    Rule(("algorithm.gamma",), _no_gamma),
-    Rule(("algorithm.lam",), _no_lam),
-    Rule((A + "actor.loss_scale_factor",), _token_sum_norm_off(A + "actor")),
-    Rule(("critic.loss_scale_factor",), _token_sum_norm_off("critic")),
+    Rule(("algorithm.norm_adv_by_std_in_grpo",), _unused_by_estimator("norm_adv_by_std_in_grpo", "does not divide by a group std")),
+    Rule(("algorithm.gamma",), _unused_by_estimator("gamma", "does not discount")),
+    Rule(("algorithm.lam",), _unused_by_estimator("lam", "has no GAE lambda")),
+    Rule((A + "actor.loss_scale_factor",), _unless(A + "actor.loss_agg_mode", "seq-mean-token-sum-norm")),
+    Rule(("critic.loss_scale_factor",), _unless("critic.loss_agg_mode", "seq-mean-token-sum-norm")),
 )
 
 #: keys whose inactivity depends on another explicitly given key (checked with ``explicit``)

@@ -25,7 +25,6 @@ ITERATIONS = 3
 def env(tmp_path, monkeypatch):
     monkeypatch.setenv("RAY_TMPDIR", str(tmp_path / "ray"))
     monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb"))
-    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     return tmp_path
 
