@@ -209,14 +209,33 @@ def check_snippet(copy: Path, m: Mutation) -> str | None:
     return None
 
 
-def run_tests(copy: Path, tests: tuple[str, ...], timeout: float, threads: int | None) -> tuple[int, str, float]:
-    env = {**os.environ, "PYTHONPATH": str(copy), "PYTHONDONTWRITEBYTECODE": "1", "WANDB_MODE": "offline"}
+def run_tests(
+    copy: Path, tests: tuple[str, ...], timeout: float, threads: int | None
+) -> tuple[int, str, float]:
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(copy),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "WANDB_MODE": "offline",
+    }
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
-    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", f"--basetemp={copy}.tmp", *tests]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-x",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        f"--basetemp={copy}.tmp",
+        *tests,
+    ]
     start = time.perf_counter()
     try:
-        proc = subprocess.run(cmd, cwd=copy, env=env, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(
+            cmd, cwd=copy, env=env, capture_output=True, text=True, timeout=timeout
+        )
     except subprocess.TimeoutExpired:
         return -1, f"timed out after {timeout:.0f} s", time.perf_counter() - start
     return proc.returncode, proc.stdout + proc.stderr, time.perf_counter() - start
@@ -226,7 +245,11 @@ def failed_test(output: str) -> str:
     """The first test the short summary names as failed or in error."""
     for line in output.splitlines():
         if line.startswith(("FAILED ", "ERROR ")):
-            return line.split(" ", 1)[1].split(" - ", 1)[0].replace("tests/modules/test_learning.py::", "")
+            return (
+                line.split(" ", 1)[1]
+                .split(" - ", 1)[0]
+                .replace("tests/modules/test_learning.py::", "")
+            )
     return "(no test named)"
 
 
@@ -246,13 +269,20 @@ def run_mutation(copy: Path, m: Mutation, timeout: float, threads: int | None) -
     finally:
         path.write_text(original)
     if code == 0:
-        return Outcome(m.name, "SURVIVED", "all of " + ", ".join(t.rsplit("::", 1)[-1] for t in m.tests), seconds)
+        return Outcome(
+            m.name,
+            "SURVIVED",
+            "all of " + ", ".join(t.rsplit("::", 1)[-1] for t in m.tests),
+            seconds,
+        )
     if code == 1:
         return Outcome(m.name, "killed", failed_test(output), seconds)
     return Outcome(m.name, "ERROR", f"pytest exit {code}:\n{tail(output)}", seconds)
 
 
-def run_all(copies: list[Path], chosen: list[Mutation], timeout: float, threads: int | None) -> list[Outcome]:
+def run_all(
+    copies: list[Path], chosen: list[Mutation], timeout: float, threads: int | None
+) -> list[Outcome]:
     """The mutations, each on a free copy (one per job), in list order in the result."""
     free: queue.Queue[Path] = queue.Queue()
     for copy in copies:
@@ -289,13 +319,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="print the mutations and exit")
     parser.add_argument("--keep", action="store_true", help="keep the scratch copy")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per pytest run")
-    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
-                        help="mutations run at once, each on its own copy (default: 2, or 1 on one core)")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=min(2, os.cpu_count() or 1),
+        help="mutations run at once, each on its own copy (default: 2, or 1 on one core)",
+    )
     args = parser.parse_args(argv)
     chosen = [m for m in MUTATIONS if not args.only or args.only.lower() in m.name.lower()]
     if args.list:
         for m in chosen:
-            print(f"{m.name}\n    {m.file}: {m.old.strip()!r} -> {m.new.strip()!r}\n    {' '.join(m.tests)}")
+            print(
+                f"{m.name}\n    {m.file}: {m.old.strip()!r} -> {m.new.strip()!r}\n    {' '.join(m.tests)}"
+            )
         return 0
     if not chosen:
         print(f"no mutation matches {args.only!r}", file=sys.stderr)
@@ -312,7 +348,14 @@ def main(argv: list[str] | None = None) -> int:
         baseline_tests = tuple(dict.fromkeys(t for m in chosen for t in m.tests))
         code, output, seconds = run_tests(copies[0], baseline_tests, args.timeout, None)
         ok = code == 0
-        rows.append(Outcome("baseline (no mutation)", "passed" if ok else "FAILED", "" if ok else tail(output), seconds))
+        rows.append(
+            Outcome(
+                "baseline (no mutation)",
+                "passed" if ok else "FAILED",
+                "" if ok else tail(output),
+                seconds,
+            )
+        )
         print(f"baseline: {'passed' if ok else 'FAILED'} ({seconds:.1f} s)", flush=True)
         if ok:
             rows += run_all(copies, chosen, args.timeout, threads)
@@ -325,7 +368,10 @@ def main(argv: list[str] | None = None) -> int:
     bad = [r for r in rows if r.result not in ("passed", "killed")]
     killed = sum(r.result == "killed" for r in rows)
     elapsed = time.perf_counter() - started
-    print(f"\n{killed} of {len(chosen)} mutations killed in {elapsed:.0f} s" + (f"; {len(bad)} problem(s)" if bad else ""))
+    print(
+        f"\n{killed} of {len(chosen)} mutations killed in {elapsed:.0f} s"
+        + (f"; {len(bad)} problem(s)" if bad else "")
+    )
     return 1 if bad else 0
 
 

@@ -28,7 +28,9 @@ SIGNS = {
     "remax": [1, -1, -1],
     "gae": [1, -1, -1],
 }
-BUILT_IN = sorted(n for n in ESTIMATORS.names() if ESTIMATORS.get(n).fn.__module__.startswith("agentfly."))
+BUILT_IN = sorted(
+    n for n in ESTIMATORS.names() if ESTIMATORS.get(n).fn.__module__.startswith("agentfly.")
+)
 
 
 def test_every_built_in_estimator_has_a_sign_case():
@@ -41,8 +43,11 @@ def test_better_reward_gets_positive_advantage(name):
     rewards[:, -1] = torch.tensor(REWARDS)
     mask = torch.ones(len(REWARDS), LENGTH)
     adv, _ = get_estimator(name)(
-        token_level_rewards=rewards, response_mask=mask, index=[7, 7, 7],
-        values=torch.zeros_like(rewards), reward_baselines=torch.full((len(REWARDS),), 0.5),
+        token_level_rewards=rewards,
+        response_mask=mask,
+        index=[7, 7, 7],
+        values=torch.zeros_like(rewards),
+        reward_baselines=torch.full((len(REWARDS),), 0.5),
     )
     expected = torch.tensor(SIGNS[name], dtype=adv.dtype).unsqueeze(-1).expand_as(adv)
     assert torch.equal(torch.sign(adv), expected), adv
@@ -51,15 +56,21 @@ def test_better_reward_gets_positive_advantage(name):
 def test_remax_baseline_above_every_reward_pushes_all_down():
     rewards = torch.tensor([[0.0, 1.0], [0.0, 0.2]])
     adv, _ = get_estimator("remax")(
-        token_level_rewards=rewards, response_mask=torch.ones(2, 2), reward_baselines=torch.tensor([2.0, 2.0])
+        token_level_rewards=rewards,
+        response_mask=torch.ones(2, 2),
+        reward_baselines=torch.tensor([2.0, 2.0]),
     )
     assert bool((adv < 0).all()), adv
 
 
 def test_gae_positive_terminal_reward_over_zero_values_is_positive_everywhere():
     # one response, values 0, reward 1 at the end: every TD error to go is positive
-    adv, ret = gae_advantages(torch.tensor([[0.0, 0.0, 1.0]]), torch.zeros(1, 3), torch.ones(1, 3), 0.9, 0.95)
+    adv, ret = gae_advantages(
+        torch.tensor([[0.0, 0.0, 1.0]]), torch.zeros(1, 3), torch.ones(1, 3), 0.9, 0.95
+    )
     assert bool((adv > 0).all()) and bool((ret > 0).all()), adv
     # a critic that expects more than the reward (values 2): every advantage is negative
-    adv, _ = gae_advantages(torch.tensor([[0.0, 0.0, 1.0]]), torch.full((1, 3), 2.0), torch.ones(1, 3), 0.9, 0.95)
+    adv, _ = gae_advantages(
+        torch.tensor([[0.0, 0.0, 1.0]]), torch.full((1, 3), 2.0), torch.ones(1, 3), 0.9, 0.95
+    )
     assert bool((adv < 0).all()), adv

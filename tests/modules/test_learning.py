@@ -59,21 +59,17 @@ def response_tokens(chain: tuple) -> tuple[list[int], list[bool]]:
     return ids, sampled
 
 
-def make_batch(chains: list[tuple] = CHAINS, logprobs: list[list[float]] | None = None) -> dict[str, Any]:
+def make_batch(chains: list[tuple] = CHAINS) -> dict[str, Any]:
     """Collate the chains through ``Trajectory`` (sampled turns and observations appended in
-    order); ``logprobs`` are the behaviour log-probabilities of each chain's response tokens."""
+    order). The engine's log-probabilities are left at 0: the module computes its own."""
     trajs = []
-    for n, chain in enumerate(chains):
-        group, prompt, segments, reward = chain
+    for group, prompt, segments, reward in chains:
         traj = Trajectory(prompt_ids=list(prompt), group_id=group, reward=reward)
-        pos = 0
         for ids, sampled in segments:
             if sampled:
-                lp = logprobs[n][pos : pos + len(ids)] if logprobs else [0.0] * len(ids)
-                traj.append_sampled(ids, lp)
+                traj.append_sampled(ids, [0.0] * len(ids))
             else:
                 traj.append_observation(ids)
-            pos += len(ids)
         trajs.append(traj)
     return collate_trajectories(trajs, PAD)
 
@@ -159,20 +155,33 @@ class GradProbe(pl.Callback):
     def on_before_optimizer_step(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
         actor = dict(pl_module.actor.named_parameters())
         if optimizer.param_groups[0]["params"][0] is next(iter(actor.values())):
-            self.grads.append({k: p.grad.detach().clone() for k, p in actor.items() if p.grad is not None})
+            self.grads.append(
+                {k: p.grad.detach().clone() for k, p in actor.items() if p.grad is not None}
+            )
 
 
-def fit_once(model_path: Path, batch: dict[str, Any], callbacks: list[Any], **hparams: Any) -> tuple[Any, dict[str, float]]:
+def fit_once(
+    model_path: Path, batch: dict[str, Any], callbacks: list[Any], **hparams: Any
+) -> tuple[Any, dict[str, float]]:
     """One ``training_step`` of ``AgentRLModule(**hparams)`` on ``batch`` by a Lightning Trainer on
     the CPU; returns the module and the metrics it logged."""
-    settings = dict(lr=1e-3, weight_decay=0.0, entropy_coeff=0.0, ppo_mini_batch_size=len(batch["index"]))
+    settings = dict(
+        lr=1e-3, weight_decay=0.0, entropy_coeff=0.0, ppo_mini_batch_size=len(batch["index"])
+    )
     settings.update(hparams)
     torch.manual_seed(0)  # the critic's value head is initialised when the module loads it
     module = AgentRLModule(str(model_path), **settings)
     trainer = pl.Trainer(
-        accelerator="cpu", devices=1, max_epochs=1, logger=False, callbacks=callbacks,
-        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-        num_sanity_val_steps=0, limit_val_batches=0,
+        accelerator="cpu",
+        devices=1,
+        max_epochs=1,
+        logger=False,
+        callbacks=callbacks,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
     )
     loader = DataLoader([batch], batch_size=None, collate_fn=dict)
     with warnings.catch_warnings():
@@ -180,10 +189,6 @@ def fit_once(model_path: Path, batch: dict[str, Any], callbacks: list[Any], **hp
         trainer.fit(module, train_dataloaders=loader)
     assert module.iteration == 1
     return module, {k: float(v) for k, v in trainer.callback_metrics.items()}
-
-
-def masked_means(values: list[torch.Tensor], chains: list[tuple] = CHAINS) -> list[float]:
-    return [float(v[sampled_mask(n, chains)].mean()) for n, v in enumerate(values)]
 
 
 # ---------------------------------------------------------------- policy gradient
@@ -214,7 +219,11 @@ def test_the_update_is_the_gradient_of_the_sampled_tokens_only(tiny_model_dir):
     for n, (_, prompt, _, _) in enumerate(CHAINS):
         ids, _ = response_tokens(CHAINS[n])
         logits = model(input_ids=torch.tensor([prompt + ids])).logits[0].float()
-        logp = logits[len(prompt) - 1 : -1].log_softmax(-1).gather(-1, torch.tensor(ids)[:, None])[:, 0]
+        logp = (
+            logits[len(prompt) - 1 : -1]
+            .log_softmax(-1)
+            .gather(-1, torch.tensor(ids)[:, None])[:, 0]
+        )
         loss = loss - GRPO_ADVANTAGES[n] * logp[sampled_mask(n)].sum() / total
     loss.backward()
     expected = {k: p.grad for k, p in model.named_parameters() if p.grad is not None}
@@ -223,7 +232,9 @@ def test_the_update_is_the_gradient_of_the_sampled_tokens_only(tiny_model_dir):
     flat_e = torch.cat([expected[k].flatten() for k in expected])
     flat_g = torch.cat([got[k].flatten() for k in expected])
     assert flat_e.norm() > 0
-    assert (flat_g - flat_e).norm() <= 1e-4 * flat_e.norm(), float((flat_g - flat_e).norm() / flat_e.norm())
+    assert (flat_g - flat_e).norm() <= 1e-4 * flat_e.norm(), float(
+        (flat_g - flat_e).norm() / flat_e.norm()
+    )
 
 
 def test_the_entropy_bonus_raises_the_entropy(tiny_model_dir):
@@ -231,11 +242,16 @@ def test_the_entropy_bonus_raises_the_entropy(tiny_model_dir):
     the actor (moved off its near-uniform start) at the sampled positions."""
     perturb = Perturb()
     module, _ = fit_once(
-        tiny_model_dir, make_batch(EQUAL_REWARDS), [AdvantageCallback("grpo"), perturb], entropy_coeff=1.0,
+        tiny_model_dir,
+        make_batch(EQUAL_REWARDS),
+        [AdvantageCallback("grpo"), perturb],
+        entropy_coeff=1.0,
     )
 
     def entropy(rows: list[torch.Tensor]) -> float:
-        return float(torch.cat([-(r.exp() * r).sum(-1)[sampled_mask(n)] for n, r in enumerate(rows)]).mean())
+        return float(
+            torch.cat([-(r.exp() * r).sum(-1)[sampled_mask(n)] for n, r in enumerate(rows)]).mean()
+        )
 
     before, after = entropy(perturb.rows), entropy(chain_log_softmax(module.actor))
     assert after > before + 1e-3, (before, after)
@@ -248,14 +264,22 @@ def test_one_critic_update_moves_the_values_toward_the_returns(tiny_model_dir):
     """GAE with γ = λ = 1: the return of every sampled token is its chain's reward."""
     before = ValuesBefore()
     module, metrics = fit_once(
-        tiny_model_dir, make_batch(), [AdvantageCallback("gae", gamma=1.0, lam=1.0), before],
-        critic_path=str(tiny_model_dir), critic_lr=3e-4,
+        tiny_model_dir,
+        make_batch(),
+        [AdvantageCallback("gae", gamma=1.0, lam=1.0), before],
+        critic_path=str(tiny_model_dir),
+        critic_lr=3e-4,
     )
     after = chain_values(module.critic)
     returns = [torch.full_like(v, r) for v, (*_, r) in zip(after, CHAINS, strict=True)]
 
     def error(values: list[torch.Tensor]) -> float:  # mean squared error over sampled tokens
-        sq = torch.cat([(v - r)[sampled_mask(n)] ** 2 for n, (v, r) in enumerate(zip(values, returns, strict=True))])
+        sq = torch.cat(
+            [
+                (v - r)[sampled_mask(n)] ** 2
+                for n, (v, r) in enumerate(zip(values, returns, strict=True))
+            ]
+        )
         return float(sq.mean())
 
     assert error(after) < 0.8 * error(before.values), (error(before.values), error(after))
@@ -264,6 +288,7 @@ def test_one_critic_update_moves_the_values_toward_the_returns(tiny_model_dir):
 
 
 # ---------------------------------------------------------------- KL to the reference
+
 
 def sampled_kl(kind: str, logp: list[torch.Tensor], ref: list[torch.Tensor]) -> float:
     """Token mean over the sampled tokens of the per-token estimate of KL(actor ‖ ref)."""
@@ -276,7 +301,10 @@ def sampled_kl(kind: str, logp: list[torch.Tensor], ref: list[torch.Tensor]) -> 
 
 def exact_kl(rows: list[torch.Tensor], ref_rows: list[torch.Tensor]) -> float:
     """Σ_v p(v) (log p(v) - log q(v)), averaged over the sampled positions."""
-    kl = [(a.exp() * (a - r)).sum(-1)[sampled_mask(n)] for n, (a, r) in enumerate(zip(rows, ref_rows, strict=True))]
+    kl = [
+        (a.exp() * (a - r)).sum(-1)[sampled_mask(n)]
+        for n, (a, r) in enumerate(zip(rows, ref_rows, strict=True))
+    ]
     return float(torch.cat(kl).mean())
 
 
@@ -285,8 +313,13 @@ def test_logged_kl_loss_is_the_actor_to_reference_kl(tiny_model_dir, kind):
     """k1 and k3 are not symmetric: swapping actor and reference changes the logged value."""
     perturb = Perturb()
     _, metrics = fit_once(
-        tiny_model_dir, make_batch(EQUAL_REWARDS), [AdvantageCallback("grpo"), perturb],
-        use_reference=True, use_kl_loss=True, kl_loss_type=kind, kl_loss_coef=1.0,
+        tiny_model_dir,
+        make_batch(EQUAL_REWARDS),
+        [AdvantageCallback("grpo"), perturb],
+        use_reference=True,
+        use_kl_loss=True,
+        kl_loss_type=kind,
+        kl_loss_coef=1.0,
     )
     ref = chain_logprobs(load_actor(tiny_model_dir))
     expected = sampled_kl(kind, perturb.logprobs, ref)
@@ -302,13 +335,22 @@ def test_kl_loss_pulls_the_actor_toward_the_reference(tiny_model_dir, kind, lr):
     sampled tokens only; the exact KL at their positions need not fall)."""
     perturb = Perturb()
     module, _ = fit_once(
-        tiny_model_dir, make_batch(EQUAL_REWARDS), [AdvantageCallback("grpo"), perturb],
-        use_reference=True, use_kl_loss=True, kl_loss_type=kind, kl_loss_coef=1.0, lr=lr,
+        tiny_model_dir,
+        make_batch(EQUAL_REWARDS),
+        [AdvantageCallback("grpo"), perturb],
+        use_reference=True,
+        use_kl_loss=True,
+        kl_loss_type=kind,
+        kl_loss_coef=1.0,
+        lr=lr,
     )
     reference = load_actor(tiny_model_dir)
     if kind == "full":
         ref_rows = chain_log_softmax(reference)
-        before, after = exact_kl(perturb.rows, ref_rows), exact_kl(chain_log_softmax(module.actor), ref_rows)
+        before, after = (
+            exact_kl(perturb.rows, ref_rows),
+            exact_kl(chain_log_softmax(module.actor), ref_rows),
+        )
     else:
         ref = chain_logprobs(reference)
         before = sampled_kl(kind, perturb.logprobs, ref)
@@ -321,9 +363,15 @@ def test_kl_in_the_reward_is_old_to_reference_and_shapes_the_returns(tiny_model_
     advantage estimator runs (REINFORCE++ returns, γ = 1: the sum of the rewards to go)."""
     perturb, beta = Perturb(), 0.5
     _, metrics = fit_once(
-        tiny_model_dir, make_batch(),
-        [KLRewardCallback(kl_penalty="kl", kl_coef=beta), AdvantageCallback("reinforce_plus_plus"), perturb],
-        use_reference=True, use_kl_in_reward=True,
+        tiny_model_dir,
+        make_batch(),
+        [
+            KLRewardCallback(kl_penalty="kl", kl_coef=beta),
+            AdvantageCallback("reinforce_plus_plus"),
+            perturb,
+        ],
+        use_reference=True,
+        use_kl_in_reward=True,
     )
     ref = chain_logprobs(load_actor(tiny_model_dir))
     per_seq, returns = [], []
@@ -333,8 +381,12 @@ def test_kl_in_the_reward_is_old_to_reference_and_shapes_the_returns(tiny_model_
         rewards = -beta * kl
         rewards[-1] += CHAINS[n][3]  # the score sits on the last sampled token
         returns.append(rewards.flip(0).cumsum(0).flip(0))  # reward to go over sampled tokens
-    assert metrics["actor/reward_kl_penalty"] == pytest.approx(sum(per_seq) / len(per_seq), rel=1e-4)
-    assert metrics["critic/returns/mean"] == pytest.approx(float(torch.cat(returns).mean()), rel=1e-4, abs=1e-6)
+    assert metrics["actor/reward_kl_penalty"] == pytest.approx(
+        sum(per_seq) / len(per_seq), rel=1e-4
+    )
+    assert metrics["critic/returns/mean"] == pytest.approx(
+        float(torch.cat(returns).mean()), rel=1e-4, abs=1e-6
+    )
 
 
 # ---------------------------------------------------------------- PPO ratio
@@ -357,15 +409,23 @@ def test_the_ratio_is_taken_against_the_behaviour_log_probs(tiny_model_dir, monk
     monkeypatch.setattr(rl_module, "policy_loss", recording)
     perturb = Perturb()
     fit_once(
-        tiny_model_dir, make_batch(), [AdvantageCallback("grpo"), perturb],
-        use_reference=True, ppo_epochs=2, lr=1e-2,
+        tiny_model_dir,
+        make_batch(),
+        [AdvantageCallback("grpo"), perturb],
+        use_reference=True,
+        ppo_epochs=2,
+        lr=1e-2,
     )
     assert len(calls) == 2
     behaviour = perturb.logprobs
     for old, _ in calls:
         for n in range(len(CHAINS)):
             got = old[n, : len(behaviour[n])][sampled_mask(n)]
-            assert torch.allclose(got, behaviour[n][sampled_mask(n)], atol=1e-4), (n, got, behaviour[n])
+            assert torch.allclose(got, behaviour[n][sampled_mask(n)], atol=1e-4), (
+                n,
+                got,
+                behaviour[n],
+            )
     (_, first), (_, second) = calls
     assert first["ppo_kl"] == pytest.approx(0.0, abs=1e-6) and first["pg_clipfrac"] == 0.0
     assert abs(second["ppo_kl"]) > 1e-3 and second["pg_clipfrac"] > 0
