@@ -39,6 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 COPIED = ("agentfly", "tests", "conf", "pyproject.toml")
 LEARNING = "tests/modules/test_learning.py"
+SIGNS = "tests/estimators/test_signs.py"
 
 
 @dataclass(frozen=True)
@@ -170,6 +171,20 @@ MUTATIONS = [
         (f"{LEARNING}::test_the_entropy_bonus_raises_the_entropy",),
     ),
     Mutation(
+        "GRPO advantages centred the wrong way",
+        "agentfly/estimators/grpo.py",
+        "centered = scores - means",
+        "centered = means - scores",
+        (f"{SIGNS}::test_better_reward_gets_positive_advantage",),
+    ),
+    Mutation(
+        "GAE TD error sign flipped",
+        "agentfly/estimators/gae.py",
+        "delta = token_level_rewards[:, t] + gamma * next_value - values[:, t]",
+        "delta = values[:, t] - token_level_rewards[:, t] - gamma * next_value",
+        (f"{SIGNS}::test_better_reward_gets_positive_advantage",),
+    ),
+    Mutation(
         "weight sync skipped",
         "agentfly/callbacks/weight_sync.py",
         "            session.pool.update_weights(state)\n",
@@ -245,11 +260,8 @@ def failed_test(output: str) -> str:
     """The first test the short summary names as failed or in error."""
     for line in output.splitlines():
         if line.startswith(("FAILED ", "ERROR ")):
-            return (
-                line.split(" ", 1)[1]
-                .split(" - ", 1)[0]
-                .replace("tests/modules/test_learning.py::", "")
-            )
+            node = line.split(" ", 1)[1].split(" - ", 1)[0]
+            return node.replace(f"{LEARNING}::", "")
     return "(no test named)"
 
 
