@@ -170,7 +170,7 @@ def fit_once(
     )
     settings.update(hparams)
     torch.manual_seed(0)  # the critic's value head is initialised when the module loads it
-    module = AgentRLModule(str(model_path), **settings)
+    module = AgentRLModule(model_path=str(model_path), **settings)
     trainer = pl.Trainer(
         accelerator="cpu",
         devices=1,
