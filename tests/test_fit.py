@@ -12,6 +12,7 @@ from safetensors.torch import load_file
 
 from agentfly.cli import main
 from agentfly.testing import build_tiny_model
+from tests.probes import assert_updates_follow_the_advantages, read_records
 
 
 def write_task(root, pairs, n_val=2, **model_kwargs):
@@ -65,19 +66,35 @@ def rows(run):
     return out
 
 
-def test_fit_runs_iterations_computes_rewards_and_changes_weights(task, tmp_path):
+def probe_args(probe) -> list[str]:
+    """Adds :class:`tests.probes.UpdateProbe` (writing ``probe.rank{r}``) to the fit's callbacks;
+    ``tests.probes`` is a plug-in of the run, so its reward is known in every rank's process."""
+    return ["agent.init_config.plugins=[tests.probes]",
+            "--trainer.callbacks+=tests.probes.UpdateProbe", "--trainer.callbacks.path", str(probe)]
+
+
+def test_fit_updates_the_policy_toward_the_reward(task, tmp_path):
+    """Two iterations on a reward the random model scores unevenly (the share of even token ids):
+    the reward is computed as defined, and each update moves the log-probabilities of the
+    sampled tokens with their advantages (GRPO computed apart, :mod:`tests.probes`)."""
     root, model = task
-    run = tmp_path / "run"
-    assert main(fit_args(root, model, run, 2)) == 0
+    run, probe = tmp_path / "run", tmp_path / "probe"
+    extra = ["agent.init_config.reward_name=probe_even_token_share", *probe_args(probe)]
+    assert main(fit_args(root, model, run, 2, extra)) == 0
     metrics = [r for r in rows(run) if r.get("training/iteration")]
     assert [float(r["training/iteration"]) for r in metrics] == [1.0, 2.0]  # RL iterations
-    assert all(r["rollout/reward/mean"] != "" for r in metrics)  # the reward was computed
     assert all(float(r["rollout/chains"]) == 4 for r in metrics)
-    before, after = load_file(model / "model.safetensors"), load_file(run / "hf_actor" / "model.safetensors")
-    assert any(not torch.equal(before[k], after[k]) for k in before)
+    [records] = read_records(probe)
+    assert [r["iteration"] for r in records] == [1, 2]
+    for rec, logged in zip(records, metrics, strict=True):
+        assert rec["scores"] == pytest.approx(rec["even_share"], abs=1e-6)  # the reward, as defined
+        assert float(logged["rollout/reward/mean"]) == pytest.approx(sum(rec["scores"]) / 4, abs=1e-6)
+    assert_updates_follow_the_advantages(records)
     ckpt = torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)
     assert ckpt["agentfly_iteration"] == 2
     assert (run / "checkpoints" / "iter_000001.ckpt").exists()
+    exported = load_file(run / "hf_actor" / "model.safetensors")
+    assert all(torch.equal(exported[k], ckpt["state_dict"][f"actor.{k}"]) for k in exported)
 
 
 def test_resume_continues_like_an_uninterrupted_run(task, tmp_path):

@@ -21,6 +21,8 @@ from tests.config.seed_commands import (
     SEED_000_REACT_SEARCH,
     SEED_001_WEBSHOP,
 )
+from tests.probes import assert_updates_follow_the_advantages, read_records
+from tests.test_fit import probe_args
 from tests.test_fit import rows as metrics_rows
 
 TINY_KEYS = ("agent.init_config.model_name_or_path", "actor_rollout_ref.model.path", "critic.model.path")
@@ -111,12 +113,17 @@ def test_gae_trains_a_critic(local, tmp_path, monkeypatch):
     root, model, _ = local
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
-    run = tmp_path / "run"
-    args = local_args(SEED_000_GSM8K, root / "math.json", run, model, steps=3,
-                      extra=["algorithm.adv_estimator=gae", "actor_rollout_ref.rollout.num_engines=0"])
+    run, probe = tmp_path / "run", tmp_path / "probe"
+    extra = ["algorithm.adv_estimator=gae", "actor_rollout_ref.rollout.num_engines=0", *probe_args(probe)]
+    args = local_args(SEED_000_GSM8K, root / "math.json", run, model, extra=extra, steps=3)
     assert main(["train", *args]) == 0
     losses = [float(r["critic/vf_loss"]) for r in metrics_rows(run) if r.get("critic/vf_loss")]
-    assert len(losses) == 3 and all(v >= 0 for v in losses)
+    assert len(losses) == 3
+    [records] = read_records(probe)
+    assert [r["iteration"] for r in records] == [1, 2, 3]
+    for rec in records:  # each critic update moved the values on its batch toward the returns
+        assert rec["value_error_after"] < rec["value_error_before"], rec
+    assert_updates_follow_the_advantages(records)
     state = torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
     assert any(k.startswith("critic.") for k in state)
 

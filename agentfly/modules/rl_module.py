@@ -204,7 +204,7 @@ class AgentRLModule(pl.LightningModule):
     def configure_model(self) -> None:
         if self.actor is not None:
             return
-        from transformers import AutoModelForCausalLM, AutoModelForTokenClassification
+        from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification
 
         from agentfly.models.attention import use_grouped_sdpa
 
@@ -222,8 +222,16 @@ class AgentRLModule(pl.LightningModule):
             self.reference = policy_model().eval()
             self.reference.requires_grad_(False)
         if h.critic_path:
+            # no dropout on the value head (transformers defaults it to 0.1), as in verl: values
+            # at rollout time and in the update are the same function of the weights
+            config = AutoConfig.from_pretrained(
+                h.critic_path, num_labels=1, trust_remote_code=h.trust_remote_code
+            )
+            config.classifier_dropout = 0.0
             self.critic = use_grouped_sdpa(
-                AutoModelForTokenClassification.from_pretrained(h.critic_path, num_labels=1, **load)
+                AutoModelForTokenClassification.from_pretrained(
+                    h.critic_path, config=config, **load
+                )
             ).train()
             if self._critic_setting("gradient_checkpointing"):
                 self.critic.gradient_checkpointing_enable()

@@ -1,6 +1,7 @@
 """`make demo`, shortened: the shipped demo config trains a few iterations through the real agent
-loop and Lightning fit, computes rewards, changes the weights, and the end-of-run report is
-written. Learning itself is measured by full runs (README), not here."""
+loop and Lightning fit, each update moves the policy with the advantages of the rewards it
+computed (:mod:`tests.probes`), and the end-of-run report is written. The reward curve of full
+runs is in the README."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from safetensors.torch import load_file
 
 from agentfly.cli import main
 from agentfly.report import write_run_report
+from tests.probes import assert_updates_follow_the_advantages, read_records
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "conf" / "examples" / "demo_calculator.yaml"
@@ -30,7 +32,8 @@ def env(tmp_path, monkeypatch):
 
 
 def short_demo(tmp_path: Path, run: Path, iterations: int = ITERATIONS) -> list[str]:
-    """The demo config, a few iterations, validation on 8 rows, the engine in-process (no Ray start)."""
+    """The demo config, a few iterations, validation on 8 rows, the engine in-process (no Ray start),
+    each update watched by :class:`tests.probes.UpdateProbe` (records in ``run/probe.rank0``)."""
     val = json.loads((ROOT / "agentfly" / "demo" / "data" / "val.json").read_text())[:8]
     (tmp_path / "val8.json").write_text(json.dumps(val))
     return [
@@ -43,6 +46,9 @@ def short_demo(tmp_path: Path, run: Path, iterations: int = ITERATIONS) -> list[
         "actor_rollout_ref.rollout.num_engines=0",
         "trainer.logger=[csv]",
         "trainer.save_freq=-1",
+        "--trainer.callbacks+=tests.probes.UpdateProbe",
+        "--trainer.callbacks.path",
+        str(run / "probe"),
     ]
 
 
@@ -55,23 +61,27 @@ def metric_rows(run: Path) -> list[dict[str, str]]:
 
 
 @pytest.mark.slow
-def test_short_demo_computes_rewards_changes_weights_and_reports(env):
+def test_short_demo_learns_from_its_rewards_and_reports(env):
     run = env / "run"
     assert main(short_demo(env, run)) == 0
     rows = metric_rows(run)
     train = [r for r in rows if r.get("training/iteration")]
     assert [int(float(r["training/iteration"])) for r in train] == list(range(1, ITERATIONS + 1))
-    for r in train:
+    [records] = read_records(run / "probe")
+    for r, rec in zip(train, records, strict=True):
         assert float(r["rollout/chains"]) == 16 * 8
-        assert 0.0 <= float(r["critic/score/mean"]) <= 1.0  # the reward was computed
+        # math_equal_reward_tool: 1 right, 0.1 wrong after a tool call, 0 without one
+        assert all(min(abs(x - v) for v in (0.0, 0.1, 1.0)) < 1e-6 for x in rec["scores"]), rec["scores"]
+        assert len(set(rec["scores"])) > 1  # something to learn from
+        assert float(r["critic/score/mean"]) == pytest.approx(sum(rec["scores"]) / len(rec["scores"]), abs=1e-5)
         assert float(r["rollout/tool_call_rate"]) > 0.5  # the warm start calls the tools
         assert (
             r["actor/kl_loss"] != "" and r["actor/entropy"] != ""
         )  # the progress bar's KL, entropy
+    assert_updates_follow_the_advantages(records, min_agreement=0.7)
     before = load_file(MODEL / "model.safetensors")
     after = load_file(run / "hf_actor" / "model.safetensors")
     assert before.keys() == after.keys()
-    assert any(not torch.equal(before[k], after[k]) for k in before)
     assert (run / "report.md").exists() and (run / "training_curves.png").exists()  # written by the fit
 
     report = write_run_report(run, console=False)
@@ -89,8 +99,9 @@ def test_short_demo_computes_rewards_changes_weights_and_reports(env):
 
 @pytest.mark.slow
 def test_same_seed_gives_the_same_curve(env):
-    """Two runs of the shortened demo with the same seed log the same numbers (timings aside)
-    and end with the same weights, bit for bit."""
+    """Two runs of the shortened demo with the same seed log the same numbers (timings aside),
+    end with the same weights, bit for bit, and learn (a run that learns nothing is reproducible
+    too)."""
     runs = [env / "a", env / "b"]
     for run in runs:
         assert main(short_demo(env, run, iterations=2)) == 0
@@ -111,3 +122,7 @@ def test_same_seed_gives_the_same_curve(env):
     assert len([r for r in logged[0] if r.get("training/iteration")]) == 2
     a, b = (load_file(run / "hf_actor" / "model.safetensors") for run in runs)
     assert all(torch.equal(a[k], b[k]) for k in a)
+    # the same run, and one that learns: each update followed the advantages
+    probes = [read_records(run / "probe")[0] for run in runs]
+    assert probes[0] == probes[1]
+    assert_updates_follow_the_advantages(probes[0], min_agreement=0.7)

@@ -1,0 +1,431 @@
+"""Learning goes the right way: one update of ``AgentRLModule`` on a hand-made batch, fitted by a
+real Lightning ``Trainer`` with the real advantage and KL callbacks, moves the models the way the
+algorithm's definition says.
+
+The batch: two prompts, two chains each, built as ``Trajectory`` objects (two sampled turns with
+an observation between them, or one turn) and collated by ``collate_trajectories``. Every expected
+value is computed here with plain forward passes over each unpadded chain and the hand-known
+advantages (GRPO on rewards (1, 0) and (0, 1): ±1/√2), never from the module's own outputs:
+
+- the policy gradient: the log-probability of the sampled tokens of positive-advantage chains
+  rises, of negative ones falls; the gradient the optimizer receives is the gradient of
+  ``-Σ A·log p / N`` over sampled tokens only (observation tokens are not trained);
+- the critic's values move toward the returns;
+- the KL loss pulls the actor back to the reference, and its logged value is KL(actor ‖ ref);
+  the KL penalty in the reward is KL(old ‖ ref) and shapes the rewards before the advantages;
+- the PPO ratio is taken against the behaviour log-probabilities: 1 at the first step, not at
+  the second.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from agentfly.callbacks import AdvantageCallback, KLRewardCallback
+from agentfly.modules.rl_module import AgentRLModule
+from agentfly.rollout.collate import collate_trajectories
+from agentfly.rollout.trajectory import Trajectory
+
+# (group, prompt ids, [(ids, sampled?)...], reward). Prompts of two lengths (left padding),
+# responses of four (right padding); observations (sampled? False) between the sampled turns.
+CHAINS = [
+    (0, [5, 6, 7, 8], [([20, 21, 22], True), ([30, 31], False), ([23, 24], True)], 1.0),
+    (0, [5, 6, 7, 8], [([40, 41, 42, 43], True)], 0.0),
+    (1, [9, 10, 11], [([50, 51], True), ([60, 61, 62], False), ([52], True)], 0.0),
+    (1, [9, 10, 11], [([70, 71, 72], True)], 1.0),
+]
+# GRPO on rewards (1, 0) and (0, 1): (r - 1/2) / (std + 1e-6), the unbiased std being 1/√2
+GRPO_ADVANTAGES = [(r - 0.5) / (math.sqrt(0.5) + 1e-6) for *_, r in CHAINS]
+EQUAL_REWARDS = [(g, p, segs, 1.0) for g, p, segs, _ in CHAINS]  # GRPO advantages all zero
+PAD = 0
+NO_CLIP = 1e9  # grad_clip that never clips
+
+
+# ---------------------------------------------------------------- the batch and its references
+
+
+def response_tokens(chain: tuple) -> tuple[list[int], list[bool]]:
+    """The chain's response ids and which of them were sampled, from the spec above."""
+    ids = [i for seg, _ in chain[2] for i in seg]
+    sampled = [s for seg, s in chain[2] for _ in seg]
+    return ids, sampled
+
+
+def make_batch(chains: list[tuple] = CHAINS) -> dict[str, Any]:
+    """Collate the chains through ``Trajectory`` (sampled turns and observations appended in
+    order). The engine's log-probabilities are left at 0: the module computes its own."""
+    trajs = []
+    for group, prompt, segments, reward in chains:
+        traj = Trajectory(prompt_ids=list(prompt), group_id=group, reward=reward)
+        for ids, sampled in segments:
+            if sampled:
+                traj.append_sampled(ids, [0.0] * len(ids))
+            else:
+                traj.append_observation(ids)
+        trajs.append(traj)
+    return collate_trajectories(trajs, PAD)
+
+
+@torch.no_grad()
+def chain_logprobs(model: Any, chains: list[tuple] = CHAINS) -> list[torch.Tensor]:
+    """Teacher-forced log p of every response token, one plain forward per unpadded chain."""
+    out = []
+    for chain, rows in zip(chains, chain_log_softmax(model, chains), strict=True):
+        ids, _ = response_tokens(chain)
+        out.append(rows.gather(-1, torch.tensor(ids).unsqueeze(-1)).squeeze(-1))  # (R,)
+    return out
+
+
+@torch.no_grad()
+def chain_log_softmax(model: Any, chains: list[tuple] = CHAINS) -> list[torch.Tensor]:
+    """Full log-softmax rows (R, V) predicting each response token, per unpadded chain."""
+    out = []
+    for chain in chains:
+        prompt, (ids, _) = chain[1], response_tokens(chain)
+        logits = model(input_ids=torch.tensor([prompt + ids])).logits[0].float()  # (L, V)
+        out.append(logits[len(prompt) - 1 : -1].log_softmax(-1))  # position P-1+t predicts t
+    return out
+
+
+@torch.no_grad()
+def chain_values(critic: Any, chains: list[tuple] = CHAINS) -> list[torch.Tensor]:
+    """The critic's value at the position predicting each response token, per unpadded chain."""
+    out = []
+    for chain in chains:
+        prompt, (ids, _) = chain[1], response_tokens(chain)
+        v = critic(input_ids=torch.tensor([prompt + ids])).logits[0, :, 0].float()  # (L,)
+        out.append(v[len(prompt) - 1 : -1])
+    return out
+
+
+def sampled_mask(n: int, chains: list[tuple] = CHAINS) -> torch.Tensor:
+    return torch.tensor(response_tokens(chains[n])[1])
+
+
+def load_actor(path: Path) -> Any:
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+
+
+# ---------------------------------------------------------------- one fit on the batch
+
+
+class Perturb(pl.Callback):
+    """Moves the actor away from the reference before the update (seeded Gaussian noise) and
+    records its log-probabilities there: the behaviour policy of the batch."""
+
+    def __init__(self, scale: float = 0.05) -> None:
+        self.scale = scale
+        self.logprobs: list[torch.Tensor] = []
+        self.rows: list[torch.Tensor] = []
+
+    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+        g = torch.Generator().manual_seed(1)
+        with torch.no_grad():
+            for p in pl_module.actor.parameters():
+                p.add_(self.scale * torch.randn(p.shape, generator=g))
+        self.logprobs = chain_logprobs(pl_module.actor)
+        self.rows = chain_log_softmax(pl_module.actor)
+
+
+class ValuesBefore(pl.Callback):
+    """The critic's values on the chains when training starts (its head is initialised at load)."""
+
+    values: list[torch.Tensor]
+
+    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+        self.values = chain_values(pl_module.critic)
+
+
+class GradProbe(pl.Callback):
+    """The actor's gradient at each of its optimizer steps (after clipping, before the step)."""
+
+    def __init__(self) -> None:
+        self.grads: list[dict[str, torch.Tensor]] = []
+
+    def on_before_optimizer_step(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
+        actor = dict(pl_module.actor.named_parameters())
+        if optimizer.param_groups[0]["params"][0] is next(iter(actor.values())):
+            self.grads.append(
+                {k: p.grad.detach().clone() for k, p in actor.items() if p.grad is not None}
+            )
+
+
+def fit_once(
+    model_path: Path, batch: dict[str, Any], callbacks: list[Any], **hparams: Any
+) -> tuple[Any, dict[str, float]]:
+    """One ``training_step`` of ``AgentRLModule(**hparams)`` on ``batch`` by a Lightning Trainer on
+    the CPU; returns the module and the metrics it logged."""
+    settings = dict(
+        lr=1e-3, weight_decay=0.0, entropy_coeff=0.0, ppo_mini_batch_size=len(batch["index"])
+    )
+    settings.update(hparams)
+    torch.manual_seed(0)  # the critic's value head is initialised when the module loads it
+    module = AgentRLModule(model_path=str(model_path), **settings)
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_epochs=1,
+        logger=False,
+        callbacks=callbacks,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+    )
+    loader = DataLoader([batch], batch_size=None, collate_fn=dict)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # num_workers, modules in eval mode
+        trainer.fit(module, train_dataloaders=loader)
+    assert module.iteration == 1
+    return module, {k: float(v) for k, v in trainer.callback_metrics.items()}
+
+
+# ---------------------------------------------------------------- policy gradient
+
+
+def test_one_update_raises_positive_and_lowers_negative_advantage_chains(tiny_model_dir):
+    before = chain_logprobs(load_actor(tiny_model_dir))
+    module, metrics = fit_once(tiny_model_dir, make_batch(), [AdvantageCallback("grpo")])
+    after = chain_logprobs(module.actor)
+    for n, adv in enumerate(GRPO_ADVANTAGES):
+        moved = (after[n] - before[n])[sampled_mask(n)]  # every sampled token of the chain
+        assert bool((moved > 0).all()) if adv > 0 else bool((moved < 0).all()), (n, adv, moved)
+    # the logged surrogate at ratio 1: -Σ A over sampled tokens / their count
+    counts = [int(sampled_mask(n).sum()) for n in range(len(CHAINS))]
+    pg = -sum(a * c for a, c in zip(GRPO_ADVANTAGES, counts, strict=True)) / sum(counts)
+    assert metrics["actor/pg_loss"] == pytest.approx(pg, abs=1e-5)
+
+
+def test_the_update_is_the_gradient_of_the_sampled_tokens_only(tiny_model_dir):
+    """The gradient reaching the optimizer is that of ``-Σ A·log p / N`` over the sampled tokens
+    (observation tokens and padding contribute nothing), computed on the unpadded chains."""
+    probe = GradProbe()
+    fit_once(tiny_model_dir, make_batch(), [AdvantageCallback("grpo"), probe], grad_clip=NO_CLIP)
+    assert len(probe.grads) == 1
+    model = load_actor(tiny_model_dir).train()
+    total = sum(int(sampled_mask(n).sum()) for n in range(len(CHAINS)))
+    loss = 0.0
+    for n, (_, prompt, _, _) in enumerate(CHAINS):
+        ids, _ = response_tokens(CHAINS[n])
+        logits = model(input_ids=torch.tensor([prompt + ids])).logits[0].float()
+        logp = (
+            logits[len(prompt) - 1 : -1]
+            .log_softmax(-1)
+            .gather(-1, torch.tensor(ids)[:, None])[:, 0]
+        )
+        loss = loss - GRPO_ADVANTAGES[n] * logp[sampled_mask(n)].sum() / total
+    loss.backward()
+    expected = {k: p.grad for k, p in model.named_parameters() if p.grad is not None}
+    got = probe.grads[0]
+    assert expected.keys() == got.keys()
+    flat_e = torch.cat([expected[k].flatten() for k in expected])
+    flat_g = torch.cat([got[k].flatten() for k in expected])
+    assert flat_e.norm() > 0
+    assert (flat_g - flat_e).norm() <= 1e-4 * flat_e.norm(), float(
+        (flat_g - flat_e).norm() / flat_e.norm()
+    )
+
+
+def test_the_entropy_bonus_raises_the_entropy(tiny_model_dir):
+    """No reward signal (equal rewards): the update with an entropy bonus raises the entropy of
+    the actor (moved off its near-uniform start) at the sampled positions."""
+    perturb = Perturb()
+    module, _ = fit_once(
+        tiny_model_dir,
+        make_batch(EQUAL_REWARDS),
+        [AdvantageCallback("grpo"), perturb],
+        entropy_coeff=1.0,
+    )
+
+    def entropy(rows: list[torch.Tensor]) -> float:
+        return float(
+            torch.cat([-(r.exp() * r).sum(-1)[sampled_mask(n)] for n, r in enumerate(rows)]).mean()
+        )
+
+    before, after = entropy(perturb.rows), entropy(chain_log_softmax(module.actor))
+    assert after > before + 1e-3, (before, after)
+
+
+# ---------------------------------------------------------------- critic
+
+
+def test_one_critic_update_moves_the_values_toward_the_returns(tiny_model_dir):
+    """GAE with γ = λ = 1: the return of every sampled token is its chain's reward."""
+    before = ValuesBefore()
+    module, metrics = fit_once(
+        tiny_model_dir,
+        make_batch(),
+        [AdvantageCallback("gae", gamma=1.0, lam=1.0), before],
+        critic_path=str(tiny_model_dir),
+        critic_lr=3e-4,
+    )
+    after = chain_values(module.critic)
+    returns = [torch.full_like(v, r) for v, (*_, r) in zip(after, CHAINS, strict=True)]
+
+    def error(values: list[torch.Tensor]) -> float:  # mean squared error over sampled tokens
+        sq = torch.cat(
+            [
+                (v - r)[sampled_mask(n)] ** 2
+                for n, (v, r) in enumerate(zip(values, returns, strict=True))
+            ]
+        )
+        return float(sq.mean())
+
+    assert error(after) < 0.8 * error(before.values), (error(before.values), error(after))
+    # the logged loss is the clipped value loss before the step: ½ · mean (V_old - R)² at V = V_old
+    assert metrics["critic/vf_loss"] == pytest.approx(0.5 * error(before.values), rel=1e-4)
+
+
+# ---------------------------------------------------------------- KL to the reference
+
+
+def sampled_kl(kind: str, logp: list[torch.Tensor], ref: list[torch.Tensor]) -> float:
+    """Token mean over the sampled tokens of the per-token estimate of KL(actor ‖ ref)."""
+    per_token = []
+    for n, (a, r) in enumerate(zip(logp, ref, strict=True)):
+        a, r = a[sampled_mask(n)], r[sampled_mask(n)]
+        per_token.append(a - r if kind == "kl" else torch.exp(r - a) - (r - a) - 1)  # k1 or k3
+    return float(torch.cat(per_token).mean())
+
+
+def exact_kl(rows: list[torch.Tensor], ref_rows: list[torch.Tensor]) -> float:
+    """Σ_v p(v) (log p(v) - log q(v)), averaged over the sampled positions."""
+    kl = [
+        (a.exp() * (a - r)).sum(-1)[sampled_mask(n)]
+        for n, (a, r) in enumerate(zip(rows, ref_rows, strict=True))
+    ]
+    return float(torch.cat(kl).mean())
+
+
+@pytest.mark.parametrize("kind", ["kl", "low_var_kl"])
+def test_logged_kl_loss_is_the_actor_to_reference_kl(tiny_model_dir, kind):
+    """k1 and k3 are not symmetric: swapping actor and reference changes the logged value."""
+    perturb = Perturb()
+    _, metrics = fit_once(
+        tiny_model_dir,
+        make_batch(EQUAL_REWARDS),
+        [AdvantageCallback("grpo"), perturb],
+        use_reference=True,
+        use_kl_loss=True,
+        kl_loss_type=kind,
+        kl_loss_coef=1.0,
+    )
+    ref = chain_logprobs(load_actor(tiny_model_dir))
+    expected = sampled_kl(kind, perturb.logprobs, ref)
+    assert abs(expected - sampled_kl(kind, ref, perturb.logprobs)) > 0.01  # the swap would show
+    assert metrics["actor/kl_loss"] == pytest.approx(expected, rel=1e-4, abs=1e-6)
+
+
+@pytest.mark.parametrize(("kind", "lr"), [("full", 1e-3), ("low_var_kl", 1e-4)])
+def test_kl_loss_pulls_the_actor_toward_the_reference(tiny_model_dir, kind, lr):
+    """No reward signal (equal rewards), an actor moved off the reference: one update with a large
+    KL coefficient brings it back. Measured as what the loss minimises: the exact KL over the
+    vocabulary (``full``), or k3 on the sampled tokens (the sampled kinds estimate KL from the
+    sampled tokens only; the exact KL at their positions need not fall)."""
+    perturb = Perturb()
+    module, _ = fit_once(
+        tiny_model_dir,
+        make_batch(EQUAL_REWARDS),
+        [AdvantageCallback("grpo"), perturb],
+        use_reference=True,
+        use_kl_loss=True,
+        kl_loss_type=kind,
+        kl_loss_coef=1.0,
+        lr=lr,
+    )
+    reference = load_actor(tiny_model_dir)
+    if kind == "full":
+        ref_rows = chain_log_softmax(reference)
+        before, after = (
+            exact_kl(perturb.rows, ref_rows),
+            exact_kl(chain_log_softmax(module.actor), ref_rows),
+        )
+    else:
+        ref = chain_logprobs(reference)
+        before = sampled_kl(kind, perturb.logprobs, ref)
+        after = sampled_kl(kind, chain_logprobs(module.actor), ref)
+    assert after < 0.8 * before, (before, after)
+
+
+def test_kl_in_the_reward_is_old_to_reference_and_shapes_the_returns(tiny_model_dir):
+    """``use_kl_in_reward``: token rewards = score - β·k1(old, ref) on sampled tokens, before the
+    advantage estimator runs (REINFORCE++ returns, γ = 1: the sum of the rewards to go)."""
+    perturb, beta = Perturb(), 0.5
+    _, metrics = fit_once(
+        tiny_model_dir,
+        make_batch(),
+        [
+            KLRewardCallback(kl_penalty="kl", kl_coef=beta),
+            AdvantageCallback("reinforce_plus_plus"),
+            perturb,
+        ],
+        use_reference=True,
+        use_kl_in_reward=True,
+    )
+    ref = chain_logprobs(load_actor(tiny_model_dir))
+    per_seq, returns = [], []
+    for n, (old, r) in enumerate(zip(perturb.logprobs, ref, strict=True)):
+        kl = (old - r)[sampled_mask(n)]  # k1 on the sampled tokens, in order
+        per_seq.append(float(kl.mean()))
+        rewards = -beta * kl
+        rewards[-1] += CHAINS[n][3]  # the score sits on the last sampled token
+        returns.append(rewards.flip(0).cumsum(0).flip(0))  # reward to go over sampled tokens
+    assert metrics["actor/reward_kl_penalty"] == pytest.approx(
+        sum(per_seq) / len(per_seq), rel=1e-4
+    )
+    assert metrics["critic/returns/mean"] == pytest.approx(
+        float(torch.cat(returns).mean()), rel=1e-4, abs=1e-6
+    )
+
+
+# ---------------------------------------------------------------- PPO ratio
+
+
+def test_the_ratio_is_taken_against_the_behaviour_log_probs(tiny_model_dir, monkeypatch):
+    """Two PPO epochs on one rollout: both steps compare with the log-probabilities the batch was
+    sampled with (here: the actor's when the update starts, which is not the reference), so the
+    first step's ratio is 1 and the second's is not."""
+    import agentfly.modules.rl_module as rl_module
+
+    calls = []
+    real = rl_module.policy_loss
+
+    def recording(old, logp, *args, **kwargs):
+        loss, metrics = real(old, logp, *args, **kwargs)
+        calls.append((old.detach().clone(), {k: float(v) for k, v in metrics.items()}))
+        return loss, metrics
+
+    monkeypatch.setattr(rl_module, "policy_loss", recording)
+    perturb = Perturb()
+    fit_once(
+        tiny_model_dir,
+        make_batch(),
+        [AdvantageCallback("grpo"), perturb],
+        use_reference=True,
+        ppo_epochs=2,
+        lr=1e-2,
+    )
+    assert len(calls) == 2
+    behaviour = perturb.logprobs
+    for old, _ in calls:
+        for n in range(len(CHAINS)):
+            got = old[n, : len(behaviour[n])][sampled_mask(n)]
+            assert torch.allclose(got, behaviour[n][sampled_mask(n)], atol=1e-4), (
+                n,
+                got,
+                behaviour[n],
+            )
+    (_, first), (_, second) = calls
+    assert first["ppo_kl"] == pytest.approx(0.0, abs=1e-6) and first["pg_clipfrac"] == 0.0
+    assert abs(second["ppo_kl"]) > 1e-3 and second["pg_clipfrac"] > 0
