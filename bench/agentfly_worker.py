@@ -38,6 +38,7 @@ def overrides(
         f"agent.init_config.template={w.template}",
         f"agent.init_config.reward_name={w.reward}",
         f"agent.init_config.max_model_len={w.max_model_len}",
+        f"actor_rollout_ref.rollout.response_length={w.max_model_len}",  # only the context binds, as for TRL
         f"agent.run_config.max_turns={w.max_turns}",
         f"agent.run_config.num_chains={w.group}",
         f"agent.run_config.generation_config.max_tokens={w.max_new_tokens}",
