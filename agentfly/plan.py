@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentfly.config.keys import plain
 from agentfly.config.topology import Hardware, Topology, check_batches, resolve_topology
 
 
@@ -97,18 +98,6 @@ class RunPlan:
     resume_mode: str = "auto"
     resume_from_path: str | None = None
     notes: list[str] = field(default_factory=list)
-
-
-def _plain(node: Any) -> Any:
-    """An OmegaConf node as plain Python (dicts, lists), anything else as it is."""
-    try:
-        from omegaconf import OmegaConf
-
-        if OmegaConf.is_config(node):
-            return OmegaConf.to_container(node, resolve=True)
-    except ImportError:  # pragma: no cover - omegaconf is a dependency
-        pass
-    return node
 
 
 def total_iterations(cfg: Any) -> int:
@@ -288,7 +277,7 @@ def plan_rollout(cfg: Any, topology: Topology) -> RolloutPlan:
         tool_parser=init.tool_parser_name,
         system_prompt=init.system_prompt,
         tools=[str(t) for t in init.tools],
-        tool_config=_plain(init.tool_config) or {},
+        tool_config=plain(init.tool_config) or {},
         reward=init.reward_name,
         template=init.template,
         resource_backend=str(run.context_config.resource_backend),
@@ -372,7 +361,7 @@ def plan_trainer(cfg: Any, topology: Topology, needs_critic: bool) -> dict[str, 
         use_distributed_sampler=False,  # IterationBatches shards prompts by rank itself
         enable_progress_bar="console" in [str(n) for n in cfg.trainer.logger],
     )
-    settings.update(_plain(cfg.trainer.lightning) or {})  # --trainer.<Trainer argument>
+    settings.update(plain(cfg.trainer.lightning) or {})  # --trainer.<Trainer argument>
     return settings
 
 
@@ -403,7 +392,7 @@ def plan_run(cfg: Any, hardware: Hardware | None = None) -> RunPlan:
         datamodule=plan_datamodule(cfg, topology, run_dir),
         rollout=plan_rollout(cfg, topology),
         callbacks=plan_callbacks(cfg, run_dir, iterations),
-        user_callbacks=list(_plain(cfg.trainer.callbacks) or []),
+        user_callbacks=list(plain(cfg.trainer.callbacks) or []),
         loggers=plan_loggers(cfg, run_dir),
         trainer=plan_trainer(cfg, topology, needs_critic),
         seed=int(cfg.trainer.seed),

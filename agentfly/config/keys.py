@@ -45,6 +45,14 @@ def is_list_type(tp: Any) -> bool:
     return typing.get_origin(tp) is list
 
 
+def plain(value: Any) -> Any:
+    """A config node (``DictConfig``/``ListConfig``) as plain dicts and lists, resolved; any other
+    value as it is."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+
+
 def strip_optional(tp: Any) -> Any:
     """``int | None`` → ``int``; other types unchanged."""
     if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:

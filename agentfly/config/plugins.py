@@ -17,12 +17,14 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
+from agentfly.config.keys import plain
 from agentfly.plugins import PluginError, import_plugin
 
 # key → (module, registry attribute, names that are not looked up there)
 REGISTERED_NAMES: dict[str, tuple[str, str, tuple[Any, ...]]] = {
     "actor_rollout_ref.rollout.name": ("agentfly.rollout.engines", "ENGINES", ()),
     "agent.init_config.agent_type": ("agentfly.rollout.agents", "AGENTS", ("gui",)),
+    "agent.init_config.tool_parser_name": ("agentfly.rollout.agents", "AGENTS", (None,)),
     "agent.init_config.reward_name": ("agentfly.rollout.rewards", "REWARDS", (None, "")),
     "agent.init_config.template": (
         "agentfly.rollout.templates",
@@ -30,13 +32,6 @@ REGISTERED_NAMES: dict[str, tuple[str, str, tuple[Any, ...]]] = {
         (None, "auto", "model"),
     ),
 }
-
-
-def _plain(value: Any) -> Any:
-    """A DictConfig/ListConfig as plain containers; anything else as it is."""
-    from omegaconf import OmegaConf
-
-    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
 
 
 def lookup_error(key: str, registry: Any, name: Any) -> str | None:
@@ -60,7 +55,7 @@ def plugin_errors(get: Callable[[str], Any]) -> list[str]:
     from agentfly.rollout.tools.settings import ToolConfigError, bind_tools
 
     errors = []
-    for spec in _plain(get("agent.init_config.plugins")) or []:
+    for spec in plain(get("agent.init_config.plugins")) or []:
         try:
             import_plugin(spec)
         except PluginError as e:
@@ -72,7 +67,7 @@ def plugin_errors(get: Callable[[str], Any]) -> list[str]:
             errors += filter(None, [lookup_error(key, registry, name)])
     try:
         bind_tools(
-            _plain(get("agent.init_config.tools")), _plain(get("agent.init_config.tool_config"))
+            plain(get("agent.init_config.tools")), plain(get("agent.init_config.tool_config"))
         )
     except ToolConfigError as e:
         errors += e.problems

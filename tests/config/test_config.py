@@ -673,3 +673,9 @@ def test_tool_config_is_a_free_form_mapping(tmp_path: Path) -> None:
         "calculator": {"max_digits": 8},
     }
     assert "agent.init_config.tool_config" in error_of([*BASE, "agent.init_config.tool_config=3"])
+
+
+def test_an_unknown_tool_parser_is_refused_with_the_close_match() -> None:
+    msg = error_of([*BASE, "agent.init_config.tool_parser_name=hermez"])
+    assert "agent.init_config.tool_parser_name" in msg and "'hermes'" in msg
+    assert load_quiet([*BASE, "agent.init_config.tool_parser_name=react"])
