@@ -325,14 +325,21 @@ def test_async_tool() -> None:
 
 
 def test_slow_sync_tools_do_not_block_each_other() -> None:
-    async def six_at_once() -> list[ToolResult]:
-        calls = (run_tool_call("test_base_sleeps", {"seconds": 0.5}) for _ in range(6))
-        start = time.monotonic()
-        results = await asyncio.gather(*calls)
-        assert time.monotonic() - start < 1.5  # serially it would take 3 s
-        return results
+    """Sync tools run in worker processes, as many at once as the pool has workers."""
+    from agentfly.rollout.workers import WorkerPool
 
-    results = asyncio.run(six_at_once())
+    async def six_at_once(workers: WorkerPool, seconds: float) -> list[ToolResult]:
+        calls = (
+            run_tool_call("test_base_sleeps", {"seconds": seconds}, workers=workers)
+            for _ in range(6)
+        )
+        return await asyncio.gather(*calls)
+
+    with WorkerPool(6) as workers:
+        asyncio.run(six_at_once(workers, 0.2))  # six workers started
+        start = time.monotonic()
+        results = asyncio.run(six_at_once(workers, 0.5))
+        assert time.monotonic() - start < 1.5  # serially it would take 3 s
     assert all(r.observation == "done" for r in results)
 
 

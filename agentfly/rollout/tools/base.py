@@ -51,6 +51,11 @@ INVALID_ARGUMENTS = "invalid_arguments"
 TIMEOUT = "timeout"
 EXCEPTION = "exception"
 MALFORMED_OUTPUT = "malformed_output"
+WORKER_DIED = "worker_died"
+OUTPUT_TOO_LARGE = "output_too_large"
+
+RUNS_IN = ("process", "thread")
+"""Where a sync stateless tool runs: a worker process (default) or a daemon thread."""
 
 
 @dataclass
@@ -61,7 +66,9 @@ class ToolResult:
         observation: the text shown to the model (an error message when ``ok`` is false).
         ok: whether the call succeeded.
         error: a short error kind when it did not: ``"unknown_tool"``, ``"invalid_arguments"``,
-            ``"timeout"``, ``"exception"`` or ``"malformed_output"``.
+            ``"timeout"``, ``"exception"``, ``"malformed_output"``, ``"worker_died"`` (the
+            worker process running the call died) or ``"output_too_large"`` (the result,
+            pickled, passed the worker pool's reply cap).
         ends_chain: the chain stops after this call (the ``answer`` tool).
         final_answer: the chain's final response when ``ends_chain``.
     """
@@ -83,7 +90,7 @@ class Tool:
 
     Attributes:
         name: the name the model calls it by.
-        fn: the Python function (sync functions run in a worker thread).
+        fn: the Python function.
         schema: the OpenAI function-calling schema.
         stateful: whether ``fn`` takes a per-chain ``resource``.
         resource_factory: makes a fresh resource (zero arguments); stateful tools only.
@@ -97,6 +104,11 @@ class Tool:
         settings: the bound settings (``settings_type(**values)``), passed to ``fn`` and to a
             ``resource_factory`` that take ``settings``; the defaults' instance until
             :meth:`configure` binds others (None when some setting has no default).
+        runs_in: where a sync stateless call runs: ``"process"``, a worker process of the
+            :class:`~agentfly.rollout.workers.WorkerPool` (killed at the timeout, its memory
+            limited); ``"thread"``, a daemon thread of the trainer (code declared safe: it can
+            be abandoned at the timeout, not stopped). Stateful tools run in threads (their
+            resource lives in the trainer) and async tools on the event loop.
     """
 
     name: str
@@ -110,6 +122,7 @@ class Tool:
     aliases: tuple[str, ...] = field(default=())
     settings_type: Callable[..., Any] | None = None
     settings: Any = None
+    runs_in: str = "process"
 
     @property
     def description(self) -> str:
@@ -192,6 +205,7 @@ def tool(
     max_resources: int | None = None,
     aliases: Iterable[str] = (),
     settings: Callable[..., Any] | None = None,
+    runs_in: str = "process",
 ) -> Any:
     """Register a function as a tool; usable as ``@tool`` or ``@tool(name=...)``.
 
@@ -207,10 +221,15 @@ def tool(
         aliases: other names for the tool.
         settings: a class (a dataclass, or any callable) whose keyword parameters are the
             tool's own settings; the function takes its instance as ``settings``.
+        runs_in: ``"process"`` (default) or ``"thread"`` for a sync stateless tool whose code
+            is trusted to share the trainer's process (see :class:`Tool`).
 
     Returns:
         The registered ``Tool`` (still callable like the function).
     """
+
+    if runs_in not in RUNS_IN:
+        raise ValueError(f"runs_in must be one of {', '.join(RUNS_IN)}, got {runs_in!r}")
 
     def decorate(f: Callable[..., Any]) -> Tool:
         tool_name = name or f.__name__
@@ -243,6 +262,7 @@ def tool(
             aliases=tuple(aliases),
             settings_type=settings,
             settings=_default_settings(settings),
+            runs_in=runs_in,
         )
         TOOLS.register(tool_name, registered, aliases=registered.aliases)
         return registered

@@ -365,7 +365,13 @@ def calculate(expression: str, limits: CalculatorSettings = DEFAULT_SETTINGS) ->
     return f"false (left side {format_number(left)}, right side {format_number(right)})"
 
 
-@tool(name="calculator", timeout=10.0, max_output_chars=4000, settings=CalculatorSettings)
+@tool(
+    name="calculator",
+    timeout=10.0,
+    max_output_chars=4000,
+    settings=CalculatorSettings,
+    runs_in="thread",  # trusted, and a thread call costs no pickling
+)
 def calculator(expression: str, settings: CalculatorSettings) -> str | ToolResult:
     """Evaluate an arithmetic expression exactly, or solve an equation in one unknown.
 

@@ -1,13 +1,22 @@
 """``run_tool_call``: run one tool call from the model and never raise.
 
 Every failure (unknown tool, arguments that are not JSON or do not fit the schema, a tool that
-raises, hangs past its timeout or returns something that is not text) becomes an error
-observation the model can read, with ``ok=False`` and a short error kind.
+raises, hangs past its timeout, kills its worker or returns something that is not text) becomes
+an error observation the model can read, with ``ok=False`` and a short error kind.
 
-Sync tools run in a worker thread so that a slow tool does not stall the other chains on the
-event loop. A timed-out sync tool's thread cannot be killed; it runs on in the background, which
-is why tools that run untrusted code (``code_interpreter``) enforce their own limits in a
-separate process and return before the outer timeout.
+Where a call runs:
+
+- a sync stateless tool: a worker process of a :class:`~agentfly.rollout.workers.WorkerPool`
+  (the one given, else the process's default pool). A call past its timeout has its worker
+  killed; the result is turned into text and cut to ``max_output_chars`` in the worker, so a
+  huge return value never reaches the trainer;
+- a sync tool declared ``runs_in="thread"``, or a stateful one (its resource lives in the
+  trainer: ``code_interpreter`` runs its code in a process of its own, with its own limits): a
+  daemon thread of the package (:data:`~agentfly.rollout.workers.THREADS`); a call past its
+  timeout is abandoned, its thread runs on, but nothing waits for it;
+- an async tool: awaited on the event loop under ``asyncio.wait_for``. It must not block the
+  loop (no ``time.sleep``, no blocking I/O): a blocked loop stalls every chain, and
+  ``wait_for`` cannot interrupt it.
 """
 
 from __future__ import annotations
@@ -23,14 +32,27 @@ from agentfly.rollout.tools.base import (
     EXCEPTION,
     INVALID_ARGUMENTS,
     MALFORMED_OUTPUT,
+    OUTPUT_TOO_LARGE,
     TIMEOUT,
     TOOLS,
     UNKNOWN_TOOL,
+    WORKER_DIED,
     Tool,
     ToolResult,
     get_tool,
 )
 from agentfly.rollout.tools.schema import validate_arguments
+from agentfly.rollout.workers import (
+    THREADS,
+    ReplyTooLarge,
+    WorkerDied,
+    WorkerPool,
+    WorkerStartError,
+    by_reference,
+    default_pool,
+    describe_error,
+    wait_call,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +78,9 @@ def parse_arguments(arguments: dict[str, Any] | str | None) -> dict[str, Any] | 
     return dict(arguments)
 
 
-def _as_result(value: Any, tool: Tool) -> ToolResult:
+def _as_result(value: Any, name: str, max_output_chars: int) -> ToolResult:
+    """A tool's return value as a ``ToolResult`` whose observation is text of at most
+    ``max_output_chars`` characters (and the truncation marker)."""
     if isinstance(value, ToolResult):
         result = value
     elif isinstance(value, str):
@@ -69,19 +93,36 @@ def _as_result(value: Any, tool: Tool) -> ToolResult:
         except (TypeError, ValueError):
             return ToolResult.failure(
                 MALFORMED_OUTPUT,
-                f"Error: tool {tool.name!r} returned {type(value).__name__}, which is not text "
+                f"Error: tool {name!r} returned {type(value).__name__}, which is not text "
                 "(a bug in the tool, not in your call).",
             )
-    result.observation = truncate(str(result.observation), tool.max_output_chars)
+    result.observation = truncate(str(result.observation), max_output_chars)
     return result
 
 
-async def _invoke(tool: Tool, kwargs: dict[str, Any]) -> Any:
+def call_in_worker(
+    fn: Any, kwargs: dict[str, Any], name: str, max_output_chars: int
+) -> ToolResult:
+    """Run in a worker process: the call and its ``ToolResult``, cut before it is sent back."""
+    return _as_result(fn(**kwargs), name, max_output_chars)
+
+
+async def _invoke(tool: Tool, kwargs: dict[str, Any], workers: WorkerPool | None) -> ToolResult:
     if tool.takes_settings:
         kwargs["settings"] = tool.settings
     if tool.is_async:
-        return await asyncio.wait_for(tool.fn(**kwargs), tool.timeout)
-    return await asyncio.wait_for(asyncio.to_thread(tool.fn, **kwargs), tool.timeout)
+        value = await asyncio.wait_for(tool.fn(**kwargs), tool.timeout)
+    elif tool.stateful or tool.runs_in == "thread":
+        value = await wait_call(THREADS.submit(tool.fn, **kwargs), tool.timeout)
+    else:
+        pool = workers if workers is not None else default_pool()
+        fn = by_reference(tool.fn)
+        future = pool.submit(
+            call_in_worker, (fn, kwargs, tool.name, tool.max_output_chars),
+            timeout=tool.timeout, label=f"tool {tool.name!r}",
+        )
+        return await wait_call(future, tool.timeout)
+    return _as_result(value, tool.name, tool.max_output_chars)
 
 
 async def _close(resource: Any) -> None:
@@ -91,11 +132,15 @@ async def _close(resource: Any) -> None:
     if asyncio.iscoroutinefunction(close):
         await close()
     else:
-        await asyncio.to_thread(close)
+        await asyncio.wrap_future(THREADS.submit(close))
 
 
 async def run_tool_call(
-    name: str | Tool, arguments: dict[str, Any] | str | None, *, resource: Any = None
+    name: str | Tool,
+    arguments: dict[str, Any] | str | None,
+    *,
+    resource: Any = None,
+    workers: WorkerPool | None = None,
 ) -> ToolResult:
     """Run the tool ``name`` on ``arguments``; every failure becomes an error observation.
 
@@ -105,9 +150,14 @@ async def run_tool_call(
         arguments: a dict, or the JSON string the model wrote.
         resource: for a stateful tool, its per-chain resource, or a ``ChainResources`` to take
             it from. Without one, a throwaway resource is made for this call and closed after.
+        workers: the worker pool of sync stateless tools (None: the process's default pool).
 
     Returns:
         The ``ToolResult``; never raises (except ``asyncio.CancelledError``).
+
+    Raises:
+        WorkerStartError: the worker pool cannot start a worker (a setup error: every call
+            would fail alike).
     """
     if isinstance(name, str) and is_object_spec(name) and name not in TOOLS:
         # a name from the model never imports anything: module:attr tools are imported when
@@ -140,17 +190,29 @@ async def run_tool_call(
             if isinstance(resource, ChainResources):
                 resource = await resource.get(tool)
             elif resource is None:
-                resource = throwaway = await asyncio.to_thread(tool.new_resource)
+                resource = throwaway = await asyncio.wrap_future(
+                    THREADS.submit(tool.new_resource)
+                )
             kwargs["resource"] = resource
-        value = await _invoke(tool, kwargs)
+        return await _invoke(tool, kwargs, workers)
     except (TimeoutError, asyncio.TimeoutError):  # distinct classes before Python 3.11
         return ToolResult.failure(
             TIMEOUT, f"Error: tool {tool.name!r} did not finish within {tool.timeout:g} seconds."
         )
+    except WorkerStartError:
+        raise
+    except WorkerDied as e:
+        return ToolResult.failure(
+            WORKER_DIED, f"Error: tool {tool.name!r} failed: the process running it died ({e.how})."
+        )
+    except ReplyTooLarge as e:
+        return ToolResult.failure(
+            OUTPUT_TOO_LARGE, f"Error: tool {tool.name!r} returned too much: {e}."
+        )
     except (Exception, SystemExit) as e:
         logger.debug("tool %s raised", tool.name, exc_info=True)
         return ToolResult.failure(
-            EXCEPTION, f"Error: tool {tool.name!r} failed: {type(e).__name__}: {e}"
+            EXCEPTION, f"Error: tool {tool.name!r} failed: {describe_error(e)}"
         )
     finally:
         if throwaway is not None:
@@ -158,4 +220,3 @@ async def run_tool_call(
                 await _close(throwaway)
             except Exception:
                 logger.warning("closing a %s resource failed", tool.name, exc_info=True)
-    return _as_result(value, tool)

@@ -210,6 +210,7 @@ def format_passages(passages: list[Passage]) -> str:
     timeout=30.0,
     max_output_chars=6000,
     settings=SearchSettings,
+    runs_in="thread",  # trusted, and its index is loaded once in the trainer, not per worker
 )
 def search(query: str, settings: SearchSettings) -> str:
     """Search for passages relevant to a query and return the best matches.
