@@ -38,7 +38,11 @@ class RolloutPlan:
         reward: reward name (None: chains are not scored).
         template: chat template name (None: the model's own).
         resource_backend: where stateful tool resources live (``local`` or ``ray``).
-        plugins: modules to import first, here and in every engine actor (file paths absolute).
+        plugins: modules to import first, here, in every engine actor and in every tool/reward
+            worker process (file paths absolute).
+        workers: :class:`~agentfly.rollout.workers.WorkerPool` keyword arguments (the worker
+            processes of sync tools and rewards).
+        reward_timeout: seconds a reward call may take (None: the reward's own).
         loop: :class:`~agentfly.rollout.agent_loop.AgentLoop` keyword arguments (``max_model_len``
             None = the engine's).
     """
@@ -57,6 +61,8 @@ class RolloutPlan:
     resource_backend: str
     plugins: list[str]
     loop: dict[str, Any]
+    workers: dict[str, Any] = field(default_factory=dict)
+    reward_timeout: float | None = None
 
 
 @dataclass
@@ -283,6 +289,12 @@ def plan_rollout(cfg: Any, topology: Topology) -> RolloutPlan:
         resource_backend=str(run.context_config.resource_backend),
         plugins=[portable(str(p)) for p in init.plugins],
         loop=loop,
+        workers=dict(
+            num_workers=run.workers.num_workers,
+            memory_mb=int(run.workers.memory_mb),
+            start_timeout=float(run.workers.start_timeout),
+        ),
+        reward_timeout=float(init.reward_timeout) if init.reward_timeout is not None else None,
     )
 
 

@@ -86,6 +86,9 @@ class AgentInitConfig:
             names or ``.py`` file paths), so that what they register can be named; any name
             above (and ``algorithm.adv_estimator``, ``actor_rollout_ref.rollout.name``) may also
             be a ``module:attr`` of the user's.
+        reward_timeout: seconds a reward call may take before it scores 0 as a ``timeout``
+            failure (its worker process killed); ``None`` = the reward's own
+            ``@reward(timeout=)`` (60 s when it sets none).
     """
 
     agent_type: str = "hf"
@@ -99,6 +102,7 @@ class AgentInitConfig:
     system_prompt: str | None = None
     tool_config: dict[str, Any] = field(default_factory=dict)
     plugins: list[str] = field(default_factory=list)
+    reward_timeout: float | None = None
 
 
 @dataclass
@@ -128,6 +132,25 @@ class ContextConfig:
 
 
 @dataclass
+class WorkersConfig:
+    """The worker processes that run sync tools and rewards (killed at a call's deadline).
+
+    Attributes:
+        num_workers: processes at most, started on first use and reused; ``None`` = the
+            usable CPU count, within 2..8.
+        memory_mb: each worker's address-space limit in MiB (``RLIMIT_AS``): an allocation
+            past it is a ``MemoryError`` in the worker (a counted ``exception`` failure);
+            0 = no limit.
+        start_timeout: seconds a worker may take to start (import the plugins) before the
+            rollout stops with an error naming what failed.
+    """
+
+    num_workers: int | None = None
+    memory_mb: int = 4096
+    start_timeout: float = 60.0
+
+
+@dataclass
 class AgentRunConfig:
     """The shape of a rollout (canonical home of ``agent.max_turns``, ``agent.num_chains``...).
 
@@ -137,6 +160,7 @@ class AgentRunConfig:
         max_concurrent_chains: chains running at once at most; ``None`` = no extra cap.
         generation_config: per-turn sampling.
         context_config: resource placement.
+        workers: the worker processes of sync tools and rewards.
     """
 
     max_turns: int = 3
@@ -144,6 +168,7 @@ class AgentRunConfig:
     max_concurrent_chains: int | None = None
     generation_config: GenerationConfig = field(default_factory=GenerationConfig)
     context_config: ContextConfig = field(default_factory=ContextConfig)
+    workers: WorkersConfig = field(default_factory=WorkersConfig)
 
 
 @dataclass

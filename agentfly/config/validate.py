@@ -130,8 +130,14 @@ def _check_ranges(c: _Checker) -> None:
         "critic.ppo_micro_batch_size_per_gpu",
         "trainer.total_training_steps",
         "trainer.num_threads",
+        "agent.run_config.workers.num_workers",
     ):
         c.at_least(key, 1, optional=True)
+    c.at_least("agent.run_config.workers.memory_mb", 0)  # 0 = no limit
+    for key in ("agent.run_config.workers.start_timeout", "agent.init_config.reward_timeout"):
+        value = c.get(key)
+        if value is not None and not value > 0:
+            c.errors.append(f"{key}={value!r} must be > 0")
     for key in (
         "agent.run_config.generation_config.temperature",
         "actor_rollout_ref.rollout.val_kwargs.temperature",

@@ -34,6 +34,7 @@ from agentfly.rollout.templates.base import ChatTemplate
 from agentfly.rollout.tools.base import INVALID_ARGUMENTS, ToolResult
 from agentfly.rollout.tools.call import run_tool_call
 from agentfly.rollout.trajectory import ToolCallRecord, Trajectory
+from agentfly.rollout.workers import WorkerPool, WorkerStartError
 
 logger = logging.getLogger(__name__)
 
@@ -92,6 +93,10 @@ class AgentLoop:
         agent: the agent type (parser and prompting).
         reward: reward name or function; None leaves trajectories unscored.
         resources: the resource pool for stateful tools (None: throwaway resources per call).
+        workers: the worker processes of sync tools and rewards (None: the process's default
+            pool, :func:`~agentfly.rollout.workers.default_pool`).
+        reward_timeout: seconds a reward call may take (None: the reward's own
+            ``@reward(timeout=)``).
         max_turns: assistant turns per chain at most.
         num_chains: chains per prompt (one group).
         max_concurrent_chains: cap on chains running at once (None: no cap).
@@ -116,6 +121,8 @@ class AgentLoop:
         agent: Agent,
         reward: str | Callable[..., Any] | None = None,
         resources: Any = None,
+        workers: WorkerPool | None = None,
+        reward_timeout: float | None = None,
         max_turns: int = 3,
         num_chains: int = 1,
         max_concurrent_chains: int | None = None,
@@ -138,6 +145,8 @@ class AgentLoop:
         self.agent = agent
         self.reward = reward
         self.resources = resources
+        self.workers = workers
+        self.reward_timeout = reward_timeout
         self.max_turns = max_turns
         self.num_chains = num_chains
         self.max_concurrent_chains = max_concurrent_chains
@@ -287,6 +296,8 @@ class AgentLoop:
             chain_resources = self.resources.chain((group_id, chain_index))
         try:
             await self._turns(traj, tools, sampling, chain_resources)
+        except WorkerStartError:  # a setup error: every chain would fail alike
+            raise
         except Exception as e:  # a broken chain is recorded, not raised
             logger.warning("chain %s/%s failed: %r", group_id, chain_index, e, exc_info=True)
             traj.finish_reason, traj.error = "error", f"{type(e).__name__}: {e}"
@@ -297,7 +308,9 @@ class AgentLoop:
             traj.mask_all_but_last_turn()
         if self.reward is not None:
             with self._timer("reward"):
-                await ascore_trajectory(self.reward, traj)
+                await ascore_trajectory(
+                    self.reward, traj, timeout=self.reward_timeout, workers=self.workers
+                )
         return traj
 
     async def _turns(
@@ -377,7 +390,9 @@ class AgentLoop:
             return ToolResult.failure(
                 "unknown_tool", f"Error: no tool named {call.name!r} is available (tools: {known})."
             )
-        return await run_tool_call(tool, call.arguments, resource=chain_resources)
+        return await run_tool_call(
+            tool, call.arguments, resource=chain_resources, workers=self.workers
+        )
 
     def _tool(self, name: str) -> Any:
         """The agent's own (configured) tool the model called by ``name`` or an alias."""

@@ -22,6 +22,7 @@ from agentfly.plan import RolloutPlan, plan_rollout
 from agentfly.plugins import load_plugins
 from agentfly.rollout.agent_loop import AgentLoop
 from agentfly.rollout.summary import summarize, trajectory_record
+from agentfly.rollout.workers import WorkerPool
 
 logger = logging.getLogger(__name__)
 
@@ -39,14 +40,20 @@ def configure_tools(tool_names: list[str], tool_config: dict[str, Any] | None) -
 
 @dataclass
 class RolloutSession:
-    """The engine pool and the agent loop built from one config; close it when done."""
+    """The engine pool, the tool/reward workers and the agent loop built from one config;
+    close it when done."""
 
     pool: Any
     loop: AgentLoop
     tokenizer: Any
+    workers: WorkerPool | None = None
 
     def close(self) -> None:
-        self.pool.shutdown()
+        try:
+            self.pool.shutdown()
+        finally:
+            if self.workers is not None:
+                self.workers.close()
 
 
 def build_rollout(plan: RolloutPlan, *, ray_init: dict[str, Any] | None = None) -> RolloutSession:
@@ -55,6 +62,7 @@ def build_rollout(plan: RolloutPlan, *, ray_init: dict[str, Any] | None = None) 
     from agentfly.rollout.engines import EnginePool
     from agentfly.rollout.resources import ResourcePool
     from agentfly.rollout.rewards import get_reward
+    from agentfly.rollout.rewards.base import worker_imports
     from agentfly.rollout.templates import get_template
 
     load_plugins(plan.plugins)  # done when the config was composed; a no-op then
@@ -65,6 +73,11 @@ def build_rollout(plan: RolloutPlan, *, ray_init: dict[str, Any] | None = None) 
     if plan.template:
         get_template(plan.template)  # an unknown name fails before any engine starts
 
+    workers = WorkerPool(
+        **plan.workers, plugins=plan.plugins,
+        preload=worker_imports(plan.reward) if plan.reward else (),
+    )
+    workers.start()  # in the background: the workers' imports overlap the engines' loading
     backend = "ray" if plan.num_engines > 0 else "local"
     try:
         pool = EnginePool(
@@ -72,9 +85,13 @@ def build_rollout(plan: RolloutPlan, *, ray_init: dict[str, Any] | None = None) 
             ray_init=ray_init, plugins=plan.plugins, **plan.pool_kwargs,  # actors import them too
         )
     except ImportError as e:
+        workers.close()
         raise RuntimeError(
             f"engine {plan.engine!r} cannot start ({e}); use actor_rollout_ref.rollout.name=hf"
         ) from e
+    except BaseException:
+        workers.close()
+        raise
     tokenizer = pool.tokenizer
     loop_kwargs = dict(plan.loop)
     loop_kwargs["max_model_len"] = loop_kwargs["max_model_len"] or pool.max_model_len
@@ -85,9 +102,11 @@ def build_rollout(plan: RolloutPlan, *, ray_init: dict[str, Any] | None = None) 
         agent=agent,
         reward=plan.reward,
         resources=ResourcePool(backend=plan.resource_backend),
+        workers=workers,
+        reward_timeout=plan.reward_timeout,
         **loop_kwargs,
     )
-    return RolloutSession(pool, loop, tokenizer)
+    return RolloutSession(pool, loop, tokenizer, workers)
 
 
 def rollout_plan(cfg: Any, hardware: Hardware | None = None) -> RolloutPlan:

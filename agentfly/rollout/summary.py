@@ -21,7 +21,12 @@ def trajectory_record(traj: Trajectory, tokenizer: Any = None) -> dict[str, Any]
 
 
 def summarize(trajs: list[Trajectory]) -> dict[str, Any]:
-    """Mean reward, accuracy (where the reward reports ``acc``), turns, tool use and failures."""
+    """Mean reward, accuracy (where the reward reports ``acc``), turns, tool use and failures.
+
+    Failures are counted by kind twice: as a dict (``failures/tool_kinds``,
+    ``failures/reward_kinds``) and as one number per kind (``failures/tool_kinds/timeout``...),
+    the form a logger takes.
+    """
     if not trajs:
         return {"chains": 0}
     rewards = [t.reward for t in trajs if t.reward is not None]
@@ -44,9 +49,15 @@ def summarize(trajs: list[Trajectory]) -> dict[str, Any]:
             Counter(c.error for t in trajs for c in t.tool_calls if not c.ok)
         ),
         "failures/reward": sum(1 for t in trajs if t.reward_failed),
+        "failures/reward_kinds": dict(
+            Counter(t.reward_error or "unknown" for t in trajs if t.reward_failed)
+        ),
         "failures/chain": sum(1 for t in trajs if t.finish_reason == "error"),
         "first_error": next((t.error for t in trajs if t.error), None),
     }
+    for counts in ("failures/tool_kinds", "failures/reward_kinds"):  # flat numbers, to log
+        for kind, n in out[counts].items():
+            out[f"{counts}/{kind}"] = n
     extras = sorted({k for t in trajs for k in t.reward_extras})
     for key in extras:
         vals = [float(t.reward_extras[key]) for t in trajs if key in t.reward_extras]

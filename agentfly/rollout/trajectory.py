@@ -55,6 +55,7 @@ class Trajectory:
     reward: float | None = None
     reward_extras: dict[str, Any] = field(default_factory=dict)
     reward_failed: bool = False
+    reward_error: str | None = None  # the reward's kind of failure ("timeout", "malformed"...)
     error: str | None = None
 
     def append_sampled(self, ids: list[int], logprobs: list[float]) -> None:

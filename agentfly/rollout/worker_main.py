@@ -1,6 +1,8 @@
 """The child side of :class:`agentfly.rollout.workers.WorkerPool`: one worker process.
 
-Run as ``python -m agentfly.rollout.worker_main PARENT_PID MEMORY_MB MAX_REPLY_BYTES [PLUGIN...]``.
+Run as ``python -m agentfly.rollout.worker_main PARENT_PID MEMORY_MB MAX_REPLY_BYTES IMPORTS``,
+``IMPORTS`` a JSON object ``{"plugins": [...], "preload": [...]}``: the run's plugins, and
+modules worth importing before the first call (a reward's heavy dependency).
 Its own import path is the standard library and cloudpickle; what a job needs (agentfly's tool
 and reward helpers, the user's modules) is imported when the job is unpickled.
 
@@ -8,7 +10,7 @@ Protocol: frames of an 8-byte big-endian length and a cloudpickle payload, over 
 original stdin (requests) and stdout (replies). File descriptors 0 and 1 are then pointed at
 ``/dev/null`` and stderr, so user code that prints cannot corrupt a frame.
 
-- start: the worker imports the plugins, sets its address-space limit (``RLIMIT_AS``), then sends
+- start: the worker imports the plugins and the preloaded modules, sets its address-space limit (``RLIMIT_AS``), then sends
   ``("ready", pid)``, or ``("failed", message)`` when something of that went wrong;
 - request: ``(plugin_files, payload)``; the files (plugins the parent has loaded since) are
   imported first, then ``payload`` unpickles to ``(fn, args, kwargs)``;
@@ -22,6 +24,8 @@ started) as soon as its parent is gone, however the parent ended.
 
 from __future__ import annotations
 
+import importlib
+import json
 import os
 import pickle
 import resource
@@ -139,7 +143,7 @@ def _run(frame: bytes, cap: int, loaded: set[str]) -> bytes:
 
 def main(argv: list[str]) -> int:
     parent, memory_mb, cap = int(argv[1]), int(argv[2]), int(argv[3])
-    plugins = list(argv[4:])
+    imports = json.loads(argv[4])
     requests, replies = os.dup(0), os.dup(1)  # not inherited by what user code starts
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
@@ -151,7 +155,9 @@ def main(argv: list[str]) -> int:
         if os.getppid() != parent:
             return 1
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        _import_plugins(plugins, loaded)
+        _import_plugins(imports["plugins"], loaded)
+        for module in imports["preload"]:
+            importlib.import_module(module)
         if memory_mb > 0:
             limit = memory_mb * 1024 * 1024
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))

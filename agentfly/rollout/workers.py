@@ -27,6 +27,7 @@ import concurrent.futures
 import contextlib
 import fcntl
 import importlib
+import json
 import logging
 import os
 import pickle
@@ -58,6 +59,7 @@ _GRACE_S = 5.0  # callers' own wait beyond a deadline, should the manager thread
 
 __all__ = [
     "DaemonThreads",
+    "NotPicklable",
     "PoolClosed",
     "RemoteError",
     "ReplyTooLarge",
@@ -86,6 +88,10 @@ class WorkerDied(RuntimeError):
 
 class WorkerStartError(RuntimeError):
     """A worker process did not start: the message says what failed and ends with its stderr."""
+
+
+class NotPicklable(TypeError):
+    """A call (its function or arguments) cannot be pickled to a worker process."""
 
 
 class PoolClosed(RuntimeError):
@@ -210,6 +216,8 @@ class WorkerPool:
         plugins: modules to import in every worker at start (``agent.init_config.plugins``);
             plugin files imported in this process later are imported by a worker before its
             next call.
+        preload: further modules every worker imports at start (what the run's reward and
+            tools import on their first call), so that no call pays for it.
         max_reply_bytes: the largest pickled result a call may send back.
     """
 
@@ -220,6 +228,7 @@ class WorkerPool:
         memory_mb: int = DEFAULT_MEMORY_MB,
         start_timeout: float = DEFAULT_START_TIMEOUT_S,
         plugins: Iterable[str] = (),
+        preload: Iterable[str] = (),
         max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
     ) -> None:
         size = default_num_workers() if num_workers is None else int(num_workers)
@@ -233,6 +242,7 @@ class WorkerPool:
         self.memory_mb = int(memory_mb)
         self.start_timeout = float(start_timeout)
         self.plugins = [str(p) for p in plugins]
+        self.preload = list(dict.fromkeys(str(m) for m in preload))
         self.max_reply_bytes = int(max_reply_bytes)
         #: counts since the pool was made: workers started, killed at a deadline, died mid-call
         self.stats = {"started": 0, "timed_out": 0, "died": 0, "largest_reply_bytes": 0}
@@ -247,6 +257,7 @@ class WorkerPool:
         self._queue: collections.deque[_Job] = collections.deque()
         self._workers: list[_Worker] = []
         self._thread: threading.Thread | None = None
+        self._warm = False  # keep num_workers running (start() was called)
         self._wake_r, self._wake_w = os.pipe()
         for fd in (self._wake_r, self._wake_w):
             _nonblocking(fd)
@@ -271,9 +282,16 @@ class WorkerPool:
             :class:`PoolClosed`.
 
         Raises:
-            pickle.PicklingError (or another error of cloudpickle's): the call cannot be sent.
+            NotPicklable: the call cannot be sent (it holds a lock, a socket...).
+            PoolClosed: the pool is closed.
         """
-        payload = cloudpickle.dumps((fn, tuple(args), dict(kwargs or {})))
+        try:
+            payload = cloudpickle.dumps((fn, tuple(args), dict(kwargs or {})))
+        except Exception as e:
+            raise NotPicklable(
+                f"{label} cannot be sent to a worker process ({describe_error(e)}); code that "
+                "cannot be pickled runs in the trainer with runs_in='thread'"
+            ) from e
         frame = pickle.dumps((_plugin_files(), payload), protocol=pickle.HIGHEST_PROTOCOL)
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
         job = _Job(future, HEADER.pack(len(frame)) + frame, time.monotonic() + timeout, timeout, label)
@@ -286,13 +304,27 @@ class WorkerPool:
                 future.set_exception(self._start_error)
                 return future
             self._queue.append(job)
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._serve, name="agentfly-worker-pool", daemon=True
-                )
-                self._thread.start()
+            self._ensure_thread()
         self._wake()
         return future
+
+    def start(self) -> None:
+        """Start every worker now, in the background (their imports overlap other work)."""
+        with self._lock:
+            if self._closed or self._start_error is not None:
+                return
+            if self._pid != os.getpid():
+                self._reset()
+            self._warm = True
+            self._ensure_thread()
+        self._wake()
+
+    def _ensure_thread(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._serve, name="agentfly-worker-pool", daemon=True
+            )
+            self._thread.start()
 
     def pids(self) -> list[int]:
         """Process ids of the live workers."""
@@ -404,7 +436,8 @@ class WorkerPool:
             idle.state, idle.job, idle.outbox = "busy", job, memoryview(job.frame)
             idle.forwarded = 0
         starting = sum(1 for w in self._workers if w.state == "starting")
-        while len(self._queue) > starting and len(self._workers) < self.num_workers:
+        wanted = self.num_workers if self._warm else len(self._queue) - starting + len(self._workers)
+        while len(self._workers) < min(wanted, self.num_workers):
             self._spawn()
             starting += 1
 
@@ -413,7 +446,8 @@ class WorkerPool:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(dict.fromkeys(paths)))
         cmd = [
             sys.executable, "-m", "agentfly.rollout.worker_main", str(os.getpid()),
-            str(self.memory_mb), str(self.max_reply_bytes), *self.plugins,
+            str(self.memory_mb), str(self.max_reply_bytes),
+            json.dumps({"plugins": self.plugins, "preload": self.preload}),
         ]
         proc = subprocess.Popen(
             cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -638,25 +672,33 @@ def default_pool() -> WorkerPool:
         return _default
 
 
-async def wait_call(future: concurrent.futures.Future[Any], timeout: float) -> Any:
-    """Await a pool's (or the threads') future from any event loop; the pool settles it at the
-    deadline, this waits a little longer only should the pool's own thread be gone."""
+async def wait_call(future: concurrent.futures.Future[Any], timeout: float, *, pool: bool) -> Any:
+    """Await a call's future from any event loop, ``timeout`` seconds at most.
+
+    A pool's future (``pool=True``) is settled by the pool at its deadline; this waits a few
+    seconds longer only should the pool's own thread be gone. A thread's future is abandoned
+    at the timeout.
+    """
     import asyncio
 
     try:
-        return await asyncio.wait_for(asyncio.wrap_future(future), timeout + _GRACE_S)
+        return await asyncio.wait_for(asyncio.wrap_future(future), timeout + _grace(pool))
     except asyncio.TimeoutError as e:
         raise WorkerTimeout(f"no answer within {timeout:g} s") from e
 
 
-def result_of(future: concurrent.futures.Future[Any], timeout: float) -> Any:
-    """``future.result()`` from sync code, bounded the same way as :func:`wait_call`."""
+def result_of(future: concurrent.futures.Future[Any], timeout: float, *, pool: bool) -> Any:
+    """:func:`wait_call` from sync code."""
     try:
-        return future.result(timeout + _GRACE_S)
+        return future.result(timeout + _grace(pool))
     except concurrent.futures.TimeoutError as e:
         if future.done():  # the call's own timeout
             raise
         raise WorkerTimeout(f"no answer within {timeout:g} s") from e
+
+
+def _grace(pool: bool) -> float:
+    return _GRACE_S if pool else 0.0
 
 
 # ---------------------------------------------------------------------------- daemon threads

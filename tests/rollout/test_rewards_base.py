@@ -83,7 +83,7 @@ def test_alias_resolves(scratch_registry):
 def test_custom_reward_receives_row_fields(scratch_registry):
     seen = {}
 
-    @reward(name="custom_fields_reward")
+    @reward(name="custom_fields_reward", runs_in="thread")  # in this process: `seen` is ours
     def custom(prediction: str, trajectory: Trajectory, answer: str, difficulty: int) -> dict:
         seen.update(prediction=prediction, trajectory=trajectory, difficulty=difficulty)
         return {"reward": float(prediction == answer), "difficulty": difficulty, "note": "text"}
@@ -174,27 +174,47 @@ def test_hung_reward_times_out_quickly():
     assert elapsed < 0.2 + 0.5
 
 
-def test_reward_workers_are_reused_and_a_hung_one_is_replaced():
-    """Rewards run on reusable daemon threads: 40 calls start at most one new thread, and while
-    a hung reward occupies a worker the next call still returns at once (a new worker starts)."""
+def test_thread_reward_workers_are_reused_and_a_hung_one_is_replaced(scratch_registry):
+    """Rewards declared ``runs_in="thread"`` run on reusable daemon threads: 40 calls start at
+    most one new thread, and while a hung reward occupies a thread the next call still returns
+    at once (a new thread starts)."""
     import threading
 
-    compute_reward(lambda prediction: 1.0, "p")  # at least one idle worker now
+    def thread_reward(fn):
+        return reward(name=f"thread_{id(fn)}", runs_in="thread")(fn)
+
+    compute_reward(thread_reward(lambda prediction: 1.0), "p")  # at least one idle thread now
     before = threading.active_count()
-    results = [compute_reward(lambda prediction: float(prediction == "p"), "p") for _ in range(40)]
+    same = thread_reward(lambda prediction: float(prediction == "p"))
+    results = [compute_reward(same, "p") for _ in range(40)]
     assert [r.reward for r in results] == [1.0] * 40
     assert threading.active_count() <= before + 1
     release = threading.Event()
 
+    @reward(name="hung_thread_reward", runs_in="thread")
     def hung(prediction: str) -> float:
         release.wait(10)
         return 1.0
 
     assert compute_reward(hung, "p", timeout=0.1).error.startswith("timeout")
     start = time.monotonic()
-    assert compute_reward(lambda prediction: 0.5, "p", timeout=2).reward == 0.5
+    assert compute_reward(thread_reward(lambda prediction: 0.5), "p", timeout=2).reward == 0.5
     assert time.monotonic() - start < 1.0
     release.set()
+
+
+def test_a_reward_that_cannot_be_pickled_says_how_to_run_it():
+    import threading
+
+    lock = threading.Lock()
+
+    def holds_a_lock(prediction: str) -> float:
+        with lock:
+            return 1.0
+
+    result = compute_reward(holds_a_lock, "p")
+    assert result.failed and result.kind == "exception"
+    assert "holds_a_lock" in result.error and "runs_in='thread'" in result.error
 
 
 def test_registered_timeout_is_used(scratch_registry):

@@ -9,34 +9,47 @@ that names ``final_response`` instead of ``prediction`` (AgentFly's spelling) ge
 name too. It returns a float, or a dict with key ``reward`` plus extra numeric metrics to log.
 
 ``compute_reward`` / ``acompute_reward`` never let a reward break a rollout: a reward that raises,
-runs past its timeout, returns something malformed (NaN, a string, a dict without ``reward``) or
-needs a row field the row lacks scores 0 with ``failed=True`` and an ``error`` saying what
-happened, logged once per reward and kind of failure. An unknown reward *name* still raises: that
-is a configuration error, and silently scoring 0 for a whole run would hide it.
+runs past its timeout, kills the process running it, returns something malformed (NaN, a
+magnitude beyond float32's range, a string, a dict without ``reward``) or needs a row field the
+row lacks scores 0 with ``failed=True`` and an ``error`` saying what happened (its kind first:
+``timeout: ...``), logged once per reward and kind of failure. An unknown reward *name* still
+raises: that is a configuration error, and silently scoring 0 for a whole run would hide it.
 
-Deviation worth knowing: the reward runs in a daemon thread so a hung one cannot hang the caller,
-but Python cannot kill a thread; a reward that never returns keeps its thread (and a CPU core, if
-it spins) until the process exits. Rewards must therefore not rely on ``signal.alarm`` (it only
-works on the main thread): the built-in math rewards call math-verify with its own signal-based
-timeouts disabled and rely on this one.
+Where a reward runs: a sync reward in a worker process of a
+:class:`~agentfly.rollout.workers.WorkerPool` (the one given, else the process's default pool),
+killed at its timeout; one declared ``@reward(runs_in="thread")`` (trusted code, or code that
+cannot be pickled) in a daemon thread of the package, abandoned at its timeout (a thread cannot
+be killed); an async reward on the caller's event loop under ``asyncio.wait_for`` (it must not
+block the loop). Rewards must not rely on ``signal.alarm`` (it only works on a main thread): the
+built-in math rewards call math-verify with its own signal-based timeouts disabled and rely on
+this one.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import inspect
 import logging
 import math
-import os
-import queue
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from agentfly.registry import Registry
+from agentfly.rollout.workers import (
+    THREADS,
+    ReplyTooLarge,
+    WorkerDied,
+    WorkerPool,
+    WorkerStartError,
+    by_reference,
+    default_pool,
+    describe_error,
+    result_of,
+    wait_call,
+)
 
 if TYPE_CHECKING:
     from agentfly.rollout.trajectory import Trajectory
@@ -47,6 +60,11 @@ RewardFn = Callable[..., Any]
 
 DEFAULT_TIMEOUT_S = 60.0
 """Timeout of a reward registered without one (seconds)."""
+
+FLOAT32_MAX = 3.4028234663852886e38
+"""The largest finite float32: a reward or extra beyond it would overflow the training batch."""
+
+RUNS_IN = ("process", "thread")
 
 
 def _as_reward(obj: Any, spec: str) -> RewardFn:
@@ -69,6 +87,8 @@ class RewardInfo:
 
     name: str
     timeout: float
+    runs_in: str = "process"
+    preload: tuple[str, ...] = ()
 
 
 @dataclass
@@ -80,12 +100,15 @@ class RewardResult:
         extras: extra numeric metrics the reward returned (``acc``, ``f1``...), as floats.
         failed: the reward raised, timed out, returned something malformed, or lacked a field.
         error: what went wrong, prefixed by its kind (``timeout: ...``); None when not failed.
+        kind: the kind of failure alone (``timeout``, ``exception``, ``malformed``,
+            ``worker_died``, ``output_too_large``, ``missing_field``, ``bad_signature``).
     """
 
     reward: float
     extras: dict[str, float] = field(default_factory=dict)
     failed: bool = False
     error: str | None = None
+    kind: str | None = None
 
     def metrics(self) -> dict[str, float]:
         """``{"reward": ..., **extras}``, ready to log."""
@@ -96,7 +119,7 @@ class RewardError(Exception):
     """A reward call went wrong.
 
     ``kind`` is one of ``missing_field``, ``bad_signature``, ``exception``, ``timeout``,
-    ``malformed``.
+    ``malformed``, ``worker_died``, ``output_too_large``.
     """
 
     def __init__(self, kind: str, message: str) -> None:
@@ -109,6 +132,8 @@ def reward(
     *,
     timeout: float | None = None,
     aliases: tuple[str, ...] = (),
+    runs_in: str = "process",
+    preload: tuple[str, ...] = (),
 ) -> Callable[[RewardFn], RewardFn]:
     """Register a reward function under ``name`` (default: the function's name).
 
@@ -119,6 +144,11 @@ def reward(
         timeout: seconds a call may take before it scores 0 as failed; default
             ``DEFAULT_TIMEOUT_S``.
         aliases: other names that resolve to the same reward.
+        runs_in: where a sync reward runs: ``"process"`` (a worker process, killed at the
+            timeout) or ``"thread"`` (a daemon thread of the trainer, for trusted code or code
+            that cannot be pickled; abandoned at the timeout, not stopped).
+        preload: modules the reward imports on its first call (a heavy dependency), which
+            worker processes import when they start instead.
 
     Returns:
         A decorator that registers the function and returns it unchanged (still directly
@@ -134,9 +164,11 @@ def reward(
         ...     return -max(0, len(prediction) - max_chars) / max_chars
     """
     if callable(name):  # bare @reward
-        return reward(timeout=timeout, aliases=aliases)(name)
+        return reward(timeout=timeout, aliases=aliases, runs_in=runs_in, preload=preload)(name)
     if timeout is not None and not timeout > 0:
         raise ValueError(f"reward timeout must be positive, got {timeout!r}")
+    if runs_in not in RUNS_IN:
+        raise ValueError(f"runs_in must be one of {', '.join(RUNS_IN)}, got {runs_in!r}")
 
     def decorator(fn: RewardFn) -> RewardFn:
         if not callable(fn):
@@ -145,7 +177,7 @@ def reward(
         if not reward_name:
             raise ValueError(f"@reward needs a name for {fn!r}")
         REWARDS.register(reward_name, fn, aliases=aliases)
-        info = RewardInfo(reward_name, timeout or DEFAULT_TIMEOUT_S)
+        info = RewardInfo(reward_name, timeout or DEFAULT_TIMEOUT_S, runs_in, tuple(preload))
         _INFOS[reward_name] = info
         with contextlib.suppress(AttributeError):  # e.g. a bound method
             fn.reward_info = info
@@ -161,6 +193,16 @@ def get_reward(name: str) -> RewardFn:
         UnknownNameError: no such reward; the message lists the known ones.
     """
     return REWARDS.get(name)
+
+
+def worker_imports(name: str) -> list[str]:
+    """Modules a worker process imports at start for the reward ``name``: its own module and
+    what it declares with ``preload``."""
+    fn = get_reward(name)
+    info = _INFOS.get(REWARDS.canonical(name))
+    module = getattr(fn, "__module__", None)
+    own = [module] if module and module != "__main__" else []
+    return [*own, *(info.preload if info else ())]
 
 
 def reward_name_of(fn: RewardFn) -> str:
@@ -216,7 +258,8 @@ def normalize_reward_output(value: Any) -> tuple[float, dict[str, float]]:
     Non-numeric or non-finite extras are dropped (they cannot be averaged into a metric).
 
     Raises:
-        RewardError: (kind ``malformed``) not a finite number nor a dict with a finite ``reward``.
+        RewardError: (kind ``malformed``) not a finite number nor a dict with a finite ``reward``,
+            or a reward or extra whose magnitude exceeds float32's largest finite value.
     """
     if isinstance(value, Mapping):
         if "reward" not in value:
@@ -229,7 +272,7 @@ def normalize_reward_output(value: Any) -> tuple[float, dict[str, float]]:
                 continue
             number = _as_float(extra)
             if number is not None and math.isfinite(number):
-                extras[str(key)] = number
+                extras[str(key)] = _within_float32(number, f"extra {str(key)!r}")
         return _finite(value["reward"]), extras
     return _finite(value), {}
 
@@ -251,6 +294,15 @@ def _finite(value: Any) -> float:
         )
     if not math.isfinite(number):
         raise RewardError("malformed", f"returned a non-finite reward {number}")
+    return _within_float32(number, "reward")
+
+
+def _within_float32(number: float, what: str) -> float:
+    if abs(number) > FLOAT32_MAX:
+        raise RewardError(
+            "malformed",
+            f"returned {what} {number!r}, beyond float32's range (|x| <= {FLOAT32_MAX:.4g})",
+        )
     return number
 
 
@@ -270,10 +322,12 @@ def _failure(name: str, kind: str, message: str) -> RewardResult:
             error,
             kind,
         )
-    return RewardResult(reward=0.0, failed=True, error=error)
+    return RewardResult(reward=0.0, failed=True, error=error, kind=kind)
 
 
-def _resolve(name_or_fn: str | RewardFn, timeout: float | None) -> tuple[RewardFn, str, float]:
+def _resolve(
+    name_or_fn: str | RewardFn, timeout: float | None
+) -> tuple[RewardFn, str, float, str]:
     if isinstance(name_or_fn, str):
         fn = get_reward(name_or_fn)
         info = _INFOS.get(REWARDS.canonical(name_or_fn))
@@ -286,12 +340,13 @@ def _resolve(name_or_fn: str | RewardFn, timeout: float | None) -> tuple[RewardF
         timeout = info.timeout if info else DEFAULT_TIMEOUT_S
     if not timeout > 0:
         raise ValueError(f"reward timeout must be positive, got {timeout!r}")
-    return fn, name, timeout
+    return fn, name, timeout, info.runs_in if info else "process"
 
 
-def _call(fn: RewardFn, kwargs: dict[str, Any]) -> Any:
+def call_reward(fn: RewardFn, kwargs: dict[str, Any]) -> Any:
+    """``fn(**kwargs)``, an awaitable result run to its end (in a worker or a daemon thread)."""
     out = fn(**kwargs)
-    if inspect.isawaitable(out):  # an async reward called from a worker thread
+    if inspect.isawaitable(out):
         out = asyncio.run(_await(out))
     return out
 
@@ -300,75 +355,42 @@ async def _await(awaitable: Any) -> Any:
     return await awaitable
 
 
-_Job = tuple[concurrent.futures.Future[Any], RewardFn, dict[str, Any]]
+def _run_async(fn: RewardFn, kwargs: dict[str, Any], limit: float) -> Any:
+    return asyncio.run(asyncio.wait_for(fn(**kwargs), limit))
 
 
-class _DaemonWorkers:
-    """Reusable daemon threads for reward calls (threads that can never block interpreter exit).
-
-    One new thread per call made the caller wait for every thread to start: ``Thread.start``
-    returns only once the thread runs, which takes up to a GIL switch interval (5 ms) while other
-    threads compute; measured 2.7 ms per reward on the W3 benchmark, 86 ms of a 0.2 s rollout.
-    Here a call takes an idle worker, or starts one when none is idle. A worker stuck in a reward
-    that never returns stays stuck (its caller has had its timeout) and is simply not reused.
-    After a fork the child starts afresh (threads do not survive a fork).
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._reset()
-
-    def _reset(self) -> None:
-        self._pid = os.getpid()
-        self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
-        self._idle = 0  # workers waiting for a job and not yet promised one
-
-    def submit(self, fn: RewardFn, kwargs: dict[str, Any]) -> concurrent.futures.Future[Any]:
-        """Run ``fn(**kwargs)`` on a worker; the future holds its result or exception."""
-        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        with self._lock:
-            if self._pid != os.getpid():
-                self._reset()
-            start = self._idle == 0
-            if not start:
-                self._idle -= 1  # that worker is now promised this job
-            self._jobs.put((future, fn, kwargs))
-        if start:
-            threading.Thread(target=self._work, name="agentfly-reward", daemon=True).start()
-        return future
-
-    def _work(self) -> None:
-        jobs = self._jobs
-        while True:
-            future, fn, kwargs = jobs.get()
-            if future.set_running_or_notify_cancel():
-                try:
-                    future.set_result(_call(fn, kwargs))
-                except BaseException as exc:  # reported through the future, never lost
-                    future.set_exception(exc)
-            del future, fn, kwargs
-            with self._lock:
-                if jobs is not self._jobs:  # a fork replaced the queue: this thread is stale
-                    return
-                self._idle += 1
-
-
-_WORKERS = _DaemonWorkers()
+def _submit(
+    fn: RewardFn, kwargs: dict[str, Any], runs_in: str, name: str, limit: float,
+    workers: WorkerPool | None,
+) -> Any:
+    """The future of a sync reward's call: on a daemon thread, or in a worker process."""
+    if runs_in == "thread":
+        return THREADS.submit(call_reward, fn, kwargs)
+    pool = workers if workers is not None else default_pool()
+    return pool.submit(
+        call_reward, (by_reference(fn), kwargs), timeout=limit, label=f"reward {name!r}"
+    )
 
 
 def _from_exception(name: str, exc: BaseException, timeout: float) -> RewardResult:
+    if isinstance(exc, WorkerStartError):
+        raise exc
     if isinstance(exc, RewardError):
         return _failure(name, exc.kind, str(exc))
-    if isinstance(exc, TimeoutError | concurrent.futures.TimeoutError):
+    if isinstance(exc, TimeoutError | asyncio.TimeoutError):
         return _failure(name, "timeout", f"did not return within {timeout:g} s")
-    return _failure(name, "exception", f"{type(exc).__name__}: {exc}")
+    if isinstance(exc, WorkerDied):
+        return _failure(name, "worker_died", f"the process running it died ({exc.how})")
+    if isinstance(exc, ReplyTooLarge):
+        return _failure(name, "output_too_large", str(exc))
+    return _failure(name, "exception", describe_error(exc))
 
 
 def _from_value(name: str, value: Any) -> RewardResult:
     try:
         reward_value, extras = normalize_reward_output(value)
     except RewardError as exc:
-        return _failure(name, exc.kind, str(exc))
+        return _failure(name, exc.kind, f"reward {name!r} {exc}")
     return RewardResult(reward=reward_value, extras=extras)
 
 
@@ -378,6 +400,7 @@ def compute_reward(
     trajectory: Trajectory | None = None,
     row: Mapping[str, Any] | None = None,
     timeout: float | None = None,
+    workers: WorkerPool | None = None,
 ) -> RewardResult:
     """Score one response safely (blocking); see the module docstring for the failure rules.
 
@@ -387,6 +410,7 @@ def compute_reward(
         trajectory: the chain (the reward may look at its tool calls and messages).
         row: the data row; its fields become keyword arguments.
         timeout: seconds before the call scores 0 as failed; default: the reward's own.
+        workers: the worker pool of sync rewards (None: the process's default pool).
 
     Returns:
         The reward, its extras, and whether (and why) it failed. Returns within about
@@ -394,15 +418,19 @@ def compute_reward(
 
     Raises:
         UnknownNameError: ``name_or_fn`` names no registered reward.
+        WorkerStartError: the worker pool cannot start a worker (every call would fail alike).
     """
-    fn, name, limit = _resolve(name_or_fn, timeout)
+    fn, name, limit, runs_in = _resolve(name_or_fn, timeout)
     try:
         kwargs = bind_reward_kwargs(fn, prediction, trajectory, row or {})
     except RewardError as exc:
         return _failure(name, exc.kind, str(exc))
-    future = _WORKERS.submit(fn, kwargs)
     try:
-        value = future.result(timeout=limit)
+        if inspect.iscoroutinefunction(fn):  # on a thread, in a loop of its own
+            value = result_of(THREADS.submit(_run_async, fn, kwargs, limit), limit, pool=False)
+        else:
+            future = _submit(fn, kwargs, runs_in, name, limit, workers)
+            value = result_of(future, limit, pool=runs_in == "process")
     except Exception as exc:
         return _from_exception(name, exc, limit)
     return _from_value(name, value)
@@ -414,46 +442,54 @@ async def acompute_reward(
     trajectory: Trajectory | None = None,
     row: Mapping[str, Any] | None = None,
     timeout: float | None = None,
+    workers: WorkerPool | None = None,
 ) -> RewardResult:
-    """Async ``compute_reward`` for the agent loop: the reward runs off the event loop.
+    """Async ``compute_reward`` for the agent loop: a sync reward runs off the event loop.
 
-    A coroutine reward is awaited on the loop under the timeout; a plain one runs in a daemon
-    thread (not the loop's default executor, whose threads ``asyncio.run`` would wait for at
-    exit if a reward hung). Same arguments, result and failure rules as ``compute_reward``.
+    A coroutine reward is awaited on the loop under the timeout; a plain one runs in a worker
+    process (or a daemon thread, ``runs_in="thread"``; never the loop's default executor, whose
+    threads ``asyncio.run`` would wait for at exit if a reward hung). Same arguments, result
+    and failure rules as ``compute_reward``.
     """
-    fn, name, limit = _resolve(name_or_fn, timeout)
+    fn, name, limit, runs_in = _resolve(name_or_fn, timeout)
     try:
         kwargs = bind_reward_kwargs(fn, prediction, trajectory, row or {})
     except RewardError as exc:
         return _failure(name, exc.kind, str(exc))
-    if inspect.iscoroutinefunction(fn):
-        awaitable = fn(**kwargs)
-    else:
-        awaitable = asyncio.wrap_future(_WORKERS.submit(fn, kwargs))
     try:
-        value = await asyncio.wait_for(awaitable, timeout=limit)
+        if inspect.iscoroutinefunction(fn):
+            value = await asyncio.wait_for(fn(**kwargs), timeout=limit)
+        else:
+            future = _submit(fn, kwargs, runs_in, name, limit, workers)
+            value = await wait_call(future, limit, pool=runs_in == "process")
     except Exception as exc:  # CancelledError is not an Exception: cancelling the caller works
         return _from_exception(name, exc, limit)
     return _from_value(name, value)
 
 
 def score_trajectory(
-    name_or_fn: str | RewardFn, trajectory: Trajectory, timeout: float | None = None
+    name_or_fn: str | RewardFn,
+    trajectory: Trajectory,
+    timeout: float | None = None,
+    workers: WorkerPool | None = None,
 ) -> RewardResult:
     """Score ``trajectory`` (its final response and row) and record the result on it."""
     result = compute_reward(
-        name_or_fn, trajectory.final_response, trajectory, trajectory.row, timeout
+        name_or_fn, trajectory.final_response, trajectory, trajectory.row, timeout, workers
     )
     _record(trajectory, result)
     return result
 
 
 async def ascore_trajectory(
-    name_or_fn: str | RewardFn, trajectory: Trajectory, timeout: float | None = None
+    name_or_fn: str | RewardFn,
+    trajectory: Trajectory,
+    timeout: float | None = None,
+    workers: WorkerPool | None = None,
 ) -> RewardResult:
     """Async ``score_trajectory``."""
     result = await acompute_reward(
-        name_or_fn, trajectory.final_response, trajectory, trajectory.row, timeout
+        name_or_fn, trajectory.final_response, trajectory, trajectory.row, timeout, workers
     )
     _record(trajectory, result)
     return result
@@ -463,5 +499,6 @@ def _record(trajectory: Trajectory, result: RewardResult) -> None:
     trajectory.reward = result.reward
     trajectory.reward_extras = dict(result.extras)
     trajectory.reward_failed = result.failed
+    trajectory.reward_error = result.kind
     if result.failed:
         trajectory.error = trajectory.error or f"reward {result.error}"

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from agentfly.rollout.trajectory import Trajectory
 
 MATH_TIMEOUT_S = 20.0
+_PRELOAD = ("math_verify",)  # what the rewards import on first use: worker processes at start
 
 _BOX_COMMANDS = ("\\boxed", "\\fbox")
 _ANSWER_MARKER = re.compile(r"(?:answer\s*(?:is|:)|####)\s*:?\s*(?P<value>[^\n]*)", re.IGNORECASE)
@@ -146,7 +147,9 @@ def used_tool(trajectory: Trajectory | None) -> bool:
     return any(m.get("role") == "tool" for m in trajectory.messages if isinstance(m, dict))
 
 
-@reward(name="math_equal_reward", timeout=MATH_TIMEOUT_S, aliases=("math_reward",))
+@reward(
+    name="math_equal_reward", timeout=MATH_TIMEOUT_S, aliases=("math_reward",), preload=_PRELOAD
+)
 def math_equal_reward(prediction: str, answer: Any) -> dict[str, float]:
     """1.0 when the prediction's answer is mathematically equal to ``answer``, else 0.0.
 
@@ -157,7 +160,12 @@ def math_equal_reward(prediction: str, answer: Any) -> dict[str, float]:
     return {"reward": acc, "acc": acc}
 
 
-@reward(name="math_equal_reward_tool", timeout=MATH_TIMEOUT_S, aliases=("math_reward_tool",))
+@reward(
+    name="math_equal_reward_tool",
+    timeout=MATH_TIMEOUT_S,
+    aliases=("math_reward_tool",),
+    preload=_PRELOAD,
+)
 def math_equal_reward_tool(
     prediction: str, answer: Any, trajectory: Trajectory | None = None
 ) -> dict[str, float]:
@@ -189,7 +197,7 @@ def math_reward_string_equal(prediction: str, answer: Any) -> dict[str, float]:
     return {"reward": acc, "acc": acc}
 
 
-@reward(name="math_reward_format", timeout=MATH_TIMEOUT_S)
+@reward(name="math_reward_format", timeout=MATH_TIMEOUT_S, preload=_PRELOAD)
 def math_reward_format(prediction: str, answer: Any) -> dict[str, float]:
     """Correctness with a format requirement: the final answer must be in ``\\boxed{}``.
 

@@ -113,7 +113,7 @@ async def _invoke(tool: Tool, kwargs: dict[str, Any], workers: WorkerPool | None
     if tool.is_async:
         value = await asyncio.wait_for(tool.fn(**kwargs), tool.timeout)
     elif tool.stateful or tool.runs_in == "thread":
-        value = await wait_call(THREADS.submit(tool.fn, **kwargs), tool.timeout)
+        value = await wait_call(THREADS.submit(tool.fn, **kwargs), tool.timeout, pool=False)
     else:
         pool = workers if workers is not None else default_pool()
         fn = by_reference(tool.fn)
@@ -121,7 +121,7 @@ async def _invoke(tool: Tool, kwargs: dict[str, Any], workers: WorkerPool | None
             call_in_worker, (fn, kwargs, tool.name, tool.max_output_chars),
             timeout=tool.timeout, label=f"tool {tool.name!r}",
         )
-        return await wait_call(future, tool.timeout)
+        return await wait_call(future, tool.timeout, pool=True)
     return _as_result(value, tool.name, tool.max_output_chars)
 
 
