@@ -18,8 +18,9 @@ original stdin (requests) and stdout (replies). File descriptors 0 and 1 are the
   ``MAX_REPLY_BYTES`` is replaced by a :class:`ReplyTooLarge` error here, so it never crosses
   the pipe.
 
-A watchdog thread kills the worker's whole process group (the worker and whatever its calls
-started) as soon as its parent is gone, however the parent ended.
+The worker kills its whole process group (itself and whatever its calls started) as soon as its
+parent is gone, however the parent ended: when its request pipe closes, or when a watchdog thread
+sees its parent process change.
 """
 
 from __future__ import annotations
@@ -93,14 +94,19 @@ def write_frame(fd: int, payload: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
+def _end_group() -> None:
+    """Kill this worker and everything its calls started (its process group)."""
+    try:
+        os.killpg(0, signal.SIGKILL)
+    finally:
+        os._exit(1)
+
+
 def _watch_parent(parent: int) -> None:
     while True:
         time.sleep(WATCH_INTERVAL_S)
         if os.getppid() != parent:
-            try:
-                os.killpg(0, signal.SIGKILL)  # this worker and everything its calls started
-            finally:
-                os._exit(1)
+            _end_group()
 
 
 def _import_plugins(specs: list[str], loaded: set[str]) -> None:
@@ -168,8 +174,8 @@ def main(argv: list[str]) -> int:
     write_frame(replies, cloudpickle.dumps(("ready", os.getpid())))
     while True:
         frame = read_frame(requests)
-        if frame is None:  # the pool closed the pipe
-            return 0
+        if frame is None:  # the pool closed the pipe, or its process is gone
+            _end_group()
         write_frame(replies, _run(frame, cap, loaded))
 
 

@@ -1,0 +1,314 @@
+"""The worker pool that runs sync tools and rewards: deadlines that end calls, deaths that are
+failures, memory and output limits, no thread or process left behind."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from agentfly.plugins import load_plugins
+from agentfly.rollout.rewards import acompute_reward, compute_reward, get_reward, reward
+from agentfly.rollout.summary import summarize
+from agentfly.rollout.tools import get_tool, tool
+from agentfly.rollout.tools.call import run_tool_call
+from agentfly.rollout.trajectory import Trajectory
+from agentfly.rollout.workers import WorkerPool, WorkerStartError
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie is not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
+def _children() -> list[int]:
+    """Live child processes of this process."""
+    me, out = os.getpid(), []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == me and fields[0] != "Z":
+                out.append(int(entry))
+    return out
+
+
+def _status(field: str) -> int:
+    """A ``/proc/self/status`` figure in kB (``VmRSS``, ``VmHWM``)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise KeyError(field)
+
+
+@tool(name="test_workers_hangs", timeout=1.0)
+def _hangs() -> str:
+    """Never returns."""
+    while True:
+        time.sleep(60)
+
+
+@tool(name="test_workers_pid")
+def _pid() -> str:
+    """The process it runs in."""
+    return str(os.getpid())
+
+
+@tool(name="test_workers_exits")
+def _exits(code: int) -> str:
+    """Ends its process at once.
+
+    Args:
+        code: the exit code.
+    """
+    os._exit(code)
+
+
+@tool(name="test_workers_segfaults")
+def _segfaults() -> str:
+    """Reads address 0."""
+    import ctypes
+
+    return str(ctypes.string_at(0))
+
+
+@tool(name="test_workers_allocates", timeout=20.0)
+def _allocates(gib: int) -> str:
+    """Allocates memory and touches it.
+
+    Args:
+        gib: how much, in GiB.
+    """
+    return str(len(bytearray(gib * 2**30)))
+
+
+@tool(name="test_workers_floods", max_output_chars=1000)
+def _floods() -> str:
+    """Returns 100 MB of text."""
+    return "y" * (100 * 2**20)
+
+
+@reward(name="test_workers_hung_reward", timeout=0.5)
+def _hung_reward(prediction: str) -> float:
+    while True:
+        time.sleep(60)
+
+
+@reward(name="test_workers_huge_reward")
+def _huge_reward(prediction: str) -> float:
+    return 1e308
+
+
+@reward(name="test_workers_huge_extra")
+def _huge_extra(prediction: str) -> dict:
+    return {"reward": 1.0, "score": -1e308}
+
+
+def test_hung_tools_time_out_at_their_deadline_and_later_calls_run():
+    """20 calls of a tool that never returns on 2 workers: each is a timeout within about its
+    1 s deadline, the rollout's ``asyncio.run`` returns, a fast call afterwards runs in a
+    (new) worker, and closing the pool leaves no process."""
+    pool = WorkerPool(2, start_timeout=30)
+
+    async def one() -> tuple[float, object]:
+        start = time.monotonic()
+        result = await run_tool_call("test_workers_hangs", {}, workers=pool)
+        return time.monotonic() - start, result
+
+    async def rollout() -> list[tuple[float, object]]:
+        return await asyncio.gather(*(one() for _ in range(20)))
+
+    start = time.monotonic()
+    timed = asyncio.run(rollout())
+    assert time.monotonic() - start < 1.0 + 1.5  # asyncio.run waited on nothing stuck
+    for seconds, result in timed:
+        assert not result.ok and result.error == "timeout", result
+        assert seconds < 1.0 + 1.0
+    assert pool.stats["timed_out"] >= 1  # the running ones had their workers killed
+    fast = asyncio.run(run_tool_call("test_workers_pid", {}, workers=pool))
+    assert fast.ok and int(fast.observation) != os.getpid()
+    pids = pool.pids()
+    pool.close()
+    assert pids and not any(_alive(p) for p in pids)
+    assert _children() == []
+
+
+def test_a_worker_that_exits_is_a_counted_failure_and_the_next_call_runs():
+    with WorkerPool(1) as pool:
+        died = asyncio.run(run_tool_call("test_workers_exits", {"code": 3}, workers=pool))
+        assert not died.ok and died.error == "worker_died"
+        assert "exit code 3" in died.observation
+        crashed = asyncio.run(run_tool_call("test_workers_segfaults", {}, workers=pool))
+        assert not crashed.ok and crashed.error == "worker_died"
+        assert "SIGSEGV" in crashed.observation
+        after = asyncio.run(run_tool_call("test_workers_pid", {}, workers=pool))
+        assert after.ok and int(after.observation) != os.getpid()
+        assert pool.stats["died"] == 2
+
+
+def test_an_allocation_past_the_limit_fails_in_the_worker_not_the_trainer():
+    """6 GiB against the 4 GiB default: a MemoryError in the worker; this process's peak
+    resident memory does not move."""
+    with WorkerPool(1) as pool:
+        asyncio.run(run_tool_call("test_workers_pid", {}, workers=pool))  # started
+        peak, rss = _status("VmHWM"), _status("VmRSS")
+        result = asyncio.run(run_tool_call("test_workers_allocates", {"gib": 6}, workers=pool))
+        assert not result.ok and result.error == "exception"
+        assert "MemoryError" in result.observation
+        assert _status("VmHWM") - peak < 64 * 1024  # kB
+        assert _status("VmRSS") - rss < 64 * 1024
+        again = asyncio.run(run_tool_call("test_workers_pid", {}, workers=pool))
+        assert again.ok  # the same worker goes on
+
+
+def test_a_huge_output_is_cut_in_the_worker_before_the_pipe():
+    with WorkerPool(1) as pool:
+        result = asyncio.run(run_tool_call("test_workers_floods", {}, workers=pool))
+        assert result.ok and result.observation.startswith("y" * 1000 + "\n")
+        assert f"{100 * 2**20 - 1000} more characters" in result.observation
+        assert pool.stats["largest_reply_bytes"] < 10_000  # the 100 MB never crossed
+
+
+def test_a_reply_over_the_cap_never_crosses_the_pipe():
+    with WorkerPool(1, max_reply_bytes=100_000) as pool:
+        future = pool.submit(bytes, (10_000_000,), timeout=10)
+        with pytest.raises(Exception, match="over the 100000-byte reply cap"):
+            future.result()
+        assert pool.stats["largest_reply_bytes"] < 100_000
+
+
+def test_hung_rewards_time_out_without_leaving_threads_or_processes():
+    with WorkerPool(2) as pool:
+
+        async def score(n: int) -> list:
+            calls = (acompute_reward("test_workers_hung_reward", "p", workers=pool) for _ in range(n))
+            return await asyncio.gather(*calls)
+
+        asyncio.run(score(2))  # the pool's own thread and workers exist now
+        threads, processes = threading.active_count(), len(_children())
+        results = asyncio.run(score(12)) + asyncio.run(score(12))
+        assert all(r.failed and r.kind == "timeout" for r in results)
+        assert threading.active_count() <= threads
+        assert len(_children()) <= max(processes, pool.num_workers)
+
+
+def test_a_reward_beyond_float32_is_malformed_and_named():
+    huge = compute_reward("test_workers_huge_reward", "p")
+    assert huge.failed and huge.reward == 0.0 and huge.kind == "malformed"
+    assert "test_workers_huge_reward" in huge.error and "1e+308" in huge.error
+    extra = compute_reward("test_workers_huge_extra", "p")
+    assert extra.failed and extra.kind == "malformed"
+    assert "test_workers_huge_extra" in extra.error and "'score'" in extra.error
+    largest = compute_reward(lambda prediction: 3.4e38, "p")  # float32's range holds it
+    assert not largest.failed and largest.reward == 3.4e38
+
+
+def test_failures_are_counted_by_kind_as_numbers_to_log():
+    def traj(reward_error: str | None) -> Trajectory:
+        t = Trajectory(prompt_ids=[1], finish_reason="answer", reward=0.0)
+        t.reward_failed, t.reward_error = reward_error is not None, reward_error
+        return t
+
+    summary = summarize([traj("timeout"), traj("timeout"), traj("malformed"), traj(None)])
+    assert summary["failures/reward_kinds"] == {"timeout": 2, "malformed": 1}
+    assert summary["failures/reward_kinds/timeout"] == 2
+    assert summary["failures/reward_kinds/malformed"] == 1
+
+
+def test_tools_and_rewards_from_a_plugin_file_run_in_the_pool(tmp_path):
+    plugin = tmp_path / "my_worker_plugin.py"
+    plugin.write_text(textwrap.dedent('''
+        import os
+        from agentfly.rollout.rewards import reward
+        from agentfly.rollout.tools import tool
+
+        TABLE = {"answer": 42}
+
+        @tool(name="test_workers_plugin_tool")
+        def plugin_tool(key: str) -> str:
+            """Looks a key up.
+
+            Args:
+                key: the key.
+            """
+            return f"{TABLE[key]} from {os.getpid()}"
+
+        @reward(name="test_workers_plugin_reward")
+        def plugin_reward(prediction: str, parent: int) -> float:
+            return float(os.getpid() != parent)
+    '''))
+    load_plugins([str(plugin)])
+    with WorkerPool(1, plugins=[str(plugin)]) as pool:
+        result = asyncio.run(
+            run_tool_call(get_tool("test_workers_plugin_tool"), {"key": "answer"}, workers=pool)
+        )
+        assert result.ok and result.observation.startswith("42 from ")
+        assert int(result.observation.split()[-1]) in pool.pids()
+        scored = compute_reward(
+            get_reward("test_workers_plugin_reward"), "p", row={"parent": os.getpid()},
+            workers=pool,
+        )
+        assert not scored.failed and scored.reward == 1.0
+
+
+def test_a_worker_that_cannot_start_names_what_failed(tmp_path):
+    broken = tmp_path / "broken_plugin.py"
+    broken.write_text("import sys\nprint('plugin-marker-77', file=sys.stderr)\nraise ValueError('no')\n")
+    with WorkerPool(1, plugins=[str(broken)]) as pool:
+        future = pool.submit(os.getpid, timeout=30)
+        with pytest.raises(WorkerStartError) as err:
+            future.result(30)
+    assert "broken_plugin.py" in str(err.value) and "ValueError" in str(err.value)
+
+
+def test_close_kills_a_stuck_call_at_once():
+    pool = WorkerPool(1)
+    future = pool.submit(time.sleep, (60,), timeout=60)
+    while not pool.pids() or not future.running():
+        time.sleep(0.02)
+    pid = pool.pids()[0]
+    start = time.monotonic()
+    pool.close()
+    assert time.monotonic() - start < 1.5
+    with pytest.raises(Exception, match="closed"):
+        future.result(1)
+    assert not _alive(pid)
+
+
+def test_workers_die_with_the_trainer(tmp_path):
+    """The trainer SIGKILLed: its worker (and what the worker started) goes too."""
+    script = tmp_path / "trainer.py"
+    script.write_text(textwrap.dedent('''
+        import os, signal, subprocess, sys
+        from agentfly.rollout.workers import WorkerPool
+
+        def start_child():
+            child = subprocess.Popen(["sleep", "60"])
+            return f"{os.getpid()} {child.pid}"
+
+        pool = WorkerPool(1)
+        print(pool.submit(start_child, timeout=30).result(30), flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    '''))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    out = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, env=env
+    )
+    worker, grandchild = map(int, out.stdout.split())
+    deadline = time.monotonic() + 5
+    while (_alive(worker) or _alive(grandchild)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(worker) and not _alive(grandchild)
