@@ -311,4 +311,9 @@ def test_workers_die_with_the_trainer(tmp_path):
     deadline = time.monotonic() + 5
     while (_alive(worker) or _alive(grandchild)) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _alive(worker) and not _alive(grandchild)
+    try:
+        assert not _alive(worker) and not _alive(grandchild)
+    finally:  # what a failure would leave
+        for pid in (worker, grandchild):
+            if _alive(pid):
+                os.kill(pid, 9)
