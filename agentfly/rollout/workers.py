@@ -418,12 +418,13 @@ class WorkerPool:
                 settled.append((job, None, WorkerTimeout(
                     f"{job.label} did not finish within {job.timeout:g} s; its worker was killed"
                 )))
-        while self._queue and self._queue[0].deadline <= now:
-            job = self._queue.popleft()
-            settled.append((job, None, WorkerTimeout(
+        if any(j.deadline <= now for j in self._queue):  # calls of any timeout, in any order
+            waiting = list(self._queue)
+            self._queue = collections.deque(j for j in waiting if j.deadline > now)
+            settled += [(job, None, WorkerTimeout(
                 f"{job.label} did not start within {job.timeout:g} s: all "
                 f"{self.num_workers} workers were busy"
-            )))
+            )) for job in waiting if job.deadline <= now]
         if self._start_error is not None:
             return
         while self._queue:

@@ -274,6 +274,31 @@ def test_a_worker_that_cannot_start_names_what_failed(tmp_path):
     assert "broken_plugin.py" in str(err.value) and "ValueError" in str(err.value)
 
 
+def test_a_worker_that_does_not_start_in_time_names_the_deadline(tmp_path):
+    slow = tmp_path / "slow_plugin.py"
+    slow.write_text("import time\ntime.sleep(30)\n")
+    with WorkerPool(1, plugins=[str(slow)], start_timeout=0.5) as pool:
+        start = time.monotonic()
+        future = pool.submit(os.getpid, timeout=30)
+        with pytest.raises(WorkerStartError, match=r"within 0\.5 s"):
+            future.result(30)
+        assert time.monotonic() - start < 0.5 + 1.5
+        with pytest.raises(WorkerStartError):  # said again, not waited for again
+            pool.submit(os.getpid, timeout=30).result(1)
+
+
+def test_queued_calls_time_out_by_their_own_deadlines():
+    """A short call queued behind a long one fails at its own deadline."""
+    with WorkerPool(1) as pool:
+        pool.submit(time.sleep, (30,), timeout=30)
+        pool.submit(time.sleep, (30,), timeout=20)
+        start = time.monotonic()
+        short = pool.submit(os.getpid, timeout=0.5)
+        with pytest.raises(TimeoutError, match=r"did not start within 0\.5 s"):
+            short.result(5)
+        assert time.monotonic() - start < 0.5 + 1.0
+
+
 def test_close_kills_a_stuck_call_at_once():
     pool = WorkerPool(1)
     future = pool.submit(time.sleep, (60,), timeout=60)
