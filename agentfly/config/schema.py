@@ -138,9 +138,10 @@ class WorkersConfig:
     Attributes:
         num_workers: processes at most, started on first use and reused; ``None`` = the
             usable CPU count, within 2..8.
-        memory_mb: each worker's address-space limit in MiB (``RLIMIT_AS``): an allocation
-            past it is a ``MemoryError`` in the worker (a counted ``exception`` failure);
-            0 = no limit.
+        memory_mb: each worker's address-space limit in MiB (``RLIMIT_AS``, virtual memory,
+            set after the plugins are imported): an allocation past it is a ``MemoryError`` in
+            the worker (a counted ``exception`` failure); 0 = no limit (needed by code that
+            initialises CUDA, which reserves far more address space than it uses).
         start_timeout: seconds a worker may take to start (import the plugins) before the
             rollout stops with an error naming what failed.
     """
