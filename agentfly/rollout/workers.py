@@ -375,6 +375,7 @@ class WorkerPool:
                     reads, writes, wait = self._interest()
                 for job, value, error in settled:  # callbacks run outside the lock
                     _settle(job.future, value, error)
+                settled = []
                 try:
                     readable, writable, _ = select.select(reads, writes, [], wait)
                 except (OSError, ValueError):  # a worker closed under us: look again
