@@ -71,7 +71,7 @@ def _json(p: Path) -> list[Any]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
-        if "\n{" in text.strip():  # JSONL saved with a .json name
+        if "\n{" in text.strip() and not text.lstrip().startswith("["):  # JSONL named .json
             return _jsonl(p)
         raise DataError(
             f"{p}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})"
