@@ -401,10 +401,10 @@ def plan_run(cfg: Any, hardware: Hardware | None = None) -> RunPlan:
     """
     from agentfly.estimators import get_estimator
 
-    needs_critic = get_estimator(cfg.algorithm.adv_estimator).needs_critic
-    check_model_paths(cfg, needs_critic)
     hw = hardware or Hardware.detect()
     topology = resolve_topology(cfg, hw)
+    needs_critic = get_estimator(cfg.algorithm.adv_estimator).needs_critic
+    check_model_paths(cfg, needs_critic)
     check_batches(cfg, topology.world_size, needs_critic)
     rows = train_rows(cfg)
     check_rows(cfg, rows)
