@@ -104,9 +104,17 @@ def _session_factory(cfg: Any, rollout: RolloutPlan) -> Any:
 
 
 def build_datamodule(cfg: Any, plan: RunPlan) -> Any:
-    from agentfly.rollout.datamodule import RolloutDataModule
+    from functools import partial
 
-    return RolloutDataModule(_session_factory(cfg, plan.rollout), **plan.datamodule)
+    from agentfly.rollout.datamodule import RolloutDataModule
+    from agentfly.rollout.prompt_fit import renderer_from_plan
+
+    # with the context known from the config, prompts are measured before any engine starts
+    known = plan.rollout.loop["max_model_len"] is not None
+    renderer = partial(renderer_from_plan, plan.rollout) if known else None
+    return RolloutDataModule(
+        _session_factory(cfg, plan.rollout), renderer_factory=renderer, **plan.datamodule
+    )
 
 
 def build_callbacks(plan: RunPlan) -> list[Any]:

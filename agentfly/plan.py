@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from agentfly.config.keys import plain
+from agentfly.config.model_paths import check_model_paths
 from agentfly.config.topology import Hardware, Topology, check_batches, resolve_topology
 
 
@@ -106,13 +107,33 @@ class RunPlan:
     notes: list[str] = field(default_factory=list)
 
 
-def total_iterations(cfg: Any) -> int:
-    """RL iterations: ``trainer.total_training_steps``, else ``total_epochs`` passes over the rows."""
-    if cfg.trainer.total_training_steps:
-        return int(cfg.trainer.total_training_steps)
+def train_rows(cfg: Any) -> int:
+    """Rows of the training files (read and checked row by row; prompt lengths aside)."""
     from agentfly.rollout.data import load_rows
 
-    rows = sum(len(load_rows(f, cfg.data.prompt_key)) for f in cfg.data.train_files)
+    return sum(len(load_rows(f, cfg.data.prompt_key)) for f in cfg.data.train_files)
+
+
+def check_rows(cfg: Any, rows: int) -> None:
+    """An iteration's prompts come from the training rows: the batch cannot be larger.
+
+    Raises:
+        ConfigError: naming both numbers (no training files: nothing to check).
+    """
+    from agentfly.config.errors import ConfigError
+
+    batch = int(cfg.data.train_batch_size)
+    if cfg.data.train_files and batch > rows:
+        raise ConfigError(
+            f"data.train_batch_size={batch} is larger than the {rows} training rows of "
+            f"data.train_files; lower it to at most {rows}"
+        )
+
+
+def total_iterations(cfg: Any, rows: int) -> int:
+    """RL iterations: ``trainer.total_training_steps``, else ``total_epochs`` passes over ``rows``."""
+    if cfg.trainer.total_training_steps:
+        return int(cfg.trainer.total_training_steps)
     return max(1, rows // cfg.data.train_batch_size) * int(cfg.trainer.total_epochs)
 
 
@@ -221,6 +242,9 @@ def plan_datamodule(cfg: Any, topology: Topology, run_dir: Path) -> dict[str, An
         train_batch_size=cfg.data.train_batch_size // topology.world_size,
         val_batch_size=cfg.data.val_batch_size,
         prompt_key=cfg.data.prompt_key,
+        max_prompt_length=cfg.data.max_prompt_length,
+        filter_overlong_prompts=bool(cfg.data.filter_overlong_prompts),
+        truncation=str(cfg.data.truncation),
         shuffle=bool(cfg.data.shuffle),
         seed=int(cfg.data.seed),
         # do_sample with temperature 0 samples at the training temperature
@@ -244,6 +268,7 @@ def plan_rollout(cfg: Any, topology: Topology) -> RolloutPlan:
     gen = run.generation_config
     if not init.model_name_or_path:
         raise ValueError("agent.init_config.model_name_or_path (or actor_rollout_ref.model.path) is not set")
+    check_model_paths(cfg, needs_critic=False)  # `agentfly rollout` plans only this part
     engine_kwargs: dict[str, Any] = {
         "model": str(init.model_name_or_path),
         "dtype": str(rollout.dtype) if topology.cuda_engines else "float32",
@@ -381,18 +406,22 @@ def plan_run(cfg: Any, hardware: Hardware | None = None) -> RunPlan:
     """Everything a run of ``cfg`` builds on ``hardware`` (detected when None).
 
     Raises:
-        ConfigError: the machine cannot run what ``cfg`` asks (see
+        ConfigError: a model path that cannot be loaded (:mod:`agentfly.config.model_paths`),
+            the machine cannot run what ``cfg`` asks (see
             :func:`~agentfly.config.topology.resolve_topology`), or the batch sizes do not
-            split over the ranks that will run.
+            split over the ranks that will run or exceed the training rows.
     """
     from agentfly.estimators import get_estimator
 
     hw = hardware or Hardware.detect()
     topology = resolve_topology(cfg, hw)
     needs_critic = get_estimator(cfg.algorithm.adv_estimator).needs_critic
+    check_model_paths(cfg, needs_critic)
     check_batches(cfg, topology.world_size, needs_critic)
+    rows = train_rows(cfg)
+    check_rows(cfg, rows)
     run_dir = Path(str(cfg.trainer.default_local_dir))
-    iterations = total_iterations(cfg)
+    iterations = total_iterations(cfg, rows)
     notes = list(topology.notes)
     if topology.cpu_fallback:
         notes += _cpu_notes(cfg)

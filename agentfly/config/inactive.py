@@ -105,7 +105,7 @@ def _node(cfg: Any, dotted: str) -> Any:
     return cfg
 
 
-def _unless(key: str, active: str) -> Cond:
+def _unless(key: str, active: Any) -> Cond:
     """Inactive unless ``key`` has the value ``active``."""
 
     def why(cfg: Any) -> str | None:
@@ -182,6 +182,7 @@ RULES: tuple[Rule, ...] = (
     Rule(("critic.optim.lr_warmup_steps_ratio",), _warmup_steps_given("critic.optim")),
     Rule((A + "actor.clip_ratio",), _clip_sides_given),
     Rule(("data.seed",), _no_shuffle),
+    Rule(("data.truncation",), _unless("data.filter_overlong_prompts", False)),  # filtered instead
     Rule(("algorithm.norm_adv_by_std_in_grpo",), _unused_by_estimator("norm_adv_by_std_in_grpo", "does not divide by a group std")),
     Rule(("algorithm.gamma",), _unused_by_estimator("gamma", "does not discount")),
     Rule(("algorithm.lam",), _unused_by_estimator("lam", "has no GAE lambda")),

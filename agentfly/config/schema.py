@@ -13,6 +13,9 @@ AgentFly documents' where they state one. Departures from verl, each on purpose:
 - ``actor.strategy='auto'`` (verl: ``fsdp``): a Lightning strategy name, ``fsdp`` on request.
 - ``trainer.device='auto'`` (verl: ``cuda``): CUDA when present, else CPU.
 - ``data.train_files``/``val_files`` are lists (a single path is accepted and wrapped).
+- ``data.filter_overlong_prompts=True`` (verl: False): a row whose rendered prompt leaves no
+  room in the context is dropped, counted and named, rather than left to fail in training;
+  ``data.max_prompt_length`` defaults to the context less one token (verl: 512).
 - Model paths default to ``None`` (verl: a placeholder path); ``critic.model.path`` must be set
   when the estimator needs a critic.
 - Batch semantics: ``ppo_mini_batch_size`` counts *trajectories* (after the ``num_chains``
@@ -45,6 +48,14 @@ class DataConfig:
             ``question``, ``prompt``, ``problem``, ``instruction``.
         shuffle: shuffle the training rows every epoch.
         seed: seed of the shuffling sampler (defaults to ``trainer.seed``).
+        max_prompt_length: longest rendered prompt in tokens (system prompt, tools' schemas and
+            chat template included); ``None`` = the rollout's ``max_model_len`` less one token
+            (room for one generated token). Must be below ``agent.init_config.max_model_len``.
+        filter_overlong_prompts: drop (count and name once) the rows whose prompt is longer,
+            when the data is loaded, training and validation alike.
+        truncation: what to do with a longer prompt when filtering is off: ``error`` (stop,
+            naming the file, the row and the length), or cut the question's tokens on the
+            ``left``, the ``right`` or in the ``middle`` until the prompt fits.
     """
 
     train_files: list[str] = field(default_factory=list)
@@ -54,6 +65,9 @@ class DataConfig:
     prompt_key: str | None = None
     shuffle: bool = True
     seed: int = II("trainer.seed")
+    max_prompt_length: int | None = None
+    filter_overlong_prompts: bool = True
+    truncation: str = "error"
 
 
 # -------------------------------------------------------------------------------------- agent

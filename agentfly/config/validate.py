@@ -37,6 +37,7 @@ from agentfly.modules.loss_modes import LOSS_AGG_MODES
 from agentfly.modules.schedule import WARMUP_STYLES
 
 RESUME_MODES = ("auto", "disable", "resume_path")
+TRUNCATIONS = ("error", "left", "right", "middle")  # agentfly.rollout.prompt_fit's
 RESOURCE_BACKENDS = ("local", "ray")
 KL_CTRL_TYPES = ("fixed", "adaptive")
 LOGGERS = ("console", "wandb", "tensorboard", "csv")
@@ -122,6 +123,7 @@ def _check_ranges(c: _Checker) -> None:
     c.at_least("actor_rollout_ref.rollout.num_engines", 0, optional=True)  # 0 = in-process, no Ray
     for key in (
         "data.val_batch_size",
+        "data.max_prompt_length",
         "agent.run_config.max_concurrent_chains",
         "agent.init_config.max_model_len",
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
@@ -189,6 +191,7 @@ def _check_choices(c: _Checker) -> None:
     c.choice("agent.run_config.context_config.resource_backend", RESOURCE_BACKENDS)
     c.choice("algorithm.kl_ctrl.type", KL_CTRL_TYPES)
     c.choice("trainer.resume_mode", RESUME_MODES)
+    c.choice("data.truncation", TRUNCATIONS)
     c.choice("trainer.device", DEVICES)
     kinds = _kl_kinds()
     c.choice("algorithm.kl_penalty", kinds)
@@ -298,6 +301,13 @@ def _check_contradictions(c: _Checker, estimator: Any | None, check_required: bo
         c.errors.append(
             f"critic.model.path is required: algorithm.adv_estimator="
             f"{c.get('algorithm.adv_estimator')!r} trains a critic (often the actor's path)"
+        )
+    prompt, context = c.get("data.max_prompt_length"), c.get("agent.init_config.max_model_len")
+    if prompt is not None and context is not None and prompt >= context:
+        c.errors.append(
+            f"data.max_prompt_length={prompt} leaves no room to generate in "
+            f"agent.init_config.max_model_len={context}; set it below {context} (or null: "
+            f"{context} - 1)"
         )
     if c.get("trainer.resume_mode") == "resume_path" and not c.get("trainer.resume_from_path"):
         c.errors.append("trainer.resume_mode=resume_path needs trainer.resume_from_path")

@@ -12,8 +12,9 @@ calls and to record the chat; it is never re-encoded.
 Finish reasons: ``answer`` (the agent gave a final answer or called the ``answer`` tool),
 ``no_tool_call`` (a turn with no tool call), ``max_turns``, ``max_model_len`` (the next turn or
 observation would not fit in the context), ``max_response_len`` (nor in the response budget,
-``actor_rollout_ref.rollout.response_length``), ``error`` (the chain failed; recorded, never
-raised).
+``actor_rollout_ref.rollout.response_length``), ``prompt_too_long`` (the prompt leaves no room
+to generate: nothing is sampled or scored, and only its first token is kept so that a collated
+batch stays within the context), ``error`` (the chain failed; recorded, never raised).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Any
 from agentfly.rollout.agents.base import Agent, ToolCallRequest
 from agentfly.rollout.engines.base import SamplingParams
 from agentfly.rollout.engines.pool import run_sync
+from agentfly.rollout.prompt import render_prompt
 from agentfly.rollout.rewards import ascore_trajectory
 from agentfly.rollout.templates.base import ChatTemplate
 from agentfly.rollout.tools.base import INVALID_ARGUMENTS, ToolResult
@@ -282,15 +284,24 @@ class AgentLoop:
         chain_index: int,
         sampling: SamplingParams,
     ) -> Trajectory:
-        messages = self.agent.initial_messages(question)
-        tools = self.agent.template_tools()
+        prompt = render_prompt(self.agent, self.template, self.tokenizer, question)
+        tools = prompt.tools
         traj = Trajectory(
-            prompt_ids=self._encode(self.template.prompt(messages, tools)),
-            messages=list(messages),
+            prompt_ids=prompt.ids,
+            messages=list(prompt.messages),
             group_id=group_id,
             chain_index=chain_index,
             row=dict(row),
         )
+        if len(prompt.ids) >= self.max_model_len:  # no room to generate: never sent, never trained
+            traj.prompt_ids = prompt.ids[:1]  # a collated batch stays within the context
+            traj.finish_reason = "prompt_too_long"
+            traj.error = (
+                f"prompt_too_long: the rendered prompt is {len(prompt.ids)} tokens, "
+                f"max_model_len={self.max_model_len}"
+            )
+            logger.warning("chain %s/%s: %s", group_id, chain_index, traj.error)
+            return traj  # unscored: there is no response to score
         chain_resources = None
         if self.resources is not None:
             chain_resources = self.resources.chain((group_id, chain_index))

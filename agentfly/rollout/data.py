@@ -2,7 +2,8 @@
 
 Each row is a dict; the question is read from ``question`` (or ``prompt``/``problem``/
 ``instruction``, or a configured key) and every field is handed to the reward. A malformed file
-raises :class:`DataError` naming the file and the line or row.
+raises :class:`DataError` naming the file and the line or row; bytes that are not UTF-8 are
+named by file, line and column (a UTF-8 byte-order mark is accepted).
 """
 
 from __future__ import annotations
@@ -50,12 +51,27 @@ def load_rows(path: str | Path, prompt_key: str | None = None) -> list[dict[str,
     return rows
 
 
+def _text(p: Path) -> str:
+    """The file decoded as UTF-8; a byte that is not UTF-8 is named by line and column."""
+    data = p.read_bytes()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        bad = data[e.start : e.end].hex(" ")
+        raise DataError(
+            f"{p}: line {line}, column {column} (byte {e.start}) is not UTF-8 (bytes {bad}: "
+            f"{e.reason}); save the file as UTF-8"
+        ) from None
+
+
 def _json(p: Path) -> list[Any]:
-    text = p.read_text(encoding="utf-8")
+    text = _text(p)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
-        if "\n{" in text.strip():  # JSONL saved with a .json name
+        if "\n{" in text.strip() and not text.lstrip().startswith("["):  # JSONL named .json
             return _jsonl(p)
         raise DataError(
             f"{p}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})"
@@ -72,14 +88,15 @@ def _json(p: Path) -> list[Any]:
 
 def _jsonl(p: Path) -> list[Any]:
     rows = []
-    with p.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise DataError(f"{p}: line {lineno} is not valid JSON ({e.msg})") from None
+    for lineno, line in enumerate(_text(p).split("\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            raise DataError(
+                f"{p}: line {lineno} is not valid JSON (column {e.colno}: {e.msg})"
+            ) from None
     return rows
 
 

@@ -14,6 +14,11 @@ Validation batches are rolled out with ``val_kwargs`` sampling (greedy by defaul
 prompt), optionally a greedy pass beside a sampled one, and reduced to sums and counts per data
 source. Each rank validates its own slice of the validation rows; the module adds the ranks'
 sums and counts before logging, so the logged means are exact whatever the world size.
+
+Every row's prompt is measured when the data is loaded (:mod:`agentfly.rollout.prompt_fit`):
+before the engines start when the context is known from the config (``renderer_factory``),
+else right after, with the agent loop's own tokenizer and context. Too long a prompt is dropped
+(and counted: ``data/{split}_prompts_dropped``), cut, or stops the run, per ``data.*``.
 """
 
 from __future__ import annotations
@@ -31,7 +36,13 @@ import torch
 from torch.utils.data import DataLoader
 
 from agentfly.rollout.collate import collate_baselines, collate_trajectories
-from agentfly.rollout.data import load_rows
+from agentfly.rollout.data import DataError, load_rows
+from agentfly.rollout.prompt_fit import (
+    PromptRenderer,
+    fit_prompts,
+    prompt_limit,
+    renderer_from_loop,
+)
 from agentfly.rollout.summary import summarize, trajectory_record
 
 logger = logging.getLogger(__name__)
@@ -155,6 +166,13 @@ class RolloutDataModule(pl.LightningDataModule):
         trajectory_dir: where validation trajectories are written as JSONL, and each rank's
             record of its training rollouts (``rollouts_rank{r}.jsonl``); None: nowhere.
         num_val_samples: trajectories kept per validation in that file.
+        max_prompt_length: longest rendered prompt in tokens (None: the context less one).
+        filter_overlong_prompts: drop the rows whose prompt is longer (else ``truncation``).
+        truncation: ``error``, ``left``, ``right`` or ``middle`` (see
+            :func:`~agentfly.rollout.prompt_fit.fit_prompts`).
+        renderer_factory: builds the prompt renderer without an engine, so that prompts are
+            measured before the engines start (None, or a renderer with no ``max_model_len``:
+            measured with the session's agent loop once it is built).
     """
 
     def __init__(
@@ -176,6 +194,10 @@ class RolloutDataModule(pl.LightningDataModule):
         greedy_baselines: bool = False,
         trajectory_dir: str | None = None,
         num_val_samples: int = 16,
+        max_prompt_length: int | None = None,
+        filter_overlong_prompts: bool = True,
+        truncation: str = "error",
+        renderer_factory: Callable[[], PromptRenderer] | None = None,
     ) -> None:
         super().__init__()
         self.session_factory = session_factory
@@ -194,6 +216,13 @@ class RolloutDataModule(pl.LightningDataModule):
         self.greedy_baselines = greedy_baselines
         self.trajectory_dir = trajectory_dir
         self.num_val_samples = num_val_samples
+        self.max_prompt_length = max_prompt_length
+        self.filter_overlong_prompts = filter_overlong_prompts
+        self.truncation = truncation
+        self.renderer_factory = renderer_factory
+        #: rows dropped or cut for their prompt's length (logged with every rollout)
+        self.prompt_counts: dict[str, float] = {}
+        self._prompts_fitted = False
         self.session: Any = None
         self.train_rows: list[dict[str, Any]] = []
         self.val_rows: list[dict[str, Any]] = []
@@ -203,12 +232,40 @@ class RolloutDataModule(pl.LightningDataModule):
     # ------------------------------------------------------------------ set-up
 
     def setup(self, stage: str | None = None) -> None:
-        if not self.train_rows:
-            self.train_rows = [r for f in self.train_files for r in load_rows(f, self.prompt_key)]
-        if self.val_files and not self.val_rows:
-            self.val_rows = [r for f in self.val_files for r in load_rows(f, self.prompt_key)]
+        if not self._prompts_fitted:
+            renderer = self.renderer_factory() if self.renderer_factory is not None else None
+            if renderer is not None and renderer.max_model_len:
+                self._fit_prompts(renderer)  # before any engine starts
         if self.session is None:
             self.session = self.session_factory()
+        if not self._prompts_fitted:
+            self._fit_prompts(renderer_from_loop(self.session.loop))
+
+    def _fit_prompts(self, renderer: PromptRenderer) -> None:
+        """Load the rows, keep those whose prompt fits, and check a batch can still be drawn."""
+        limit = prompt_limit(self.max_prompt_length, int(renderer.max_model_len))
+        settings = dict(
+            limit=limit, filter_overlong=self.filter_overlong_prompts,
+            truncation=self.truncation, prompt_key=self.prompt_key,
+        )
+        for split, files in (("train", self.train_files), ("val", self.val_files)):
+            if not files:
+                continue
+            rows = [(f, i, r) for f in files for i, r in enumerate(load_rows(f, self.prompt_key))]
+            fitted = fit_prompts(rows, renderer, split=split, **settings)
+            setattr(self, f"{split}_rows", fitted.rows)
+            self.prompt_counts[f"data/{split}_prompts_dropped"] = float(len(fitted.dropped))
+            self.prompt_counts[f"data/{split}_prompts_truncated"] = float(len(fitted.truncated))
+        _, world = self._rank()
+        needed = self.train_batch_size * world
+        if self.train_files and len(self.train_rows) < needed:
+            dropped = int(self.prompt_counts.get("data/train_prompts_dropped", 0))
+            raise DataError(
+                f"data.train_batch_size={needed} is larger than the {len(self.train_rows)} "
+                f"training rows left after dropping {dropped} whose prompt is too long "
+                f"(data.max_prompt_length={limit})"
+            )
+        self._prompts_fitted = True
 
     def close(self) -> None:
         """Stop the engine pool (the session outlives fit so that a final validation reuses it)."""
@@ -280,6 +337,7 @@ class RolloutDataModule(pl.LightningDataModule):
             "timing/rollout_s": elapsed,
             "rollout/tokens_per_s": tokens / elapsed if elapsed > 0 else 0.0,
             **{f"rollout/{k}": v for k, v in summary.items() if isinstance(v, int | float) and v is not None},
+            **self.prompt_counts,
         }
         if self.greedy_baselines:
             batch["reward_baselines"] = collate_baselines(trajs, baselines)

@@ -30,8 +30,8 @@ TWO_GPUS = Hardware(gpus=2, cpus=8)
 # wandb and console loggers, two GPU ranks, two mini-batches per rollout (the rollout-time
 # log-prob pass runs).
 BASE = [
-    "actor_rollout_ref.model.path=/models/policy",
-    "critic.model.path=/models/critic",
+    "actor_rollout_ref.model.path={data}/models/policy",
+    "critic.model.path={data}/models/critic",
     "algorithm.adv_estimator=gae",
     "agent.init_config.reward_name=math_equal_reward_tool",
     "agent.init_config.tools=[calculator]",
@@ -67,9 +67,12 @@ CHANGES: dict[str, tuple[str, list[str]]] = {
     "data.prompt_key": ("problem", []),
     "data.shuffle": ("false", []),
     "data.seed": ("7", []),
+    "data.max_prompt_length": ("100", []),
+    "data.filter_overlong_prompts": ("false", []),
+    "data.truncation": ("left", ["data.filter_overlong_prompts=false"]),
     "agent.train_on_last_turn": ("true", []),
     "agent.init_config.agent_type": ("react", []),
-    "agent.init_config.model_name_or_path": ("/models/other", []),
+    "agent.init_config.model_name_or_path": ("{data}/models/other", []),
     "agent.init_config.template": ("qwen2.5", []),
     "agent.init_config.tools": ("[calculator,answer]", []),
     "agent.init_config.reward_name": ("math_equal_reward", []),
@@ -125,7 +128,7 @@ CHANGES: dict[str, tuple[str, list[str]]] = {
     "actor_rollout_ref.actor.optim.num_cycles": ("1.0", COSINE),
     "actor_rollout_ref.actor.fsdp_config.reshard_after_forward": ("false", FSDP),
     "actor_rollout_ref.actor.fsdp_config.fsdp_size": ("1", FSDP),
-    "actor_rollout_ref.model.path": ("/models/other", []),
+    "actor_rollout_ref.model.path": ("{data}/models/other", []),
     "actor_rollout_ref.model.enable_gradient_checkpointing": ("true", []),
     "actor_rollout_ref.model.enable_activation_offload": ("true", []),
     "actor_rollout_ref.model.trust_remote_code": ("true", []),
@@ -150,7 +153,7 @@ CHANGES: dict[str, tuple[str, list[str]]] = {
     "actor_rollout_ref.ref.fsdp_config.reshard_after_forward": ("false", FSDP),
     "actor_rollout_ref.ref.fsdp_config.fsdp_size": ("1", FSDP),
     "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": ("2", []),
-    "critic.model.path": ("/models/other", []),
+    "critic.model.path": ("{data}/models/other", []),
     "critic.model.enable_gradient_checkpointing": ("false", []),
     "critic.model.enable_activation_offload": ("true", []),
     "critic.model.fsdp_config.reshard_after_forward": ("false", FSDP),
@@ -297,6 +300,9 @@ RECEIVES = {
     "critic.ppo_micro_batch_size_per_gpu": "module.critic_micro_batch_size",
     "critic.ppo_mini_batch_size": "module.critic_ppo_mini_batch_size",
     "data.prompt_key": "datamodule.prompt_key",
+    "data.max_prompt_length": "datamodule.max_prompt_length",
+    "data.filter_overlong_prompts": "datamodule.filter_overlong_prompts",
+    "data.truncation": "datamodule.truncation",
     "data.seed": "datamodule.seed",
     "data.shuffle": "datamodule.shuffle",
     "data.train_batch_size": "datamodule.train_batch_size",
@@ -367,11 +373,16 @@ def data(tmp_path_factory) -> Path:
     for name in ("train", "val", "other"):
         (root / f"{name}.json").write_text(json.dumps(rows))
     (root / "plugin.py").write_text('"""A user\'s module that registers nothing."""\n')
+    for name in ("policy", "critic", "other"):  # model paths are checked when a run is planned
+        (root / "models" / name).mkdir(parents=True)
     return root
 
 
 def base(data: Path) -> list[str]:
-    return [*BASE, f"data.train_files=[{data}/train.json]", f"data.val_files=[{data}/val.json]"]
+    return [
+        *(arg.replace("{data}", str(data)) for arg in BASE),
+        f"data.train_files=[{data}/train.json]", f"data.val_files=[{data}/val.json]",
+    ]
 
 
 def compose(args: list[str]) -> Any:
@@ -509,6 +520,7 @@ INACTIVE = [
     ("actor_rollout_ref.actor.clip_ratio=0.3",
      ["actor_rollout_ref.actor.clip_ratio_low=0.2", "actor_rollout_ref.actor.clip_ratio_high=0.28"]),
     ("data.seed=3", ["data.shuffle=false"]),
+    ("data.truncation=left", []),
     ("algorithm.norm_adv_by_std_in_grpo=false", []),
     ("algorithm.gamma=0.9", GRPO),
     ("algorithm.lam=0.9", GRPO),
