@@ -64,6 +64,16 @@ def gone_within(marker: str, seconds: float = 5.0) -> bool:
     return True
 
 
+def running_within(marker: str, count: int, seconds: float = 5.0) -> bool:
+    """Whether ``count`` processes with ``marker`` run within ``seconds`` (an exec takes a moment)."""
+    deadline = time.monotonic() + seconds
+    while len(processes_with(marker)) < count:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def detach_code(marker: str) -> str:
     """A program that leaves a setsid child and a double-forked grandchild running 60 s."""
     sleeper = f"import time; time.sleep(60)  # {marker}"
@@ -81,7 +91,19 @@ def detach_code(marker: str) -> str:
         f"        os.execv(sys.executable, [sys.executable, '-c', {sleeper!r}])\n"
         "    os._exit(0)\n"
         "os.wait()\n"
-        "print('detached')\n"
+        "import time\n"
+        "def running():\n"  # both have exec'd: their command lines carry the marker
+        "    n = 0\n"
+        "    for pid in filter(str.isdigit, os.listdir('/proc')):\n"
+        "        try:\n"
+        f"            n += {marker!r}.encode() in open(f'/proc/{{pid}}/cmdline', 'rb').read()\n"
+        "        except OSError:\n"
+        "            pass\n"
+        "    return n\n"
+        "deadline = time.monotonic() + 5\n"
+        "while running() < 2 and time.monotonic() < deadline:\n"
+        "    time.sleep(0.02)\n"
+        "print('detached' if running() == 2 else 'not started')\n"
     )
 
 
@@ -195,7 +217,7 @@ def test_detached_children_die_with_the_call_and_the_session() -> None:
         with PythonSession() as session:
             cell = session.run(detach_code(marker))
             assert cell.stdout == "detached\n", cell.stderr
-            assert len(processes_with(marker)) == 2  # they run while the session lives
+            assert running_within(marker, 2)  # they run while the session lives
         assert gone_within(marker), "a detached child outlived the session"
     finally:
         kill_all(marker)
@@ -340,8 +362,7 @@ def test_the_opt_in_does_not_contain_detached_children() -> None:
     try:
         result = run_code(detach_code(marker), isolation="unsafe_rlimits_only")
         assert result.stdout == "detached\n", result.stderr
-        time.sleep(0.2)
-        assert len(processes_with(marker)) == 2
+        assert running_within(marker, 2)
     finally:
         kill_all(marker)
 
