@@ -26,7 +26,10 @@ ifneq ($(strip $(VLLM_SPEC)),)
 endif
 	touch $(STAMP)
 
+# bubblewrap (the code sandbox; without it the code tool and code_reward refuse to run unless
+# opted out) and a single-host SLURM, where root + apt allow; else it says so and goes on.
 install: $(STAMP)
+	bash scripts/install_system_packages.sh
 
 test: $(STAMP)
 	bash scripts/install_system_packages.sh  # bubblewrap for the sandbox tests, a real single-host SLURM for the srun tests (root + apt; else they skip)

@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# Installs the system programs the tests use, from Debian's packages:
-#   - bubblewrap (bwrap): the code sandbox's isolation (tests/rollout/test_sandbox.py);
+# Installs the system programs agentfly and its tests use, from Debian's packages (`make install`
+# and `make test` run it):
+#   - bubblewrap (bwrap): the code sandbox's isolation; without it the code tool and code_reward
+#     refuse to run unless the run opts in to isolation=unsafe_rlimits_only
+#     (agentfly/rollout/sandbox_isolation.py, tests/rollout/test_sandbox_escape.py);
 #   - slurmctld, slurmd, slurm-client (srun, sbatch, scontrol...) and munge: the private
 #     single-host SLURM cluster of tests/slurm.
 # Idempotent: installs only what is missing. Never fails: without root (or passwordless sudo) or
-# apt-get it says so and exits 0, and the tests that need the missing programs skip with the
-# reason. About 10 s on a Debian 12 machine (apt-get update ~3 s, install ~7 s).
+# apt-get it says so and exits 0; the tests that need the missing programs skip with the reason,
+# and a run with the code tool is refused, saying how to install bubblewrap. About 10 s on a
+# Debian 12 machine (apt-get update ~3 s, install ~7 s).
 #
 #   bash scripts/install_system_packages.sh
 #

@@ -309,7 +309,7 @@ def test_code_interpreter_settings_reach_each_chains_session():
             "agent.init_config.tools=[python_executor]",
             f"{setting}.cell_timeout=1.5",
             f"{setting}.memory_mb=512",
-            f"{setting}.isolation=rlimits",
+            f"{setting}.isolation=unsafe_rlimits_only",
         ]
     )
     session = tools["code_interpreter"].new_resource()

@@ -4,8 +4,10 @@
 registered name the config gives is looked up in its registry — the registry's own message
 (close matches, known names) names the key — and the tools are bound to their
 ``agent.init_config.tool_config`` settings exactly as a run binds them
-(:func:`agentfly.rollout.tools.settings.bind_tools`). A ``module:attr`` name is imported and
-registered here, so the run finds it under that name.
+(:func:`agentfly.rollout.tools.settings.bind_tools`; a tool whose sandbox cannot run here is
+refused there). A reward that runs code in the sandbox (its ``sandbox_isolation`` attribute,
+``code_reward``) is refused likewise where that isolation cannot run. A ``module:attr`` name is
+imported and registered here, so the run finds it under that name.
 
 The registries are imported inside :func:`plugin_errors`, keeping ``import agentfly.config``
 light; none of them but the estimators' imports torch.
@@ -43,6 +45,21 @@ def lookup_error(key: str, registry: Any, name: Any) -> str | None:
     return None
 
 
+def reward_sandbox_error(key: str, registry: Any, name: Any) -> str | None:
+    """The problem with running the sandbox that reward ``name`` uses on this machine, or None."""
+    try:
+        isolation = getattr(registry.get(name), "sandbox_isolation", None)
+    except (KeyError, ValueError):  # reported by lookup_error
+        return None
+    if isolation is None:
+        return None
+    from agentfly.rollout.rewards.code_rewards import REWARD_OPT_IN_KEY
+    from agentfly.rollout.sandbox_isolation import isolation_problem
+
+    problem = isolation_problem(isolation, opt_in=REWARD_OPT_IN_KEY)
+    return f"{key}={name!r} runs code in the sandbox: {problem}" if problem else None
+
+
 def plugin_errors(get: Callable[[str], Any]) -> list[str]:
     """Import the plugins, then check every registered name and the tools' settings.
 
@@ -65,6 +82,8 @@ def plugin_errors(get: Callable[[str], Any]) -> list[str]:
         if name not in skipped:
             registry = getattr(importlib.import_module(module), attr)
             errors += filter(None, [lookup_error(key, registry, name)])
+            if key == "agent.init_config.reward_name":
+                errors += filter(None, [reward_sandbox_error(key, registry, name)])
     try:
         bind_tools(
             plain(get("agent.init_config.tools")), plain(get("agent.init_config.tool_config"))

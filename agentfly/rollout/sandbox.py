@@ -2,56 +2,65 @@
 
 Code runs in a separate process (``sandbox_worker.py``) that sets its own limits before running
 anything: address space (``RLIMIT_AS``), CPU time (``RLIMIT_CPU``), open files
-(``RLIMIT_NOFILE``) and file size (``RLIMIT_FSIZE``). The parent adds a wall-clock limit (the
-whole process group is killed) and caps the output it keeps. The child gets a minimal
-environment, never the parent's variables.
+(``RLIMIT_NOFILE``), file size (``RLIMIT_FSIZE``) and processes (``RLIMIT_NPROC``,
+``max_processes``). The parent adds a wall-clock limit, caps the output it keeps, and kills the
+child's whole process group when a call ends (however it ends) and when a session closes. The
+child never gets the parent's environment variables.
 
-Isolation: when ``bwrap`` (bubblewrap) is on PATH the child runs in new namespaces (no network,
-its own PIDs, no capabilities, uid 65534) over a read-only view of ``/`` where ``/tmp``,
-``/work``, ``/root``, ``/home``, ``/run`` and the repository are replaced by empty tmpfs (the
-Python installation is mounted back read-only). Without a working ``bwrap`` (absent, or unable to
-create namespaces in this container; probed once) it falls back to the limits and a fresh
-temporary working directory; the child can then read whatever the user running the trainer can
-read, and a warning says so once.
+Containment (``isolation``, see ``sandbox_isolation.py``): ``"bwrap"``, the default, runs the
+child under bubblewrap (read-only root, private ``/tmp``, no network, its own PIDs, an
+unprivileged uid; every process of the sandbox, detached ones included, dies with the call) and
+raises ``SandboxUnavailableError`` where bubblewrap cannot run; ``"unsafe_rlimits_only"`` is the
+explicit opt-in to run with the limits and a fresh temporary directory only, and warns once
+naming everything that is then not contained.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import math
 import os
 import selectors
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 from dataclasses import dataclass
-from functools import cache
-from pathlib import Path
-from typing import IO, Literal
+from typing import IO
 
-logger = logging.getLogger(__name__)
+from agentfly.rollout.sandbox_isolation import (
+    ISOLATIONS,
+    OPT_IN_KEY,
+    SANDBOX_ENV,
+    Isolation,
+    SandboxUnavailableError,
+    bwrap_problem,
+    is_root,
+    isolation_problem,
+    sandbox_uid,
+    use_bwrap,
+    user_tasks,
+    worker_command,
+)
 
-Isolation = Literal["auto", "bwrap", "rlimits"]
+__all__ = [
+    "ISOLATIONS",
+    "OPT_IN_KEY",
+    "CellResult",
+    "Isolation",
+    "PythonSession",
+    "SandboxResult",
+    "SandboxUnavailableError",
+    "bwrap_problem",
+    "isolation_problem",
+    "run_code",
+]
 
-_WORKER = Path(__file__).with_name("sandbox_worker.py")
-_HIDDEN = ("/tmp", "/work", "/root", "/home", "/run", "/mnt", "/srv")
-_SYSTEM = {"/", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc", "/proc", "/dev", "/sys", "/opt"}
-_ENV = {
-    "PATH": "/usr/local/bin:/usr/bin:/bin",
-    "HOME": "/tmp",
-    "LANG": "C.UTF-8",
-    "PYTHONIOENCODING": "utf-8",
-    "PYTHONDONTWRITEBYTECODE": "1",
-    "OMP_NUM_THREADS": "1",
-    "OPENBLAS_NUM_THREADS": "1",
-    "MKL_NUM_THREADS": "1",
-}
+#: processes (threads included) one sandbox may run at once, its interpreter included
+MAX_PROCESSES = 64
 
 
 @dataclass
@@ -94,93 +103,47 @@ class CellResult:
     truncated: bool = False
 
 
-@cache
-def _bwrap() -> str | None:
-    return shutil.which("bwrap")
+def _start(
+    mode: str, limits: dict, *extra: str, bwrap: bool, max_processes: int
+) -> tuple[subprocess.Popen, str | None]:
+    """Start the worker (in a fresh temporary directory without bwrap).
 
-
-@cache
-def _warn_no_bwrap(problem: str) -> None:
-    logger.warning(
-        "%s: sandboxed code runs with resource limits and a fresh working directory only, and "
-        "can read any file this user can. Install bubblewrap (and allow user namespaces) to "
-        "hide the file system and the network from it.",
-        problem,
-    )
-
-
-@cache
-def bwrap_problem() -> str | None:
-    """Why bubblewrap cannot sandbox code here, or ``None`` when it can (probed once)."""
-    if _bwrap() is None:
-        return "bwrap (bubblewrap) is not on PATH"
-    try:
-        probe = subprocess.run(
-            [*_bwrap_prefix(), sys.executable, "-I", "-c", "pass"],
-            capture_output=True,
-            env=dict(_ENV),
-            timeout=30,
-        )
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return f"bwrap failed to start ({e})"
-    if probe.returncode != 0:
-        return f"bwrap cannot make a sandbox here ({probe.stderr.decode(errors='replace').strip()})"
-    return None
-
-
-def use_bwrap(isolation: Isolation = "auto") -> bool:
-    """Whether code will run inside bubblewrap under ``isolation``.
-
-    Raises:
-        RuntimeError: ``isolation="bwrap"`` where bubblewrap cannot run.
+    Returns:
+        The process and that directory (``None`` under bwrap), to remove afterwards.
     """
-    if isolation == "rlimits":
-        return False
-    problem = bwrap_problem()
-    if problem is None:
-        return True
-    if isolation == "bwrap":
-        raise RuntimeError(f"isolation='bwrap' but {problem}")
-    _warn_no_bwrap(problem)
-    return False
-
-
-def _is_under(path: str, parent: str) -> bool:
-    return path == parent or path.startswith(parent.rstrip("/") + "/")
-
-
-@cache
-def _bwrap_prefix() -> tuple[str, ...]:
-    repo = str(Path(__file__).resolve().parents[2])
-    hidden = [p for p in (*_HIDDEN, repo, os.getcwd()) if p not in _SYSTEM and os.path.isdir(p)]
-    hidden = [
-        p for p in dict.fromkeys(hidden) if not any(_is_under(p, h) for h in _HIDDEN if h != p)
-    ]
-    interpreter = {sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable))}
-    rebind = [p for p in interpreter if any(_is_under(p, h) for h in hidden)]
-    rebind = sorted(p for p in rebind if not any(_is_under(p, q) and p != q for q in rebind))
-    args = [_bwrap() or "bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-    for path in hidden:
-        args += ["--tmpfs", path]
-    for path in rebind:
-        args += ["--ro-bind", path, path]
-    args += ["--unshare-all", "--die-with-parent", "--cap-drop", "ALL"]
-    args += ["--uid", "65534", "--gid", "65534", "--chdir", "/tmp", "--"]
-    return tuple(args)
-
-
-@cache
-def _worker_source() -> str:
-    return _WORKER.read_text(encoding="utf-8")
-
-
-def _command(mode: str, limits: dict, *extra: str, bwrap: bool) -> list[str]:
-    python = [sys.executable, "-I", "-c", _worker_source(), mode, json.dumps(limits), *extra]
-    return [*_bwrap_prefix(), *python] if bwrap else python
+    limits = dict(limits)
+    workdir = None
+    env = dict(SANDBOX_ENV)
+    if bwrap:
+        limits["max_processes"] = max_processes
+        if is_root():
+            limits["uid"] = sandbox_uid()
+    else:
+        workdir = tempfile.mkdtemp(prefix="agentfly-sandbox-")
+        env.update(HOME=workdir, TMPDIR=workdir)
+        if not is_root():  # the kernel never applies RLIMIT_NPROC to root
+            limits["max_processes"] = user_tasks(os.getuid()) + max_processes
+    try:
+        proc = subprocess.Popen(
+            worker_command(mode, limits, *extra, bwrap=bwrap),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            cwd=workdir,
+            start_new_session=True,
+        )
+    except BaseException:
+        if workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+        raise
+    return proc, workdir
 
 
 def _kill(proc: subprocess.Popen) -> None:
-    """Kill the child's whole process group (bwrap, the interpreter, anything it spawned)."""
+    """Kill the child's whole process group (bwrap, the interpreter, anything it spawned that
+    did not leave the group) and reap the child. Under bwrap the PID namespace ends with it,
+    taking every process of the sandbox along."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
@@ -234,14 +197,12 @@ def _communicate(
                 room = cap - len(buffer)
                 buffer += chunk[: max(room, 0)]
                 truncated |= len(chunk) > room
-    if timed_out:
-        _kill(proc)
-    else:
+    if not timed_out:
         try:
             proc.wait(max(deadline - time.monotonic(), 0.1))
         except subprocess.TimeoutExpired:
             timed_out = True
-            _kill(proc)
+    _kill(proc)  # whatever is left of the group, after an exit as after a timeout
     writer.join(1)
     return (
         bytes(buffers[proc.stdout.fileno()]),
@@ -263,36 +224,38 @@ def run_code(
     memory_mb: int = 1024,
     stdin: str | None = None,
     max_output_chars: int = 10000,
-    isolation: Isolation = "auto",
+    isolation: Isolation = "bwrap",
+    cpu_seconds: float | None = None,
+    max_processes: int = MAX_PROCESSES,
 ) -> SandboxResult:
     """Run a Python program in a fresh sandboxed process.
 
     Args:
         code: the program, run as ``__main__``.
-        timeout: wall-clock seconds before the process group is killed (CPU time is capped at
-            the same number of seconds, rounded up).
-        memory_mb: address-space limit of the interpreter.
+        timeout: wall-clock seconds before the process group is killed.
+        memory_mb: address-space limit of each process.
         stdin: the program's standard input.
         max_output_chars: stdout and stderr are each cut to this many characters.
-        isolation: ``"auto"`` (bwrap when on PATH), ``"bwrap"`` (required) or ``"rlimits"``.
+        isolation: ``"bwrap"`` or ``"unsafe_rlimits_only"`` (see the module docstring).
+        cpu_seconds: CPU-time limit of each process (``SIGXCPU`` past it); ``None`` = the
+            timeout rounded up, plus one.
+        max_processes: processes and threads the program may run at once, itself included.
 
     Returns:
         The ``SandboxResult``; a program that fails is reported, not raised.
+
+    Raises:
+        SandboxUnavailableError: ``isolation="bwrap"`` where bubblewrap cannot run.
+        ValueError: an unknown ``isolation``.
     """
     bwrap = use_bwrap(isolation)
     source = code.encode("utf-8")
-    limits = _limits(memory_mb, max_output_chars, cpu_seconds=math.ceil(timeout) + 1)
-    workdir = None if bwrap else tempfile.mkdtemp(prefix="agentfly-sandbox-")
+    cpu = math.ceil(timeout) + 1 if cpu_seconds is None else math.ceil(cpu_seconds)
+    limits = _limits(memory_mb, max_output_chars, cpu_seconds=cpu)
+    proc, workdir = _start(
+        "oneshot", limits, str(len(source)), bwrap=bwrap, max_processes=max_processes
+    )
     try:
-        proc = subprocess.Popen(
-            _command("oneshot", limits, str(len(source)), bwrap=bwrap),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=dict(_ENV),
-            cwd=workdir,
-            start_new_session=True,
-        )
         with proc:
             cap = 4 * max_output_chars + 4
             data = source + (stdin or "").encode("utf-8")
@@ -322,8 +285,13 @@ class PythonSession:
         timeout: wall-clock seconds per cell (CPU time per cell is capped likewise).
         memory_mb: address-space limit of the worker.
         max_output_chars: stdout and stderr of a cell are each cut to this many characters.
-        isolation: ``"auto"``, ``"bwrap"`` or ``"rlimits"``, as for ``run_code``.
+        isolation: ``"bwrap"`` or ``"unsafe_rlimits_only"``, as for ``run_code``.
         start_timeout: seconds to wait for a new worker to come up.
+        max_processes: processes and threads the worker may run at once, itself included.
+
+    Raises:
+        SandboxUnavailableError: ``isolation="bwrap"`` where bubblewrap cannot run.
+        ValueError: an unknown ``isolation``.
     """
 
     def __init__(
@@ -332,13 +300,15 @@ class PythonSession:
         timeout: float = 10.0,
         memory_mb: int = 1024,
         max_output_chars: int = 10_000,
-        isolation: Isolation = "auto",
+        isolation: Isolation = "bwrap",
         start_timeout: float = 30.0,
+        max_processes: int = MAX_PROCESSES,
     ) -> None:
         self.timeout = timeout
         self.memory_mb = memory_mb
         self.max_output_chars = max_output_chars
         self.start_timeout = start_timeout
+        self.max_processes = max_processes
         self._bwrap = use_bwrap(isolation)
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
@@ -360,16 +330,8 @@ class PythonSession:
         limits = _limits(
             self.memory_mb, self.max_output_chars, cell_cpu_seconds=math.ceil(self.timeout)
         )
-        if not self._bwrap:
-            self._workdir = tempfile.mkdtemp(prefix="agentfly-session-")
-        self._proc = subprocess.Popen(
-            _command("repl", limits, bwrap=self._bwrap),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=dict(_ENV),
-            cwd=self._workdir,
-            start_new_session=True,
+        self._proc, self._workdir = _start(
+            "repl", limits, bwrap=self._bwrap, max_processes=self.max_processes
         )
         self._pending = b""
         if self._read_line(self.start_timeout) is None:

@@ -1,7 +1,11 @@
 """The child side of the sandbox: limits itself, then runs code. Never imported by the parent.
 
 ``sandbox.py`` runs this file's source with ``python -I -c <source> MODE LIMITS_JSON [N]``, inside
-bubblewrap when available, so it must only use the standard library.
+bubblewrap unless the caller opted out, so it must only use the standard library.
+
+Before any user code: a root worker (bubblewrap as root, see ``sandbox_isolation.py``) drops to
+``limits["uid"]`` with no groups, which also drops its capabilities; then the resource limits
+are set, ``RLIMIT_NPROC`` (``max_processes``) last, counted against the new uid.
 
 Modes:
     oneshot N: read exactly N bytes of code from stdin, run them as ``__main__``; the rest of
@@ -25,7 +29,18 @@ import types
 MB = 1024 * 1024
 
 
+def drop_privileges(uid: int) -> None:
+    """Become ``uid`` (gid the same, no supplementary groups), for good."""
+    os.setgroups([])
+    os.setgid(uid)
+    os.setuid(uid)
+    if os.getuid() == 0 or os.geteuid() == 0:
+        raise SystemExit("sandbox_worker: could not drop root privileges")
+
+
 def set_limits(limits: dict) -> None:
+    if limits.get("uid") is not None and os.geteuid() == 0:
+        drop_privileges(int(limits["uid"]))
     memory = limits["memory_mb"] * MB
     resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     files = limits["max_open_files"]
@@ -35,6 +50,9 @@ def set_limits(limits: dict) -> None:
     if limits.get("cpu_seconds"):  # oneshot: a hard budget for the whole run
         cpu = int(limits["cpu_seconds"])
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+    if limits.get("max_processes"):  # tasks of this uid (threads count), this one included
+        nproc = int(limits["max_processes"])
+        resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
     # A write past RLIMIT_FSIZE raises OSError instead of killing the process.
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 

@@ -2,7 +2,7 @@
 
 Each test runs twice: against a minimal stand-in sandbox (a plain subprocess, so the reward's own
 logic is tested whatever the sandbox does) and against the real ``agentfly.rollout.sandbox``
-(skipped while that module does not exist).
+under bubblewrap (skipped, with the reason, where bubblewrap cannot run).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from agentfly.rollout.rewards import code_reward, compute_reward
+from agentfly.rollout.rewards import code_reward, code_rewards, compute_reward
 from agentfly.rollout.rewards.code_rewards import extract_code, outputs_match
 
 
@@ -36,6 +36,7 @@ def _fake_run_code(
     memory_mb: int = 1024,
     stdin: str | None = None,
     max_output_chars: int = 10000,
+    isolation: str = "bwrap",
 ) -> _FakeResult:
     try:
         proc = subprocess.run(
@@ -53,11 +54,15 @@ def _fake_run_code(
 @pytest.fixture(params=["stand-in", "real"])
 def sandbox(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     if request.param == "real":
-        pytest.importorskip("agentfly.rollout.sandbox")
+        from agentfly.rollout.sandbox_isolation import bwrap_problem
+
+        if (problem := bwrap_problem()) is not None:
+            pytest.skip(problem)
     else:
         fake = types.ModuleType("agentfly.rollout.sandbox")
         fake.run_code = _fake_run_code
         monkeypatch.setitem(sys.modules, "agentfly.rollout.sandbox", fake)
+        monkeypatch.setattr(code_rewards, "use_bwrap", lambda isolation: True)
     return request.param
 
 

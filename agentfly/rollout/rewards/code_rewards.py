@@ -13,6 +13,12 @@ Test cases come in two shapes:
 Every case runs in its own sandboxed process (``agentfly.rollout.sandbox.run_code``), at most
 ``MAX_PARALLEL_CASES`` at once, each under ``CASE_TIMEOUT_S``: one failing or hanging case cannot
 stop the others. Call-based APPS problems (``fn_name``) are not supported (they raise).
+
+``code_reward`` runs the cases under bubblewrap (``isolation="bwrap"``): where it cannot run, the
+config is refused when composed and a call raises ``SandboxUnavailableError`` (a failed reward,
+never a silent 0). ``code_reward_unsafe_rlimits_only`` is the same reward under the explicit
+opt-in ``isolation="unsafe_rlimits_only"`` (resource limits only; it warns what is not
+contained). The reward's ``sandbox_isolation`` attribute says which.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentfly.rollout.rewards.base import reward
+from agentfly.rollout.sandbox_isolation import Isolation, SandboxUnavailableError, use_bwrap
 
 CASE_TIMEOUT_S = 10.0
 """Wall-clock limit of one test case (seconds)."""
@@ -111,10 +118,15 @@ def outputs_match(actual: str, expected: str) -> bool:
     return actual.split() == expected.split()
 
 
-def run_test_case(case: CodeTestCase, timeout: float | None = None) -> bool:
+def run_test_case(
+    case: CodeTestCase, timeout: float | None = None, isolation: Isolation = "bwrap"
+) -> bool:
     """Whether ``case`` passes (within ``timeout``, default ``CASE_TIMEOUT_S``).
 
-    Any sandbox failure, including the sandbox itself raising, counts as not passed.
+    Any failure of the program, or of the sandbox running it, counts as not passed.
+
+    Raises:
+        SandboxUnavailableError: ``isolation`` cannot run here.
     """
     from agentfly.rollout.sandbox import run_code  # the sandbox is imported on first use
 
@@ -128,7 +140,10 @@ def run_test_case(case: CodeTestCase, timeout: float | None = None) -> bool:
             memory_mb=CASE_MEMORY_MB,
             stdin=case.stdin,
             max_output_chars=cap,
+            isolation=isolation,
         )
+    except SandboxUnavailableError:
+        raise
     except Exception:
         return False
     if result.timed_out or result.returncode != 0:
@@ -138,11 +153,42 @@ def run_test_case(case: CodeTestCase, timeout: float | None = None) -> bool:
     return len(result.stdout) < cap and outputs_match(result.stdout, case.expected_stdout)
 
 
-def pass_fraction(cases: Sequence[CodeTestCase], max_parallel: int = MAX_PARALLEL_CASES) -> float:
-    """Fraction of ``cases`` that pass, running at most ``max_parallel`` at once."""
+def pass_fraction(
+    cases: Sequence[CodeTestCase],
+    max_parallel: int = MAX_PARALLEL_CASES,
+    isolation: Isolation = "bwrap",
+) -> float:
+    """Fraction of ``cases`` that pass, running at most ``max_parallel`` at once.
+
+    Raises:
+        SandboxUnavailableError: ``isolation`` cannot run here (before any case runs).
+    """
+    use_bwrap(isolation)
     with ThreadPoolExecutor(max_workers=max(1, min(max_parallel, len(cases)))) as pool:
-        passed = list(pool.map(run_test_case, cases))
+        passed = list(pool.map(lambda case: run_test_case(case, isolation=isolation), cases))
     return sum(passed) / len(passed)
+
+
+def score_code(
+    prediction: str,
+    *,
+    test_list: Any,
+    test_setup_code: str,
+    test_cases: Any,
+    isolation: Isolation,
+) -> dict[str, float]:
+    """``code_reward``'s metrics for ``prediction`` under ``isolation``."""
+    code = extract_code(prediction)
+    cases = build_test_cases(
+        code, test_list=test_list, test_setup_code=test_setup_code, test_cases=test_cases
+    )
+    fraction = pass_fraction(cases, isolation=isolation)
+    return {
+        "reward": fraction,
+        "pass_rate": fraction,
+        "all_passed": float(fraction == 1.0),
+        "num_tests": float(len(cases)),
+    }
 
 
 @reward(name="code_reward", timeout=CODE_TIMEOUT_S)
@@ -154,23 +200,44 @@ def code_reward(
     test_cases: Any = None,
     input_output: Any = None,
 ) -> dict[str, float]:
-    """Fraction of the row's test cases passed by the code in the prediction.
+    """Fraction of the row's test cases passed by the code in the prediction (under bwrap).
 
     Returns:
         ``{"reward": fraction, "pass_rate": fraction, "all_passed": 1.0 or 0.0,
         "num_tests": n}``.
+
+    Raises:
+        SandboxUnavailableError: bubblewrap cannot run here.
     """
-    code = extract_code(prediction)
-    cases = build_test_cases(
-        code,
+    return score_code(
+        prediction,
         test_list=test_list if test_list is not None else tests,
         test_setup_code=test_setup_code,
         test_cases=test_cases if test_cases is not None else input_output,
+        isolation="bwrap",
     )
-    fraction = pass_fraction(cases)
-    return {
-        "reward": fraction,
-        "pass_rate": fraction,
-        "all_passed": float(fraction == 1.0),
-        "num_tests": float(len(cases)),
-    }
+
+
+@reward(name="code_reward_unsafe_rlimits_only", timeout=CODE_TIMEOUT_S)
+def code_reward_unsafe_rlimits_only(
+    prediction: str,
+    test_list: Any = None,
+    tests: Any = None,
+    test_setup_code: str = "",
+    test_cases: Any = None,
+    input_output: Any = None,
+) -> dict[str, float]:
+    """``code_reward`` with resource limits only, nothing contained (the explicit opt-in)."""
+    return score_code(
+        prediction,
+        test_list=test_list if test_list is not None else tests,
+        test_setup_code=test_setup_code,
+        test_cases=test_cases if test_cases is not None else input_output,
+        isolation="unsafe_rlimits_only",
+    )
+
+
+code_reward.sandbox_isolation = "bwrap"
+code_reward_unsafe_rlimits_only.sandbox_isolation = "unsafe_rlimits_only"
+#: the setting that opts a run's code reward out of containment
+REWARD_OPT_IN_KEY = "agent.init_config.reward_name=code_reward_unsafe_rlimits_only"

@@ -4,14 +4,21 @@ Each chain gets its own ``PythonSession`` (see ``agentfly.rollout.sandbox``) fro
 pool, so variables persist across the chain's turns and never leak into another chain. The
 session's own per-cell limit (:class:`SessionSettings`, ``cell_timeout``: 10 s by default) stops
 a runaway cell and restarts the interpreter; the tool's outer timeout is only a backstop.
+
+The session is contained by bubblewrap (``isolation="bwrap"``, the default; see
+``agentfly.rollout.sandbox_isolation``): read-only root, private ``/tmp``, no network, no parent
+environment, an unprivileged uid, process, CPU, memory and wall limits, every process killed when
+a cell times out or the chain ends. A run that uses this tool where bubblewrap cannot run is
+refused when its config is composed (:meth:`SessionSettings.environment_problem`), unless it opts
+in to ``isolation="unsafe_rlimits_only"`` (limits only; a warning names what is not contained).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
-from agentfly.rollout.sandbox import CellResult, PythonSession
+from agentfly.rollout.sandbox import MAX_PROCESSES, CellResult, PythonSession
+from agentfly.rollout.sandbox_isolation import Isolation, check_isolation, isolation_problem
 from agentfly.rollout.tools.base import TIMEOUT, ToolResult, tool
 
 
@@ -22,19 +29,29 @@ class SessionSettings:
     Attributes:
         cell_timeout: wall-clock (and CPU) seconds per cell before the interpreter is restarted.
         memory_mb: address-space limit of the interpreter process.
-        isolation: ``"auto"`` (bubblewrap when present, else rlimits), ``"bwrap"`` or ``"rlimits"``.
+        isolation: ``"bwrap"`` (contained; refused where bubblewrap cannot run) or
+            ``"unsafe_rlimits_only"`` (the explicit opt-in: limits only, nothing contained).
         start_timeout: seconds to wait for a new interpreter to come up.
+        max_processes: processes and threads a session may run at once, its interpreter
+            included (a fork bomb stops there).
     """
 
     cell_timeout: float = 10.0
     memory_mb: int = 1024
-    isolation: Literal["auto", "bwrap", "rlimits"] = "auto"
+    isolation: Isolation = "bwrap"
     start_timeout: float = 30.0
+    max_processes: int = MAX_PROCESSES
 
     def __post_init__(self) -> None:
-        for name in ("cell_timeout", "memory_mb", "start_timeout"):
+        for name in ("cell_timeout", "memory_mb", "start_timeout", "max_processes"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        check_isolation(self.isolation)
+
+    def environment_problem(self) -> str | None:
+        """Why sessions with these settings cannot run on this machine (bubblewrap missing or
+        unable to make namespaces for ``isolation="bwrap"``), or ``None``."""
+        return isolation_problem(self.isolation)
 
 
 def new_session(settings: SessionSettings) -> PythonSession:
@@ -44,6 +61,7 @@ def new_session(settings: SessionSettings) -> PythonSession:
         memory_mb=settings.memory_mb,
         isolation=settings.isolation,
         start_timeout=settings.start_timeout,
+        max_processes=settings.max_processes,
     )
 
 

@@ -10,6 +10,11 @@ the names and types, builds ``SomeClass(**settings)`` and returns a copy of the 
 instance; the function receives it as its ``settings`` parameter (and a stateful tool's
 ``resource_factory`` too, when it takes ``settings``). The registered tool is never changed, so
 two runs in one process may configure the same tool differently.
+
+A settings class may also say what keeps the tool from running on this machine with those
+settings (a program it needs is missing) with a method ``environment_problem() -> str | None``;
+:func:`configure_tool` refuses the settings when it answers, so the config is refused when it is
+composed (the code interpreter's bubblewrap check).
 """
 
 from __future__ import annotations
@@ -170,8 +175,9 @@ def configure_tool(tool: Tool, values: Mapping[str, Any] | None = None) -> Tool:
 
     Raises:
         ToolSettingsError: an unknown setting (with close matches and the accepted ones), a
-            value of the wrong type, a missing required one, or the settings class refusing
-            the values (its message, prefixed with the tool's name).
+            value of the wrong type, a missing required one, the settings class refusing
+            the values, or its ``environment_problem()`` (its message, prefixed with the tool's
+            name).
     """
     values = dict(values or {})
     problems = check_settings(tool, values)
@@ -184,6 +190,9 @@ def configure_tool(tool: Tool, values: Mapping[str, Any] | None = None) -> Tool:
             settings = tool.settings_type(**values)
         except (TypeError, ValueError, OSError) as e:
             raise ToolSettingsError(f"tool {tool.name!r}: {e}") from e
+    problem = getattr(settings, "environment_problem", None)
+    if callable(problem) and (why := problem()) is not None:
+        raise ToolSettingsError(f"tool {tool.name!r}: {why}")
     return dataclasses.replace(tool, settings=settings, **limits)
 
 
