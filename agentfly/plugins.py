@@ -52,10 +52,14 @@ def portable(spec: str) -> str:
     return f"{module}{sep}{attr}"
 
 
+PLUGIN_PREFIX = "agentfly_plugin_"
+"""The module names of plug-in files start with this (they cannot be imported by name)."""
+
+
 def _module_name(path: Path) -> str:
     digest = hashlib.sha1(str(path).encode()).hexdigest()[:10]
     stem = "".join(ch if ch.isalnum() else "_" for ch in path.stem)
-    return f"agentfly_plugin_{stem}_{digest}"
+    return f"{PLUGIN_PREFIX}{stem}_{digest}"
 
 
 def _loaded_from(path: Path) -> ModuleType | None:

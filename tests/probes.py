@@ -39,7 +39,7 @@ from agentfly.rollout.rewards import reward
 from tests.estimators import reference as ref
 
 
-@reward(name="probe_even_token_share")
+@reward(name="probe_even_token_share", runs_in="thread")  # this module imports torch and lightning
 def probe_even_token_share(trajectory: Any = None) -> float:
     """Share of the chain's sampled tokens (loss mask 1) whose id is even; 0 without any."""
     ids = [i for i, m in zip(trajectory.response_ids, trajectory.loss_mask, strict=True) if m]

@@ -62,7 +62,7 @@ def build_rollout(plan: RolloutPlan, *, ray_init: dict[str, Any] | None = None) 
     from agentfly.rollout.engines import EnginePool
     from agentfly.rollout.resources import ResourcePool
     from agentfly.rollout.rewards import get_reward
-    from agentfly.rollout.rewards.base import worker_imports
+    from agentfly.rollout.rewards.base import runs_in_process, worker_imports
     from agentfly.rollout.templates import get_template
 
     load_plugins(plan.plugins)  # done when the config was composed; a no-op then
@@ -77,7 +77,8 @@ def build_rollout(plan: RolloutPlan, *, ray_init: dict[str, Any] | None = None) 
         **plan.workers, plugins=plan.plugins,
         preload=worker_imports(plan.reward) if plan.reward else (),
     )
-    workers.start()  # in the background: the workers' imports overlap the engines' loading
+    if any(t.runs_in_process for t in tools) or (plan.reward and runs_in_process(plan.reward)):
+        workers.start()  # in the background: the workers' imports overlap the engines' loading
     backend = "ray" if plan.num_engines > 0 else "local"
     try:
         pool = EnginePool(

@@ -45,6 +45,7 @@ from typing import Any
 
 import cloudpickle
 
+from agentfly.plugins import PLUGIN_PREFIX
 from agentfly.rollout.worker_main import HEADER, RemoteError, ReplyTooLarge
 
 logger = logging.getLogger(__name__)
@@ -172,7 +173,7 @@ def _plugin_files() -> list[str]:
     return sorted(
         str(getattr(m, "__file__", ""))
         for name, m in list(sys.modules.items())
-        if name.startswith("agentfly_plugin_") and getattr(m, "__file__", None)
+        if name.startswith(PLUGIN_PREFIX) and getattr(m, "__file__", None)
     )
 
 

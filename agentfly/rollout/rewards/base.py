@@ -37,6 +37,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from agentfly.plugins import PLUGIN_PREFIX
 from agentfly.registry import Registry
 from agentfly.rollout.workers import (
     THREADS,
@@ -195,13 +196,24 @@ def get_reward(name: str) -> RewardFn:
     return REWARDS.get(name)
 
 
+def runs_in_process(name: str) -> bool:
+    """Whether calls of the reward ``name`` go to the worker processes (a sync reward not
+    declared ``runs_in="thread"``)."""
+    fn = get_reward(name)
+    info = _INFOS.get(REWARDS.canonical(name))
+    runs_in = info.runs_in if info else "process"
+    return runs_in == "process" and not inspect.iscoroutinefunction(fn)
+
+
 def worker_imports(name: str) -> list[str]:
     """Modules a worker process imports at start for the reward ``name``: its own module and
     what it declares with ``preload``."""
     fn = get_reward(name)
     info = _INFOS.get(REWARDS.canonical(name))
     module = getattr(fn, "__module__", None)
-    own = [module] if module and module != "__main__" else []
+    # a plug-in file's module (agentfly.plugins names it agentfly_plugin_*) cannot be imported by
+    # name: the worker imports the file itself before the call (workers._plugin_files)
+    own = [module] if module and module != "__main__" and not module.startswith(PLUGIN_PREFIX) else []
     return [*own, *(info.preload if info else ())]
 
 

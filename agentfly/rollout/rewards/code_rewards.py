@@ -191,7 +191,9 @@ def score_code(
     }
 
 
-@reward(name="code_reward", timeout=CODE_TIMEOUT_S)
+# The test cases run in sandboxed processes of their own, each under its own limits (see
+# run_test_case): the reward itself only drives them, in a thread of the trainer.
+@reward(name="code_reward", timeout=CODE_TIMEOUT_S, runs_in="thread")
 def code_reward(
     prediction: str,
     test_list: Any = None,
@@ -218,7 +220,7 @@ def code_reward(
     )
 
 
-@reward(name="code_reward_unsafe_rlimits_only", timeout=CODE_TIMEOUT_S)
+@reward(name="code_reward_unsafe_rlimits_only", timeout=CODE_TIMEOUT_S, runs_in="thread")
 def code_reward_unsafe_rlimits_only(
     prediction: str,
     test_list: Any = None,

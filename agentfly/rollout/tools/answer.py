@@ -5,7 +5,7 @@ from __future__ import annotations
 from agentfly.rollout.tools.base import ToolResult, tool
 
 
-@tool(name="answer")
+@tool(name="answer", runs_in="thread")  # builds a ToolResult: nothing to contain
 def answer(answer: str) -> ToolResult:
     """Give the final answer to the user. Call this once, when you are done.
 

@@ -137,6 +137,11 @@ class Tool:
         return inspect.iscoroutinefunction(self.fn)
 
     @property
+    def runs_in_process(self) -> bool:
+        """Whether calls go to the worker processes (sync, stateless, not ``runs_in="thread"``)."""
+        return self.runs_in == "process" and not self.stateful and not self.is_async
+
+    @property
     def takes_settings(self) -> bool:
         return "settings" in inspect.signature(self.fn).parameters
 
