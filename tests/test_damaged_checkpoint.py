@@ -16,29 +16,12 @@ import shutil
 import zipfile
 from pathlib import Path
 
-import lightning.pytorch as pl
 import pytest
 import torch
 
 from agentfly.checkpoints import checkpoint_damage, find_resume_checkpoint
 from agentfly.cli import main
 from tests.test_fit import fit_args, rows, write_task
-
-
-class Fail(pl.Callback):
-    """Raises ``RuntimeError("planted failure")`` at ``hook``: ``fit_start`` (before any
-    iteration) or ``train_batch_end`` (after the first training step)."""
-
-    def __init__(self, hook: str = "fit_start") -> None:
-        self.hook = hook
-
-    def on_fit_start(self, trainer, pl_module) -> None:
-        if self.hook == "fit_start":
-            raise RuntimeError("planted failure")
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if self.hook == "train_batch_end":
-            raise RuntimeError("planted failure")
 
 
 @pytest.fixture(scope="module")
@@ -161,7 +144,7 @@ def empty_folders(root: Path) -> list[str]:
 def test_a_run_failing_at_the_start_leaves_no_empty_folder(trained, tmp_path):
     root, model, _ = trained
     out = tmp_path / "out"
-    command = fit_args(root, model, out, 2, ["--trainer.callbacks+=tests.test_damaged_checkpoint.Fail"])
+    command = fit_args(root, model, out, 2, ["--trainer.callbacks+=tests.planted.Fail"])
     with pytest.raises(RuntimeError, match="planted failure"):
         main(command)
     assert not out.exists() or not empty_folders(out), empty_folders(out)
@@ -176,7 +159,7 @@ def test_a_resumed_run_failing_leaves_no_empty_version_folder(trained, tmp_path)
     (out / "kept_empty").mkdir()  # not this run's: left alone
     before = sorted(p.name for p in (out / "metrics").iterdir())
     command = fit_args(root, model, out, 3, ["trainer.resume_mode=auto",
-                                             "--trainer.callbacks+=tests.test_damaged_checkpoint.Fail"])
+                                             "--trainer.callbacks+=tests.planted.Fail"])
     with pytest.raises(RuntimeError, match="planted failure"):
         main(command)
     assert sorted(p.name for p in (out / "metrics").iterdir()) == before
