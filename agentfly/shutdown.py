@@ -3,8 +3,10 @@ started is stopped within a deadline with none of its processes left behind.
 
 - :func:`sigterm_exits` (the CLI's ``fit``/``rollout`` commands): SIGTERM raises ``SystemExit``
   in the main thread, so every ``finally`` runs (engines, tool workers, Ray). ``ray.init``
-  replaces the handler with its own, which also raises ``SystemExit``; SLURM's requeue signal
-  (SIGUSR1, :mod:`agentfly.callbacks.requeue`) is left alone.
+  replaces the handler with its own; where agentfly starts Ray, :func:`reclaim_sigterm` puts
+  this one back. Inside ``trainer.fit`` Lightning calls it after its own notifier (which alone
+  would wait for the end of the batch, a whole rollout, and exit with status 0). SLURM's requeue
+  signal (SIGUSR1, :mod:`agentfly.callbacks.requeue`) is left alone.
 - :func:`ray_stopped_at_exit`: when Ray was not initialised on entry and is on exit (an engine
   pool, a resource pool or anything else started or joined it), :func:`stop_ray` runs.
 - :func:`stop_ray`: ``ray.shutdown()`` in a helper thread under a deadline; then the Ray
@@ -155,8 +157,22 @@ def sigterm_exits() -> Iterator[None]:
         logger.warning("SIGTERM: stopping the run (pid %d)", os.getpid())
         raise SystemExit(128 + signum)
 
+    global _handler
     previous = signal.signal(signal.SIGTERM, handler)
+    outer, _handler = _handler, handler
     try:
         yield
     finally:
+        _handler = outer
         signal.signal(signal.SIGTERM, previous)
+
+
+_handler: Any = None  # the SIGTERM handler of the innermost sigterm_exits, while inside it
+
+
+def reclaim_sigterm() -> None:
+    """Put :func:`sigterm_exits`'s handler back after ``ray.init`` replaced it with Ray's own
+    (which exits too, but again on every further SIGTERM, cutting a shutdown short). Called
+    where agentfly starts Ray; does nothing outside :func:`sigterm_exits` or the main thread."""
+    if _handler is not None and _in_main_thread() and signal.getsignal(signal.SIGTERM) is not _handler:
+        signal.signal(signal.SIGTERM, _handler)

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import signal
+
 import lightning.pytorch as pl
 
 
 class Fail(pl.Callback):
     """Raises ``RuntimeError("planted failure")`` at ``hook``: ``fit_start`` (before any
-    iteration) or ``train_batch_end`` (after the first training step)."""
+    iteration) or ``train_batch_end`` (after the first training step); ``sigterm`` sends this
+    process SIGTERM after the first training step instead."""
 
     def __init__(self, hook: str = "fit_start") -> None:
         self.hook = hook
@@ -19,3 +23,5 @@ class Fail(pl.Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if self.hook == "train_batch_end":
             raise RuntimeError("planted failure")
+        if self.hook == "sigterm":
+            os.kill(os.getpid(), signal.SIGTERM)

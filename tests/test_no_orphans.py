@@ -181,3 +181,25 @@ def test_sigterm_becomes_an_orderly_exit_once():
     assert exited.value.code == 143
     assert cleaned == ["cleaned up"]
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_sigterm_during_a_fit_ends_it_in_order(task, tmp_path, caplog):
+    """``agentfly fit`` (in this process, the in-process engine) signalled after its first
+    training step: the step's checkpoint is kept, the run unwinds as ``SystemExit(143)`` saying
+    why, and SIGTERM's handler is what it was."""
+    import logging
+
+    from agentfly.cli import main
+
+    root, model = task
+    run = tmp_path / "run"
+    command = fit_args(root, model, run, 3, ["--trainer.callbacks+=tests.planted.Fail",
+                                             "--trainer.callbacks.hook", "sigterm"])
+    before = signal.getsignal(signal.SIGTERM)
+    with caplog.at_level(logging.WARNING, logger="agentfly"), pytest.raises(SystemExit) as exited:
+        main(command)
+    assert exited.value.code == 143
+    assert "SIGTERM: stopping the run" in caplog.text
+    assert (run / "checkpoints" / "iter_000001.ckpt").exists()
+    assert not (run / "checkpoints" / "iter_000002.ckpt").exists()
+    assert signal.getsignal(signal.SIGTERM) is before

@@ -211,8 +211,10 @@ class ResourcePool:
         tool = tool_name if isinstance(tool_name, Tool) else get_tool(tool_name)
         if self.backend == "ray":
             from agentfly.rollout.engines.host import ensure_ray
+            from agentfly.shutdown import reclaim_sigterm
 
-            ensure_ray()  # here, not in the worker thread that makes the actor
+            if ensure_ray():  # here, not in the worker thread that makes the actor
+                reclaim_sigterm()  # ray.init set its own SIGTERM handler
         async with self._semaphore(tool):
             resource = await asyncio.to_thread(self._create, tool)
             self._live[tool.name] += 1
