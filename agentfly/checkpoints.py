@@ -42,6 +42,8 @@ def checkpoint_damage(path: str | Path) -> str | None:
     except OSError as err:
         target = f" (a link to {path.readlink()})" if path.is_symlink() else ""
         return f"cannot be read{target}: {err.strerror or err}"
+    if path.is_dir():
+        return "is a folder, not a checkpoint file"
     if size == 0:
         return "is empty (0 bytes)"
     try:
