@@ -7,6 +7,9 @@ LightningCLI-style ``--agent.run_config.num_chains 4``. ``agentfly fit`` (or ``t
 trains with the same config; ``validate``/``test`` roll out the validation set with the weights
 of ``--ckpt_path`` (LightningCLI's flag; for ``fit`` the checkpoint to resume from), else of the
 checkpoint ``trainer.resume_mode`` finds, else of the base model (said once).
+
+``fit`` and ``rollout`` end in order on SIGTERM as on an error (:mod:`agentfly.shutdown`): the
+engines, the tool workers and a Ray they started are stopped before the process exits (143).
 """
 
 from __future__ import annotations
@@ -34,8 +37,11 @@ def _rollout(args: argparse.Namespace) -> int:
     if args.print_config:
         print(config_to_yaml(cfg))
         return 0
+    from agentfly.shutdown import ray_stopped_at_exit, sigterm_exits
+
     try:
-        summary = run_rollout(cfg, args.output, split=args.split, limit=args.limit)
+        with sigterm_exits(), ray_stopped_at_exit():
+            summary = run_rollout(cfg, args.output, split=args.split, limit=args.limit)
     except (ValueError, FileNotFoundError, KeyError, RuntimeError) as e:
         print(f"agentfly: {e}", file=sys.stderr)
         return 2
@@ -60,9 +66,11 @@ def _fit(args: argparse.Namespace) -> int:
         if args.print_config:
             return 0
     from agentfly.rollout.engines.errors import EngineLostError, EngineStartError
+    from agentfly.shutdown import sigterm_exits
 
     try:
-        metrics = run_fit(cfg, stage=args.command, ckpt_path=args.ckpt_path)
+        with sigterm_exits():  # run_fit stops what the run started, however it ends
+            metrics = run_fit(cfg, stage=args.command, ckpt_path=args.ckpt_path)
     except (ValueError, FileNotFoundError, KeyError, EngineStartError, EngineLostError) as e:
         print(f"agentfly: {e}", file=sys.stderr)
         return 2

@@ -15,6 +15,7 @@ work as they are.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from pathlib import Path
@@ -150,39 +151,38 @@ def build_loggers(plan: RunPlan) -> list[Any]:
 def resume_path(plan: RunPlan, ckpt_path: str | None = None) -> str | None:
     """The checkpoint a fit resumes from, or that ``validate``/``test`` score; None: the base model.
 
-    ``ckpt_path`` (the command line's ``--ckpt_path``) names it outright; it must exist, and it
-    contradicts ``resume_mode=disable`` or a different ``resume_from_path``. Otherwise
-    ``resume_mode`` decides: ``resume_path`` takes ``resume_from_path``, ``auto`` the newest of
-    ``checkpoints/last.ckpt`` (else the last ``iter_*.ckpt``) and SLURM's ``hpc_ckpt_*.ckpt``.
+    ``ckpt_path`` (the command line's ``--ckpt_path``) names it outright; it must exist and load,
+    and it contradicts ``resume_mode=disable`` or a different ``resume_from_path``. Otherwise
+    ``resume_mode`` decides: ``resume_path`` takes ``resume_from_path`` (it must load too),
+    ``auto`` the newest intact checkpoint of the run directory
+    (:func:`agentfly.checkpoints.find_resume_checkpoint`): a damaged ``last.ckpt`` falls back to
+    the newest intact ``iter_*.ckpt``, and with none intact the run starts fresh, saying so.
+
+    Raises:
+        FileNotFoundError: a named checkpoint does not exist.
+        DamagedCheckpointError: a named checkpoint does not load.
     """
+    from agentfly.checkpoints import check_named_checkpoint, find_resume_checkpoint
+
     mode, run_dir = plan.resume_mode, Path(plan.run_dir)
     if ckpt_path is not None:
         path = Path(ckpt_path)
-        if not path.exists():
+        if not path.exists() and not path.is_symlink():
             raise FileNotFoundError(f"--ckpt_path {path} does not exist")
         named = plan.resume_from_path
         if mode == "disable" or (mode == "resume_path" and Path(str(named)).resolve() != path.resolve()):
             given = f"resume_from_path={named}" if mode == "resume_path" else "resume_mode=disable"
             raise ValueError(f"--ckpt_path {path} contradicts trainer.{given}: give one of them")
-        return str(path)
+        return check_named_checkpoint(path, "--ckpt_path ")
     if mode == "disable":
         return None
     if mode == "resume_path":
-        path = Path(str(plan.resume_from_path))
-        if not path.exists():
-            raise FileNotFoundError(f"trainer.resume_from_path={path} does not exist")
-        return str(path)
-    candidates = []
-    last = run_dir / "checkpoints" / "last.ckpt"
-    if last.exists():  # written to a temporary name and renamed: never half-written
-        candidates.append(last)
-    else:
-        candidates += sorted((run_dir / "checkpoints").glob("iter_*.ckpt"))[-1:]
-    # Lightning's SLURM auto-requeue (SIGUSR1) saves hpc_ckpt_N.ckpt into the run directory
-    candidates += sorted(run_dir.glob("hpc_ckpt_*.ckpt"), key=lambda p: int(p.stem.rsplit("_", 1)[1]))[-1:]
-    if not candidates:
-        return None
-    return str(max(candidates, key=lambda p: p.stat().st_mtime))
+        return check_named_checkpoint(str(plan.resume_from_path), "trainer.resume_from_path=")
+    choice = find_resume_checkpoint(run_dir)
+    said = choice.message()
+    if said and _is_rank_zero():
+        logger.warning("trainer.resume_mode=auto: %s", said)
+    return choice.path
 
 
 def build_trainer(
@@ -228,7 +228,25 @@ def run_fit(cfg: Any, stage: str = "fit", ckpt_path: str | None = None) -> dict[
     """Validate (``val_before_train``), train, validate again, then print and write the run's report
     (:mod:`agentfly.report`: before → after table, sample trajectories, ``training_curves.png``);
     returns the last logged metrics. ``stage`` ``validate``/``test`` only validates, the checkpoint
-    that :func:`resume_path` finds (``ckpt_path`` first) or else the base model."""
+    that :func:`resume_path` finds (``ckpt_path`` first) or else the base model.
+
+    However it ends (an error, ``SystemExit`` from SIGTERM): the rollout is closed (engines, tool
+    workers), a Ray started during the run is stopped (:func:`agentfly.shutdown.stop_ray`), and
+    the empty folders this run made in the run directory (a logger's version folder, the run
+    directory itself) are removed."""
+    from agentfly.shutdown import ray_stopped_at_exit
+
+    run_dir = Path(str(cfg.trainer.default_local_dir))
+    existed = _folders(run_dir)
+    try:
+        with ray_stopped_at_exit():
+            return _fit_and_report(cfg, stage, ckpt_path)
+    finally:
+        if _is_rank_zero():
+            _remove_empty_folders(run_dir, existed)
+
+
+def _fit_and_report(cfg: Any, stage: str, ckpt_path: str | None) -> dict[str, float]:
     import time
 
     start = time.perf_counter()
@@ -236,8 +254,10 @@ def run_fit(cfg: Any, stage: str = "fit", ckpt_path: str | None = None) -> dict[
     try:
         metrics = _run(cfg, stage, trainer, module, datamodule, ckpt)
     finally:
-        datamodule.close()
-        _finish_wandb(trainer)
+        try:
+            datamodule.close()
+        finally:
+            _finish_wandb(trainer)
     if stage not in ("validate", "test") and trainer.is_global_zero:
         from agentfly.report import write_run_report
 
@@ -249,6 +269,24 @@ def run_fit(cfg: Any, stage: str = "fit", ckpt_path: str | None = None) -> dict[
         except Exception as err:  # the training is done and saved; a report never fails it
             logger.warning("run report not written: %s", err)
     return metrics
+
+
+def _folders(root: Path) -> set[Path]:
+    """Every folder under ``root`` (``root`` included) that exists now."""
+    if not root.is_dir():
+        return set()
+    return {root, *(Path(d) / name for d, names, _ in os.walk(root) for name in names)}
+
+
+def _remove_empty_folders(root: Path, existed: set[Path]) -> None:
+    """Remove the folders under ``root`` (and ``root``) that are empty and not in ``existed``,
+    deepest first (a folder emptied of empty folders goes too)."""
+    if not root.is_dir():
+        return
+    for folder, _, _ in os.walk(root, topdown=False):
+        if Path(folder) not in existed:
+            with contextlib.suppress(OSError):  # not empty
+                os.rmdir(folder)
 
 
 def _run(cfg: Any, stage: str, trainer: Any, module: Any, datamodule: Any, ckpt: str | None) -> dict[str, float]:

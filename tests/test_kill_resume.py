@@ -103,3 +103,29 @@ def test_interrupted_checkpoint_write_keeps_last_ckpt(tmp_path):
     cb.save(trainer, 2)
     assert (tmp_path / "last.ckpt").read_bytes() == (tmp_path / "iter_000002.ckpt").read_bytes() == trainer.payload
     assert (tmp_path / "iter_000001.ckpt").read_bytes() == b"iteration 1" * 100  # a link, not the same file
+
+
+def test_an_interrupted_hpc_checkpoint_write_leaves_no_hpc_checkpoint(tmp_path, monkeypatch):
+    """SLURM's requeue checkpoint is written to a temporary name that neither Lightning's
+    ``hpc_ckpt_N`` numbering nor a resume counts, and moved into place once whole."""
+    from lightning.pytorch.trainer.connectors.checkpoint_connector import _CheckpointConnector
+
+    from agentfly.callbacks.requeue import SlurmRequeue
+
+    for key in ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID"):  # no job: nothing to requeue
+        monkeypatch.delenv(key, raising=False)
+    trainer = _Trainer()
+    trainer.strategy.root_device = "cpu"
+    trainer.world_size, trainer.default_root_dir, trainer.should_stop = 1, str(tmp_path), False
+    trainer._checkpoint_connector = SimpleNamespace(hpc_save_path=_CheckpointConnector.hpc_save_path)
+    trainer.payload, trainer.fail = b"hpc state" * 100, True
+    cb = SlurmRequeue()
+    cb.signalled = True
+    with pytest.raises(KeyboardInterrupt):
+        cb.on_train_batch_end(trainer, SimpleNamespace(iteration=3), None, None, 0)
+    assert list(tmp_path.glob("hpc_ckpt_*")) == []
+    assert _CheckpointConnector.hpc_save_path(tmp_path) == str(tmp_path / "hpc_ckpt_1.ckpt")
+    trainer.fail = False
+    cb.on_train_batch_end(trainer, SimpleNamespace(iteration=3), None, None, 0)
+    assert (tmp_path / "hpc_ckpt_1.ckpt").read_bytes() == trainer.payload and trainer.should_stop
+    assert [p.name for p in tmp_path.iterdir()] == ["hpc_ckpt_1.ckpt"]

@@ -4,10 +4,13 @@ each iteration, and writes the actor in Hugging Face format (with its tokenizer)
 Lightning's own step counter counts optimizer steps (several per iteration with PPO
 mini-batches), so iterations are counted here and in the module (``pl_module.iteration``).
 
-Checkpoints are written to a temporary name and moved into place with ``os.replace``: a process
-killed mid-write (SIGKILL, a pre-empted node) leaves the previous ``last.ckpt`` whole. ``last.ckpt``
-is replaced first and ``iter_{k}.ckpt`` linked to it after, so an existing ``iter_{k}.ckpt``
-implies a ``last.ckpt`` at iteration k or later.
+Checkpoints are written to a temporary name, flushed to disk and moved into place with
+``os.replace`` (:func:`replace_durably`): a process killed mid-write (SIGKILL, a pre-empted node)
+or a machine that loses power leaves the previous ``last.ckpt`` whole. ``last.ckpt`` is replaced
+first and ``iter_{k}.ckpt`` linked to it after, so an existing ``iter_{k}.ckpt`` implies a
+``last.ckpt`` at iteration k or later. Being a hard link, ``iter_{k}.ckpt`` shares the file of
+the ``last.ckpt`` of iteration k: damaged in place, both are (a resume then falls back to
+``iter_{k-1}.ckpt``, see :mod:`agentfly.checkpoints`).
 """
 
 from __future__ import annotations
@@ -19,6 +22,18 @@ from pathlib import Path
 from typing import Any
 
 from lightning.pytorch.callbacks import Callback
+
+
+def replace_durably(tmp: str | Path, dst: str | Path) -> None:
+    """Move the complete file ``tmp`` to ``dst`` atomically, its bytes and the rename on disk."""
+    with open(tmp, "rb") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, dst)
+    fd = os.open(Path(dst).parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _publish(src: Path, dst: Path) -> None:
@@ -103,6 +118,6 @@ class IterationCallback(Callback):
         tmp = self.checkpoint_dir / "last.ckpt.tmp"
         trainer.save_checkpoint(tmp)  # rank 0 writes; ends with a barrier
         if trainer.is_global_zero:
-            os.replace(tmp, last)
+            replace_durably(tmp, last)
             _publish(last, self.checkpoint_dir / f"iter_{iteration:06d}.ckpt")
         trainer.strategy.barrier("agentfly_checkpoint")

@@ -5,7 +5,8 @@ checkpoint *inside the signal handler*, wherever each rank happens to be; with s
 may be inside a collective (a gradient all-reduce, an FSDP all-gather) while another enters the
 checkpoint's barrier, and the job hangs. Here the handler only notes the signal; at the end of the
 iteration (every rank at the same point, after the weight sync) the ranks agree whether any of
-them was signalled, all save ``hpc_ckpt_N.ckpt`` together, rank 0 runs ``scontrol requeue``, and
+them was signalled, all save ``hpc_ckpt_N.ckpt`` together (to a temporary name moved into place,
+so a job killed mid-write never leaves a partial one), rank 0 runs ``scontrol requeue``, and
 training stops. The requeued job's ``agentfly fit ... trainer.resume_mode=auto`` resumes from that
 checkpoint (:func:`agentfly.fit.resume_path` picks it when it is the newest).
 """
@@ -20,6 +21,8 @@ from typing import Any
 
 import torch
 from lightning.pytorch.callbacks import Callback
+
+from agentfly.callbacks.iterations import replace_durably
 
 logger = logging.getLogger(__name__)
 
@@ -44,8 +47,12 @@ class SlurmRequeue(Callback):
         if float(flag) == 0:
             return
         path = trainer._checkpoint_connector.hpc_save_path(trainer.default_root_dir)
-        trainer.save_checkpoint(path)  # every rank; rank 0 writes
+        # a name without "hpc_ckpt_": neither Lightning's hpc_ckpt_N numbering nor a resume
+        # (agentfly.checkpoints) takes it for a checkpoint until it is whole and moved into place
+        tmp = os.path.join(os.path.dirname(path), ".hpc_partial.tmp")
+        trainer.save_checkpoint(tmp)  # every rank; rank 0 writes
         if trainer.is_global_zero:
+            replace_durably(tmp, path)
             job = os.environ.get("SLURM_JOB_ID", "")
             if os.environ.get("SLURM_ARRAY_JOB_ID"):
                 job = f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ['SLURM_ARRAY_TASK_ID']}"

@@ -13,6 +13,9 @@ Each tool has a cap on live resources (``Tool.max_resources``, else the pool's
 Backends: ``"local"`` makes resources in this process (the factory runs in a worker thread).
 ``"ray"`` puts each resource in its own Ray actor and hands the tool a proxy whose method calls
 are blocking remote calls; tools call it from their worker thread. Ray is imported only then.
+Every wait on a resource actor has a deadline: ``ready_timeout_s`` for the actor to come up (its
+factory included), ``call_timeout_s`` for one method call; past it the wait ends with a
+``TimeoutError`` naming the tool, the method and the setting.
 """
 
 from __future__ import annotations
@@ -31,6 +34,10 @@ from agentfly.rollout.tools.base import Tool, get_tool
 logger = logging.getLogger(__name__)
 
 Backend = Literal["local", "ray"]
+
+READY_TIMEOUT_S = 120.0  # a resource actor's start, its factory included
+CALL_TIMEOUT_S = 600.0  # one method call on a resource actor
+CLOSE_TIMEOUT_S = 30.0  # a resource actor's close() before the actor is killed
 
 
 class _ResourceActor:
@@ -59,10 +66,19 @@ def _remote_actor_class() -> Any:
 
 
 class RayResource:
-    """A proxy for a resource living in a Ray actor; ``proxy.run(x)`` blocks on the remote call."""
+    """A proxy for a resource living in a Ray actor; ``proxy.run(x)`` blocks on the remote call.
 
-    def __init__(self, actor: Any) -> None:
+    Args:
+        actor: the Ray actor holding the resource.
+        tool_name: the tool the resource belongs to (for messages).
+        call_timeout_s: how long one method call may take before ``TimeoutError``.
+    """
+
+    def __init__(self, actor: Any, tool_name: str = "?", call_timeout_s: float = CALL_TIMEOUT_S) -> None:
         self._actor = actor
+        self._tool = tool_name
+        self._call_timeout_s = call_timeout_s
+        self._killed = False
 
     def __getattr__(self, method: str) -> Callable[..., Any]:
         if method.startswith("_"):
@@ -70,16 +86,28 @@ class RayResource:
 
         def call(*args: Any, **kwargs: Any) -> Any:
             import ray
+            from ray.exceptions import GetTimeoutError
 
-            return ray.get(self._actor.call.remote(method, args, kwargs))
+            ref = self._actor.call.remote(method, args, kwargs)
+            try:
+                return ray.get(ref, timeout=self._call_timeout_s)
+            except GetTimeoutError:
+                self._killed = True  # it runs one call at a time: stuck, it is of no further use
+                ray.kill(self._actor)
+                raise TimeoutError(
+                    f"a {self._tool} resource's {method}() did not return within "
+                    f"{self._call_timeout_s:g} s (ResourcePool call_timeout_s); its actor was killed"
+                ) from None
 
         return call
 
     def close(self) -> None:
         import ray
 
+        if self._killed:
+            return
         try:
-            ray.get(self._actor.close.remote(), timeout=30)
+            ray.get(self._actor.close.remote(), timeout=CLOSE_TIMEOUT_S)
         finally:
             ray.kill(self._actor)
 
@@ -94,6 +122,9 @@ class ResourcePool:
             ``functools.partial(PythonSession, timeout=5)``), keyed by tool name.
         ray_actor_options: options for each resource actor (default ``{"num_cpus": 0}``:
             resources mostly wait, and a CPU each would cap them at the cluster's CPU count).
+        ready_timeout_s: how long a resource actor may take to come up (Ray placing it, the
+            factory running); past it the actor is killed and ``TimeoutError`` raised.
+        call_timeout_s: how long one method call on a resource actor may take.
     """
 
     def __init__(
@@ -103,6 +134,8 @@ class ResourcePool:
         max_per_tool: int = 16,
         factories: Mapping[str, Callable[[], Any]] | None = None,
         ray_actor_options: Mapping[str, Any] | None = None,
+        ready_timeout_s: float = READY_TIMEOUT_S,
+        call_timeout_s: float = CALL_TIMEOUT_S,
     ) -> None:
         if backend not in ("local", "ray"):
             raise ValueError(f"unknown resource backend {backend!r} (known: local, ray)")
@@ -112,6 +145,8 @@ class ResourcePool:
         self.max_per_tool = max_per_tool
         self._factories = {get_tool(k).name: v for k, v in (factories or {}).items()}
         self._actor_options = dict(ray_actor_options or {"num_cpus": 0})
+        self.ready_timeout_s = ready_timeout_s
+        self.call_timeout_s = call_timeout_s
         # Per event loop: a semaphore belongs to the loop it first waited in, and callers may
         # run each rollout step in a fresh ``asyncio.run``.
         self._semaphores: weakref.WeakKeyDictionary[
@@ -137,14 +172,22 @@ class ResourcePool:
         if self.backend == "local":
             return factory()
         import ray
+        from ray.exceptions import GetTimeoutError
 
         actor = _remote_actor_class().options(**self._actor_options).remote(factory)
         try:
-            ray.get(actor.ready.remote())  # surfaces an error raised by the factory
-        except Exception:
+            ray.get(actor.ready.remote(), timeout=self.ready_timeout_s)  # a factory's error too
+        except GetTimeoutError:
+            ray.kill(actor)
+            raise TimeoutError(
+                f"the Ray actor for a {tool.name} resource did not come up within "
+                f"{self.ready_timeout_s:g} s (ResourcePool ready_timeout_s): Ray could not place "
+                "it, or the tool's resource factory did not return"
+            ) from None
+        except BaseException:
             ray.kill(actor)
             raise
-        return RayResource(actor)
+        return RayResource(actor, tool.name, self.call_timeout_s)
 
     @staticmethod
     def _destroy(tool_name: str, resource: Any) -> None:
@@ -167,10 +210,11 @@ class ResourcePool:
         """
         tool = tool_name if isinstance(tool_name, Tool) else get_tool(tool_name)
         if self.backend == "ray":
-            import ray
+            from agentfly.rollout.engines.host import ensure_ray
+            from agentfly.shutdown import reclaim_sigterm
 
-            if not ray.is_initialized():  # here, not in the worker thread that makes the actor
-                ray.init()
+            if ensure_ray():  # here, not in the worker thread that makes the actor
+                reclaim_sigterm()  # ray.init set its own SIGTERM handler
         async with self._semaphore(tool):
             resource = await asyncio.to_thread(self._create, tool)
             self._live[tool.name] += 1

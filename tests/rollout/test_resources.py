@@ -205,3 +205,38 @@ def test_ray_backend_holds_each_session_in_an_actor(local_ray: None) -> None:
     # meets first, it fails).
     with pytest.raises(ray.exceptions.RayError):
         proxy.run("1")
+
+
+@pytest.mark.slow
+def test_ray_resource_waits_have_deadlines(local_ray: None) -> None:
+    """A resource actor whose factory never returns, and a method call that never returns, each
+    end with a TimeoutError naming the tool and the setting, well before the hang would end."""
+    import functools
+    import threading
+    import time
+
+    import ray
+
+    hung = ResourcePool("ray", factories={"code_interpreter": functools.partial(time.sleep, 120)},
+                        ready_timeout_s=1.0)
+    start = time.monotonic()
+    with pytest.raises(TimeoutError, match=r"code_interpreter resource did not come up within 1 s "
+                                           r"\(ResourcePool ready_timeout_s\)"):
+        asyncio.run(hung.chain("a").get("code_interpreter"))
+    assert time.monotonic() - start < 60  # the factory sleeps 120 s: the deadline ended the wait
+
+    # an Event's wait() without a timeout never returns
+    stuck = ResourcePool("ray", factories={"code_interpreter": threading.Event}, call_timeout_s=1.0)
+
+    async def call_wait() -> None:
+        async with stuck.chain("b") as chain:
+            event = await chain.get("code_interpreter")
+            with pytest.raises(TimeoutError, match=r"code_interpreter resource's wait\(\) did not "
+                                                   r"return within 1 s \(ResourcePool call_timeout_s\)"):
+                await asyncio.to_thread(event.wait)
+            with pytest.raises(ray.exceptions.RayActorError):  # killed: nothing waits on it again
+                event.is_set()
+
+    start = time.monotonic()
+    asyncio.run(call_wait())
+    assert time.monotonic() - start < 25  # neither the call nor the release waited 30 s

@@ -94,7 +94,8 @@ class EnginePool:
         weights_timeout_s: how long an engine may take to load new weights.
         call_timeout_s: how long ``stats``, ``tokenizer``, ``sleep`` and ``wake_up`` may take.
         shutdown_timeout_s: how long the engines may take to free their resources at shutdown
-            before their actors are killed.
+            before their actors are killed; and how long stopping a Ray this pool started may
+            take before its processes are killed.
     """
 
     def __init__(
@@ -131,6 +132,7 @@ class EnginePool:
         self.max_batch_size = max_batch_size
         kwargs = dict(engine_kwargs or {})
         self._started_ray = False
+        self._shutdown_timeout_s = shutdown_timeout_s
         self._ray: RayEngines | None = None
         if self.backend == "local":
             self._hosts: list[Any] = [EngineHost(engine, kwargs, plugins=plugins)]
@@ -143,6 +145,10 @@ class EnginePool:
                 cpus, gpus = num_cpus_per_engine, num_gpus_per_engine
                 check_local_capacity(num_engines, cpus, gpus, ray_init)
             self._started_ray = ensure_ray(**(ray_init or {}))
+            if self._started_ray:
+                from agentfly.shutdown import reclaim_sigterm
+
+                reclaim_sigterm()  # ray.init set its own SIGTERM handler
             try:
                 self._ray = RayEngines(
                     engine,
@@ -274,21 +280,25 @@ class EnginePool:
         for task in self._workers:
             task.cancel()
         self._workers = []
-        if self._ray is not None:
-            self._ray.close()  # vLLM frees shared memory; a dead or hung actor is killed anyway
-            self._ray = None
-            self._stop_ray()
-        else:
-            for h in self._hosts:
-                h.close()
-        self._hosts = []
+        try:
+            if self._ray is not None:
+                ray_engines, self._ray = self._ray, None
+                ray_engines.close()  # vLLM frees shared memory; a dead or hung actor is killed anyway
+            else:
+                for h in self._hosts:
+                    h.close()
+        finally:
+            self._hosts = []
+            self._stop_ray()  # also when closing an engine failed
 
     def _stop_ray(self) -> None:
+        """Stop the Ray this pool started, within ``shutdown_timeout_s`` (then its processes are
+        killed, see :func:`agentfly.shutdown.stop_ray`)."""
         if self._started_ray:
-            import ray
+            from agentfly.shutdown import stop_ray
 
-            ray.shutdown()
             self._started_ray = False
+            stop_ray(self._shutdown_timeout_s)
 
     def __enter__(self) -> EnginePool:
         return self

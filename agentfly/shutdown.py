@@ -1,0 +1,178 @@
+"""How a run ends, however it ends: SIGTERM becomes an orderly exit, and a Ray that agentfly
+started is stopped within a deadline with none of its processes left behind.
+
+- :func:`sigterm_exits` (the CLI's ``fit``/``rollout`` commands): SIGTERM raises ``SystemExit``
+  in the main thread, so every ``finally`` runs (engines, tool workers, Ray). ``ray.init``
+  replaces the handler with its own; where agentfly starts Ray, :func:`reclaim_sigterm` puts
+  this one back. Inside ``trainer.fit`` Lightning calls it after its own notifier (which alone
+  would wait for the end of the batch, a whole rollout, and exit with status 0). SLURM's requeue
+  signal (SIGUSR1, :mod:`agentfly.callbacks.requeue`) is left alone.
+- :func:`ray_stopped_at_exit`: when Ray was not initialised on entry and is on exit (an engine
+  pool, a resource pool or anything else started or joined it), :func:`stop_ray` runs.
+- :func:`stop_ray`: ``ray.shutdown()`` in a helper thread under a deadline; then the Ray
+  processes this process started (head, raylet, GCS, dashboard and runtime-env agents, workers:
+  found among its descendants before the shutdown) get a few seconds to exit and are killed
+  otherwise, saying which. A Ray joined through ``RAY_ADDRESS`` is only disconnected from.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+RAY_SHUTDOWN_TIMEOUT_S = 30.0  # ray.shutdown() may take this long before Ray's processes are killed
+RAY_EXIT_GRACE_S = 5.0  # after ray.shutdown(), how long Ray's processes may take to exit
+
+
+def ray_is_initialized() -> bool:
+    """Whether Ray is initialised in this process (without importing Ray when nothing did)."""
+    ray = sys.modules.get("ray")
+    return bool(ray is not None and ray.is_initialized())
+
+
+_RAY_NAMES = ("ray::", "raylet", "gcs_server")
+
+
+def _ray_processes() -> list[Any]:
+    """This process's descendants that are Ray's (psutil processes), the engine actors included."""
+    import psutil
+
+    found = []
+    for proc in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            cmdline = " ".join(proc.cmdline())
+            if "/ray/" in cmdline or cmdline.startswith("ray::") or proc.name().startswith(_RAY_NAMES):
+                found.append(proc)
+    return found
+
+
+def stop_ray(timeout_s: float = RAY_SHUTDOWN_TIMEOUT_S, grace_s: float = RAY_EXIT_GRACE_S) -> None:
+    """``ray.shutdown()`` within ``timeout_s``, then no Ray process of this one is left.
+
+    Args:
+        timeout_s: how long ``ray.shutdown()`` may take; past it the shutdown is abandoned (its
+            thread is a daemon) and Ray's processes are killed.
+        grace_s: how long Ray's processes may take to exit after the shutdown before they are
+            killed.
+    """
+    if not ray_is_initialized():
+        return
+    import psutil
+    from ray._private import worker
+
+    started_here = worker._global_node is not None  # None: joined a cluster, nothing of ours runs
+    procs = _ray_processes() if started_here else []
+    done = threading.Event()
+
+    def shutdown() -> None:
+        try:
+            import ray
+
+            ray.shutdown()
+        except Exception:  # the processes are reaped below whatever happened
+            logger.warning("ray.shutdown() failed", exc_info=True)
+        finally:
+            done.set()
+
+    threading.Thread(target=shutdown, name="agentfly-ray-shutdown", daemon=True).start()
+    if not done.wait(timeout_s):
+        logger.warning(
+            "ray.shutdown() did not finish within %g s: killing Ray's processes %s",
+            timeout_s, [p.pid for p in procs],
+        )
+        grace_s = 0.0
+    _, alive = psutil.wait_procs(procs, timeout=grace_s)
+    if not alive:
+        return
+    for proc in alive:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    psutil.wait_procs(alive, timeout=5)
+    if grace_s:
+        logger.warning(
+            "Ray processes still running %g s after ray.shutdown(): killed %s",
+            grace_s, [p.pid for p in alive],
+        )
+
+
+@contextlib.contextmanager
+def ray_stopped_at_exit(timeout_s: float = RAY_SHUTDOWN_TIMEOUT_S) -> Iterator[None]:
+    """Stop Ray on leaving (:func:`stop_ray`) if it was not initialised on entering.
+
+    While stopping, a further SIGTERM is said and ignored, so it cannot cut the shutdown short.
+    """
+    before = ray_is_initialized()
+    try:
+        yield
+    finally:
+        if not before and ray_is_initialized():
+            with _sigterm_ignored():
+                stop_ray(timeout_s)
+
+
+def _in_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+@contextlib.contextmanager
+def _sigterm_ignored() -> Iterator[None]:
+    if not _in_main_thread():
+        yield
+        return
+
+    def say(signum: int, frame: Any) -> None:
+        logger.warning("SIGTERM while stopping Ray: the shutdown goes on")
+
+    previous = signal.signal(signal.SIGTERM, say)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def sigterm_exits() -> Iterator[None]:
+    """While inside, SIGTERM raises ``SystemExit(143)`` in the main thread (128 + SIGTERM, as a
+    shell reports a process it ended); a second SIGTERM while the first unwinds is said and
+    ignored. Outside the main thread (signals cannot be set there) nothing changes."""
+    if not _in_main_thread():
+        yield
+        return
+    stopping = False
+
+    def handler(signum: int, frame: Any) -> None:
+        nonlocal stopping
+        if stopping:
+            logger.warning("SIGTERM again: still shutting down (engines, tool workers, Ray)")
+            return
+        stopping = True
+        logger.warning("SIGTERM: stopping the run (pid %d)", os.getpid())
+        raise SystemExit(128 + signum)
+
+    global _handler
+    previous = signal.signal(signal.SIGTERM, handler)
+    outer, _handler = _handler, handler
+    try:
+        yield
+    finally:
+        _handler = outer
+        signal.signal(signal.SIGTERM, previous)
+
+
+_handler: Any = None  # the SIGTERM handler of the innermost sigterm_exits, while inside it
+
+
+def reclaim_sigterm() -> None:
+    """Put :func:`sigterm_exits`'s handler back after ``ray.init`` replaced it with Ray's own
+    (which exits too, but again on every further SIGTERM, cutting a shutdown short). Called
+    where agentfly starts Ray; does nothing outside :func:`sigterm_exits` or the main thread."""
+    if _handler is not None and _in_main_thread() and signal.getsignal(signal.SIGTERM) is not _handler:
+        signal.signal(signal.SIGTERM, _handler)

@@ -1,0 +1,27 @@
+"""A failure planted in a fit: ``--trainer.callbacks+=tests.planted.Fail [--trainer.callbacks.hook H]``."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import lightning.pytorch as pl
+
+
+class Fail(pl.Callback):
+    """Raises ``RuntimeError("planted failure")`` at ``hook``: ``fit_start`` (before any
+    iteration) or ``train_batch_end`` (after the first training step); ``sigterm`` sends this
+    process SIGTERM after the first training step instead."""
+
+    def __init__(self, hook: str = "fit_start") -> None:
+        self.hook = hook
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        if self.hook == "fit_start":
+            raise RuntimeError("planted failure")
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if self.hook == "train_batch_end":
+            raise RuntimeError("planted failure")
+        if self.hook == "sigterm":
+            os.kill(os.getpid(), signal.SIGTERM)

@@ -1,0 +1,205 @@
+"""A fit with a Ray engine pool leaves no process behind, however it ends: SIGTERM to the trainer
+mid-run, or an exception in a training step. Every process of the run is found by its
+environment (each inherits the run's own ``RAY_TMPDIR``): the trainer, Ray's head, raylet and
+GCS, its agents, the engine actor."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.test_fit import fit_args, write_task
+
+
+@pytest.fixture(scope="module")
+def task(tmp_path_factory):
+    return write_task(tmp_path_factory.mktemp("orphans"), [(1, 2), (3, 4)])
+
+
+def processes_of(marker: str) -> list[psutil.Process]:
+    """Every process on the machine whose environment holds ``marker``."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.pid != os.getpid() and marker in "\0".join(f"{k}={v}" for k, v in proc.environ().items()):
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def launch(task, run: Path, ray_tmp: str, log: Path, steps: int, extra=()) -> subprocess.Popen:
+    root, model = task
+    args = fit_args(root, model, run, steps, ["actor_rollout_ref.rollout.num_engines=1", *extra])
+    env = {**os.environ, "RAY_TMPDIR": ray_tmp, "WANDB_MODE": "offline"}
+    with log.open("wb") as out:
+        return subprocess.Popen([sys.executable, "-m", "agentfly.cli", *args], stdout=out,
+                                stderr=subprocess.STDOUT, env=env)
+
+
+def survivors(marker: str, within_s: float = 15) -> list[str]:
+    """The processes still holding ``marker`` after ``within_s`` seconds (each as ``pid cmdline``)."""
+    deadline = time.monotonic() + within_s
+    while (left := processes_of(marker)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    out = []
+    for proc in left:
+        try:
+            out.append(f"{proc.pid} {' '.join(proc.cmdline())[:160]}")
+        except psutil.Error:
+            continue
+    return out
+
+
+@pytest.fixture
+def ray_tmp():
+    path = tempfile.mkdtemp(prefix="rayo", dir="/tmp")  # Ray's socket paths stay under 108 bytes
+    yield path
+    for proc in processes_of(f"RAY_TMPDIR={path}"):  # whatever a failed test left behind
+        proc.kill()
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_sigterm_mid_run_stops_every_process_of_the_run(task, tmp_path, ray_tmp):
+    run, log = tmp_path / "run", tmp_path / "fit.log"
+    proc = launch(task, run, ray_tmp, log, 1000)
+    marker = f"RAY_TMPDIR={ray_tmp}"
+    try:
+        deadline = time.monotonic() + 180
+        while not (run / "checkpoints" / "iter_000001.ckpt").exists():
+            assert proc.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, "no checkpoint within 180 s"
+            time.sleep(0.05)
+        names = " ".join(p.name() for p in processes_of(marker))
+        assert "raylet" in names and "gcs_server" in names, names  # Ray runs: there is a lot to stop
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    said = log.read_text()
+    assert proc.returncode == 143, said[-3000:]  # agentfly's handler, not Ray's (15)
+    assert "SIGTERM: stopping the run" in said, said[-3000:]
+    assert survivors(marker) == [], said[-3000:]
+
+
+@pytest.mark.slow
+def test_an_exception_in_a_training_step_stops_every_process_of_the_run(task, tmp_path, ray_tmp):
+    run, log = tmp_path / "run", tmp_path / "fit.log"
+    fail = ["--trainer.callbacks+=tests.planted.Fail",
+            "--trainer.callbacks.hook", "train_batch_end"]
+    proc = launch(task, run, ray_tmp, log, 2, fail)
+    marker = f"RAY_TMPDIR={ray_tmp}"
+    seen: set[str] = set()
+    try:
+        deadline = time.monotonic() + 180
+        while proc.poll() is None and time.monotonic() < deadline:
+            for p in processes_of(marker):
+                try:
+                    seen.add(p.name())
+                except psutil.Error:
+                    continue
+            time.sleep(0.1)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    said = log.read_text()
+    assert proc.returncode != 0 and "planted failure" in said, said[-3000:]
+    assert {"raylet", "gcs_server"} <= seen, seen  # Ray ran: there was a lot to stop
+    assert survivors(marker) == [], said[-3000:]
+
+
+HANGING_SHUTDOWN = """
+import os, sys, threading, time
+import ray
+from agentfly import shutdown
+ray.init(num_cpus=1, include_dashboard=False, _temp_dir=os.environ["RAY_TMPDIR"])
+
+@ray.remote(num_cpus=0)
+class Stuck:
+    def ping(self):
+        return os.getpid()
+
+    def wait(self):
+        threading.Event().wait()
+
+stuck = Stuck.remote()
+ray.get(stuck.ping.remote(), timeout=60)  # the actor's process is up
+stuck.wait.remote()  # and busy for ever
+ray.shutdown = lambda *args, **kwargs: time.sleep(3600)  # a shutdown that never returns
+shutdown.stop_ray(timeout_s=2, grace_s=2)
+print("stop_ray returned", flush=True)
+import psutil
+left = [p for p in psutil.Process().children(recursive=True) if p.is_running()
+        and p.status() != psutil.STATUS_ZOMBIE]
+print("still running:", [p.name() for p in left], flush=True)
+os._exit(0)  # the interpreter's own exit would call the hanging shutdown again
+"""
+
+
+@pytest.mark.slow
+def test_a_ray_shutdown_that_hangs_is_abandoned_at_its_deadline_and_ray_killed(ray_tmp):
+    env = {**os.environ, "RAY_TMPDIR": ray_tmp}
+    run = subprocess.run([sys.executable, "-c", HANGING_SHUTDOWN], capture_output=True, text=True,
+                         env=env, timeout=120)
+    assert run.returncode == 0 and "stop_ray returned" in run.stdout, run.stderr[-3000:]
+    assert "still running: []" in run.stdout  # killed by stop_ray, not by this process's exit
+    assert "ray.shutdown() did not finish within 2 s: killing Ray's processes" in run.stderr
+    assert survivors(f"RAY_TMPDIR={ray_tmp}", within_s=5) == []
+
+
+def test_sigterm_becomes_an_orderly_exit_once():
+    """Inside :func:`sigterm_exits` SIGTERM raises ``SystemExit(143)`` where the main thread is,
+    so ``finally`` blocks run; a second SIGTERM while those run is ignored; the handler that
+    was there before is back afterwards."""
+    from agentfly.shutdown import sigterm_exits
+
+    before = signal.getsignal(signal.SIGTERM)
+    cleaned = []
+    with pytest.raises(SystemExit) as exited, sigterm_exits():
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # interrupted: the handler raises here
+            cleaned.append("not interrupted")
+        finally:
+            os.kill(os.getpid(), signal.SIGTERM)  # again, while cleaning up: said, not raised
+            time.sleep(0.05)
+            cleaned.append("cleaned up")
+    assert exited.value.code == 143
+    assert cleaned == ["cleaned up"]
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_sigterm_during_a_fit_ends_it_in_order(task, tmp_path, caplog):
+    """``agentfly fit`` (in this process, the in-process engine) signalled after its first
+    training step: the step's checkpoint is kept, the run unwinds as ``SystemExit(143)`` saying
+    why, and SIGTERM's handler is what it was."""
+    import logging
+
+    from agentfly.cli import main
+
+    root, model = task
+    run = tmp_path / "run"
+    command = fit_args(root, model, run, 3, ["--trainer.callbacks+=tests.planted.Fail",
+                                             "--trainer.callbacks.hook", "sigterm"])
+    before = signal.getsignal(signal.SIGTERM)
+    with caplog.at_level(logging.WARNING, logger="agentfly"), pytest.raises(SystemExit) as exited:
+        main(command)
+    assert exited.value.code == 143
+    assert "SIGTERM: stopping the run" in caplog.text
+    assert (run / "checkpoints" / "iter_000001.ckpt").exists()
+    assert not (run / "checkpoints" / "iter_000002.ckpt").exists()
+    assert signal.getsignal(signal.SIGTERM) is before
