@@ -146,9 +146,9 @@ class EnginePool:
                 check_local_capacity(num_engines, cpus, gpus, ray_init)
             self._started_ray = ensure_ray(**(ray_init or {}))
             if self._started_ray:
-                from agentfly.shutdown import reclaim_sigterm
+                from agentfly.shutdown import on_ray_started
 
-                reclaim_sigterm()  # ray.init set its own SIGTERM handler
+                on_ray_started()  # SIGTERM handler back, Ray's processes watched
             try:
                 self._ray = RayEngines(
                     engine,
