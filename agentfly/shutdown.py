@@ -85,6 +85,7 @@ def stop_ray(timeout_s: float = RAY_SHUTDOWN_TIMEOUT_S, grace_s: float = RAY_EXI
             killed.
     """
     if not ray_is_initialized():
+        _stop_reaper()  # Ray was shut down elsewhere: nothing left to watch
         return
     import psutil
 
