@@ -1,10 +1,9 @@
 """A fit with a Ray engine pool leaves no process behind, however it ends: SIGTERM to the trainer
 mid-run, an exception in a training step, SIGKILL; and a Ray shutdown that hangs is cut at its
-deadline. Every process of the run is tracked
-(:class:`Tracker`): the trainer's descendants, noted while it runs (Ray's head, raylet, GCS, its
-dashboard and runtime-env agents, the engine actor), and every process whose environment holds the
-run's own ``RAY_TMPDIR`` (found even once the trainer is gone; Ray's agents rewrite their
-environment, so they are found the first way)."""
+deadline. Every process of a run is tracked (:class:`Tracker`): the trainer's descendants, noted
+while it runs (Ray's head, raylet, GCS, its dashboard and runtime-env agents, the engine actor),
+and every process whose environment holds the run's own ``RAY_TMPDIR`` (found even once the
+trainer is gone; Ray's agents rewrite their environment, so they are found the first way)."""
 
 from __future__ import annotations
 
