@@ -13,6 +13,8 @@ started is stopped within a deadline with none of its processes left behind.
   processes this process started (head, raylet, GCS, dashboard and runtime-env agents, workers:
   found among its descendants before the shutdown) get a few seconds to exit and are killed
   otherwise, saying which. A Ray joined through ``RAY_ADDRESS`` is only disconnected from.
+- :func:`on_ray_started`: where agentfly starts Ray; also starts :mod:`agentfly.reaper`, which
+  kills Ray's processes if this process dies without stopping them (SIGKILL, the OOM killer).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import contextlib
 import logging
 import os
 import signal
+import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -38,20 +41,38 @@ def ray_is_initialized() -> bool:
     return bool(ray is not None and ray.is_initialized())
 
 
-_RAY_NAMES = ("ray::", "raylet", "gcs_server")
+def _runs_ray_here() -> bool:
+    """Whether this process started the Ray it is connected to (a head node of its own), rather
+    than joined a cluster, none of whose processes are its own."""
+    from ray._private import worker
+
+    return bool(getattr(worker._global_node, "head", False))
 
 
-def _ray_processes() -> list[Any]:
-    """This process's descendants that are Ray's (psutil processes), the engine actors included."""
-    import psutil
+_reaper: subprocess.Popen | None = None  # agentfly.reaper watching this process's Ray
 
-    found = []
-    for proc in psutil.Process().children(recursive=True):
-        with contextlib.suppress(psutil.Error):
-            cmdline = " ".join(proc.cmdline())
-            if "/ray/" in cmdline or cmdline.startswith("ray::") or proc.name().startswith(_RAY_NAMES):
-                found.append(proc)
-    return found
+
+def on_ray_started() -> None:
+    """Call where agentfly has just started Ray (``ray.init``): put :func:`sigterm_exits`'s
+    handler back (:func:`reclaim_sigterm`), and when the Ray runs on this machine, start
+    :mod:`agentfly.reaper`, which kills its processes should this one die without stopping it
+    (SIGKILL); :func:`stop_ray` ends the reaper."""
+    global _reaper
+    reclaim_sigterm()
+    if not _runs_ray_here() or (_reaper is not None and _reaper.poll() is None):
+        return  # joined a cluster: none of its processes are ours; or already watched
+    _reaper = subprocess.Popen(
+        [sys.executable, "-m", "agentfly.reaper", str(os.getpid())],
+        stdin=subprocess.DEVNULL, start_new_session=True,  # outlives this process's group
+    )
+
+
+def _stop_reaper() -> None:
+    global _reaper
+    if _reaper is not None:
+        _reaper.kill()
+        _reaper.wait()
+        _reaper = None
 
 
 def stop_ray(timeout_s: float = RAY_SHUTDOWN_TIMEOUT_S, grace_s: float = RAY_EXIT_GRACE_S) -> None:
@@ -64,12 +85,13 @@ def stop_ray(timeout_s: float = RAY_SHUTDOWN_TIMEOUT_S, grace_s: float = RAY_EXI
             killed.
     """
     if not ray_is_initialized():
+        _stop_reaper()  # Ray was shut down elsewhere: nothing left to watch
         return
     import psutil
-    from ray._private import worker
 
-    started_here = worker._global_node is not None  # None: joined a cluster, nothing of ours runs
-    procs = _ray_processes() if started_here else []
+    from agentfly.reaper import ray_descendants
+
+    procs = ray_descendants(psutil.Process()) if _runs_ray_here() else []
     done = threading.Event()
 
     def shutdown() -> None:
@@ -90,6 +112,7 @@ def stop_ray(timeout_s: float = RAY_SHUTDOWN_TIMEOUT_S, grace_s: float = RAY_EXI
         )
         grace_s = 0.0
     _, alive = psutil.wait_procs(procs, timeout=grace_s)
+    _stop_reaper()
     if not alive:
         return
     for proc in alive:

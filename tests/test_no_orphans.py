@@ -1,7 +1,9 @@
 """A fit with a Ray engine pool leaves no process behind, however it ends: SIGTERM to the trainer
-mid-run, or an exception in a training step. Every process of the run is found by its
-environment (each inherits the run's own ``RAY_TMPDIR``): the trainer, Ray's head, raylet and
-GCS, its agents, the engine actor."""
+mid-run, an exception in a training step, SIGKILL; and a Ray shutdown that hangs is cut at its
+deadline. Every process of a run is tracked (:class:`Tracker`): the trainer's descendants, noted
+while it runs (Ray's head, raylet, GCS, its dashboard and runtime-env agents, the engine actor),
+and every process whose environment holds the run's own ``RAY_TMPDIR`` (found even once the
+trainer is gone; Ray's agents rewrite their environment, so they are found the first way)."""
 
 from __future__ import annotations
 
@@ -36,6 +38,51 @@ def processes_of(marker: str) -> list[psutil.Process]:
     return found
 
 
+def _gone(proc: psutil.Process) -> bool:
+    try:
+        return not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return True
+
+
+class Tracker:
+    """The processes of one run: call :meth:`look` while it runs, :meth:`survivors` after."""
+
+    def __init__(self, proc: subprocess.Popen, ray_tmp: str) -> None:
+        self.root = psutil.Process(proc.pid)
+        self.marker = f"RAY_TMPDIR={ray_tmp}"
+        self.seen: dict[int, psutil.Process] = {}
+        self.names: dict[int, str] = {}  # the newest command line of each
+        self.ever: set[str] = set()  # every command line seen
+
+    def look(self) -> set[str]:
+        """Note the run's processes now; returns the command lines of all those seen so far."""
+        try:
+            found = self.root.children(recursive=True)
+        except psutil.Error:
+            found = []
+        for proc in [*found, *processes_of(self.marker), *self.seen.values()]:
+            try:  # a Ray worker renames itself when it becomes an actor: keep the newest name
+                self.names[proc.pid] = " ".join(proc.cmdline()).strip()
+                self.ever.add(self.names[proc.pid])
+            except psutil.Error:
+                continue
+            self.seen.setdefault(proc.pid, proc)
+        return set(self.ever)
+
+    def survivors(self, within_s: float = 15) -> list[str]:
+        """The run's processes still running after ``within_s`` seconds (``pid cmdline`` each)."""
+        self.look()
+        deadline = time.monotonic() + within_s
+        while (left := [p for p in self.seen.values() if not _gone(p)]) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        return [f"{proc.pid} {self.names[proc.pid][:160]}" for proc in left]
+
+
+def has(names: set[str], *programs: str) -> bool:
+    return all(any(program in name for name in names) for program in programs)
+
+
 def launch(task, run: Path, ray_tmp: str, log: Path, steps: int, extra=()) -> subprocess.Popen:
     root, model = task
     args = fit_args(root, model, run, steps, ["actor_rollout_ref.rollout.num_engines=1", *extra])
@@ -43,20 +90,6 @@ def launch(task, run: Path, ray_tmp: str, log: Path, steps: int, extra=()) -> su
     with log.open("wb") as out:
         return subprocess.Popen([sys.executable, "-m", "agentfly.cli", *args], stdout=out,
                                 stderr=subprocess.STDOUT, env=env)
-
-
-def survivors(marker: str, within_s: float = 15) -> list[str]:
-    """The processes still holding ``marker`` after ``within_s`` seconds (each as ``pid cmdline``)."""
-    deadline = time.monotonic() + within_s
-    while (left := processes_of(marker)) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    out = []
-    for proc in left:
-        try:
-            out.append(f"{proc.pid} {' '.join(proc.cmdline())[:160]}")
-        except psutil.Error:
-            continue
-    return out
 
 
 @pytest.fixture
@@ -74,15 +107,16 @@ def ray_tmp():
 def test_sigterm_mid_run_stops_every_process_of_the_run(task, tmp_path, ray_tmp):
     run, log = tmp_path / "run", tmp_path / "fit.log"
     proc = launch(task, run, ray_tmp, log, 1000)
-    marker = f"RAY_TMPDIR={ray_tmp}"
+    tracker = Tracker(proc, ray_tmp)
     try:
         deadline = time.monotonic() + 180
         while not (run / "checkpoints" / "iter_000001.ckpt").exists():
             assert proc.poll() is None, log.read_text()[-3000:]
             assert time.monotonic() < deadline, "no checkpoint within 180 s"
+            tracker.look()
             time.sleep(0.05)
-        names = " ".join(p.name() for p in processes_of(marker))
-        assert "raylet" in names and "gcs_server" in names, names  # Ray runs: there is a lot to stop
+        names = tracker.look()
+        assert has(names, "raylet", "gcs_server", "ray::EngineHost", "ray::DashboardAgent"), names
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=90)
     finally:
@@ -92,7 +126,7 @@ def test_sigterm_mid_run_stops_every_process_of_the_run(task, tmp_path, ray_tmp)
     said = log.read_text()
     assert proc.returncode == 143, said[-3000:]  # agentfly's handler, not Ray's (15)
     assert "SIGTERM: stopping the run" in said, said[-3000:]
-    assert survivors(marker) == [], said[-3000:]
+    assert tracker.survivors() == [], said[-3000:]
 
 
 @pytest.mark.slow
@@ -101,16 +135,11 @@ def test_an_exception_in_a_training_step_stops_every_process_of_the_run(task, tm
     fail = ["--trainer.callbacks+=tests.planted.Fail",
             "--trainer.callbacks.hook", "train_batch_end"]
     proc = launch(task, run, ray_tmp, log, 2, fail)
-    marker = f"RAY_TMPDIR={ray_tmp}"
-    seen: set[str] = set()
+    tracker = Tracker(proc, ray_tmp)
     try:
         deadline = time.monotonic() + 180
         while proc.poll() is None and time.monotonic() < deadline:
-            for p in processes_of(marker):
-                try:
-                    seen.add(p.name())
-                except psutil.Error:
-                    continue
+            tracker.look()
             time.sleep(0.1)
     finally:
         if proc.poll() is None:
@@ -118,47 +147,78 @@ def test_an_exception_in_a_training_step_stops_every_process_of_the_run(task, tm
             proc.wait()
     said = log.read_text()
     assert proc.returncode != 0 and "planted failure" in said, said[-3000:]
-    assert {"raylet", "gcs_server"} <= seen, seen  # Ray ran: there was a lot to stop
-    assert survivors(marker) == [], said[-3000:]
+    names = tracker.look()
+    assert has(names, "raylet", "gcs_server", "ray::EngineHost"), names  # a lot to stop
+    assert tracker.survivors() == [], said[-3000:]
 
 
-HANGING_SHUTDOWN = """
-import os, sys, threading, time
-import ray
-from agentfly import shutdown
-ray.init(num_cpus=1, include_dashboard=False, _temp_dir=os.environ["RAY_TMPDIR"])
-
-@ray.remote(num_cpus=0)
-class Stuck:
-    def ping(self):
-        return os.getpid()
-
-    def wait(self):
-        threading.Event().wait()
-
-stuck = Stuck.remote()
-ray.get(stuck.ping.remote(), timeout=60)  # the actor's process is up
-stuck.wait.remote()  # and busy for ever
-ray.shutdown = lambda *args, **kwargs: time.sleep(3600)  # a shutdown that never returns
-shutdown.stop_ray(timeout_s=2, grace_s=2)
-print("stop_ray returned", flush=True)
-import psutil
-left = [p for p in psutil.Process().children(recursive=True) if p.is_running()
-        and p.status() != psutil.STATUS_ZOMBIE]
-print("still running:", [p.name() for p in left], flush=True)
-os._exit(0)  # the interpreter's own exit would call the hanging shutdown again
+POOL_THEN_SLEEP = """
+import sys, time
+from agentfly.rollout.engines import EnginePool
+pool = EnginePool("scripted", 1, engine_kwargs={"model": sys.argv[1], "script": ["hi"]},
+                  num_cpus_per_engine=0.5)
+print("pool up", flush=True)
+time.sleep(600)
 """
 
 
 @pytest.mark.slow
-def test_a_ray_shutdown_that_hangs_is_abandoned_at_its_deadline_and_ray_killed(ray_tmp):
+def test_a_trainer_killed_outright_leaves_no_ray_process(task, ray_tmp, tmp_path):
+    """SIGKILL (the OOM killer) gives the trainer no chance to stop Ray: Ray's head follows it,
+    its dashboard and runtime-env agents do not, and agentfly.reaper kills them."""
+    _, model = task
     env = {**os.environ, "RAY_TMPDIR": ray_tmp}
-    run = subprocess.run([sys.executable, "-c", HANGING_SHUTDOWN], capture_output=True, text=True,
-                         env=env, timeout=120)
-    assert run.returncode == 0 and "stop_ray returned" in run.stdout, run.stderr[-3000:]
-    assert "still running: []" in run.stdout  # killed by stop_ray, not by this process's exit
-    assert "ray.shutdown() did not finish within 2 s: killing Ray's processes" in run.stderr
-    assert survivors(f"RAY_TMPDIR={ray_tmp}", within_s=5) == []
+    log = tmp_path / "pool.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([sys.executable, "-c", POOL_THEN_SLEEP, str(model)], stdout=out,
+                                stderr=subprocess.STDOUT, env=env)
+    tracker = Tracker(proc, ray_tmp)
+    try:
+        deadline = time.monotonic() + 120
+        while "pool up" not in log.read_text():
+            assert proc.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, "the pool did not come up within 120 s"
+            tracker.look()
+            time.sleep(0.1)
+        # what outlived a SIGKILLed trainer, and the watcher that ends them
+        while not has(names := tracker.look(), "ray::DashboardAgent", "ray::RuntimeEnvAgent", "agentfly.reaper"):
+            assert time.monotonic() < deadline, f"Ray's agents or the reaper did not start: {names}"
+            time.sleep(0.2)
+        time.sleep(1.5)  # the reaper has looked at least once since they started
+    finally:
+        proc.kill()
+        proc.wait()
+    assert tracker.survivors() == [], log.read_text()[-3000:]
+
+
+def test_a_ray_shutdown_that_hangs_is_abandoned_at_its_deadline_and_ray_killed(monkeypatch, caplog):
+    """``ray.shutdown()`` that never returns: :func:`stop_ray` gives up on it after
+    ``timeout_s`` and kills Ray's processes (here two stand-ins, found as Ray's would be)."""
+    import logging
+    import threading
+
+    import ray
+
+    from agentfly import reaper, shutdown
+
+    stand_ins = [subprocess.Popen(["sleep", "120"]) for _ in range(2)]
+    release = threading.Event()
+    monkeypatch.setattr(shutdown, "ray_is_initialized", lambda: True)
+    monkeypatch.setattr(shutdown, "_runs_ray_here", lambda: True)
+    monkeypatch.setattr(reaper, "ray_descendants", lambda proc: [psutil.Process(p.pid) for p in stand_ins])
+    monkeypatch.setattr(ray, "shutdown", lambda: release.wait(120))  # hangs until released
+    try:
+        with caplog.at_level(logging.WARNING, logger="agentfly"):
+            shutdown.stop_ray(timeout_s=1, grace_s=1)
+        running = [psutil.pid_exists(p.pid) for p in stand_ins]  # stop_ray waited for them
+    finally:
+        release.set()
+        for p in stand_ins:
+            p.kill()
+            p.wait()
+    assert running == [False, False]  # killed, and reaped (each a `sleep 120`)
+    pids = [p.pid for p in stand_ins]
+    assert f"ray.shutdown() did not finish within 1 s: killing Ray's processes {pids}" in caplog.text
 
 
 def test_sigterm_becomes_an_orderly_exit_once():

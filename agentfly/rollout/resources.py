@@ -211,10 +211,10 @@ class ResourcePool:
         tool = tool_name if isinstance(tool_name, Tool) else get_tool(tool_name)
         if self.backend == "ray":
             from agentfly.rollout.engines.host import ensure_ray
-            from agentfly.shutdown import reclaim_sigterm
+            from agentfly.shutdown import on_ray_started
 
             if ensure_ray():  # here, not in the worker thread that makes the actor
-                reclaim_sigterm()  # ray.init set its own SIGTERM handler
+                on_ray_started()  # SIGTERM handler back, Ray's processes watched
         async with self._semaphore(tool):
             resource = await asyncio.to_thread(self._create, tool)
             self._live[tool.name] += 1

@@ -145,11 +145,11 @@ class EnginePool:
                 cpus, gpus = num_cpus_per_engine, num_gpus_per_engine
                 check_local_capacity(num_engines, cpus, gpus, ray_init)
             self._started_ray = ensure_ray(**(ray_init or {}))
-            if self._started_ray:
-                from agentfly.shutdown import reclaim_sigterm
-
-                reclaim_sigterm()  # ray.init set its own SIGTERM handler
             try:
+                if self._started_ray:
+                    from agentfly.shutdown import on_ray_started
+
+                    on_ray_started()  # SIGTERM handler back, Ray's processes watched
                 self._ray = RayEngines(
                     engine,
                     num_engines,
