@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 COPIED = ("agentfly", "tests", "conf", "pyproject.toml")
 LEARNING = "tests/modules/test_learning.py"
 SIGNS = "tests/estimators/test_signs.py"
+WORKERS = "tests/rollout/test_workers.py"
 
 
 @dataclass(frozen=True)
@@ -190,6 +191,42 @@ MUTATIONS = [
         "            session.pool.update_weights(state)\n",
         "            pass\n",
         ("tests/test_weight_sync.py::test_engine_matches_the_actor_after_an_update[hf]",),
+    ),
+    # faults in user code (issue 14): each guard, removed, must make a test fail
+    Mutation(
+        "sync tools run in the trainer's threads, not the worker processes",
+        "agentfly/rollout/tools/call.py",
+        '    elif tool.stateful or tool.runs_in == "thread":',
+        "    elif True:",
+        (f"{WORKERS}::test_a_worker_that_exits_is_a_counted_failure_and_the_next_call_runs",),
+    ),
+    Mutation(
+        "rewards beyond float32 accepted",
+        "agentfly/rollout/rewards/base.py",
+        "    if abs(number) > FLOAT32_MAX:",
+        "    if False:",
+        (f"{WORKERS}::test_a_reward_beyond_float32_is_malformed_and_named",),
+    ),
+    Mutation(
+        "a prompt that leaves no room is generated anyway",
+        "agentfly/rollout/agent_loop.py",
+        "        if len(prompt.ids) >= self.max_model_len:",
+        "        if False:",
+        ("tests/rollout/test_prompt_fit.py::test_a_chain_whose_prompt_leaves_no_room_never_generates",),
+    ),
+    Mutation(
+        "the sandbox keeps root",
+        "agentfly/rollout/sandbox_worker.py",
+        '    if limits.get("uid") is not None and os.geteuid() == 0:',
+        "    if False:",
+        ("tests/rollout/test_sandbox_escape.py::test_etc_shadow_is_unreadable",),
+    ),
+    Mutation(
+        "a damaged last.ckpt is resumed from",
+        "agentfly/checkpoints.py",
+        "            why = checkpoint_damage(path)\n",
+        "            why = None\n",
+        ("tests/test_damaged_checkpoint.py::test_a_truncated_last_ckpt_resumes_from_the_intact_iteration_before_it",),
     ),
 ]
 

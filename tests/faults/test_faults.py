@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from agentfly.cli import main
 from agentfly.rollout.sandbox_isolation import bwrap_problem
 from agentfly.testing import build_tiny_model
 
@@ -176,26 +177,29 @@ def test_a_run_meets_every_fault_in_user_code_and_finishes(task, tmp_path):
     assert all(any(d.iterdir()) for d in (run / "metrics").glob("version_*"))  # no empty folders
 
 
-def test_a_model_path_that_does_not_exist_is_refused_before_anything_starts(task, tmp_path):
+def in_process(command: list[str]) -> list[str]:
+    """The CLI's arguments of a ``fit_command`` (for :func:`agentfly.cli.main` in this process)."""
+    return command[command.index("fit"):]
+
+
+def test_a_model_path_that_does_not_exist_is_refused_before_anything_starts(task, tmp_path, capsys):
     root, model = task
     missing = tmp_path / "no-such-model"
     command = [c.replace(str(model), str(missing)) for c in fit_command(root, model, tmp_path / "run", 1)]
-    start = time.monotonic()
-    done, _ = launch(command, tmp_path / "run", uuid.uuid4().hex, timeout=120)
-    assert done.returncode != 0
-    assert "actor_rollout_ref.model.path" in done.stderr and str(missing) in done.stderr
-    assert "Traceback" not in done.stderr
-    assert time.monotonic() - start < 60  # the imports; no engine, no Ray
-    assert not (tmp_path / "run" / "checkpoints").exists()
+    assert main(in_process(command)) == 2
+    err = capsys.readouterr().err
+    assert "actor_rollout_ref.model.path" in err and str(missing) in err
+    assert "Traceback" not in err
+    assert not (tmp_path / "run").exists()  # no engine, no folder
 
 
-def test_a_task_file_that_is_not_utf8_is_named_with_its_line(task, tmp_path):
+def test_a_task_file_that_is_not_utf8_is_named_with_its_line(task, tmp_path, capsys):
     root, model = task
     bad = tmp_path / "train.jsonl"
     bad.write_bytes(b'{"question": "fine", "answer": "1"}\n{"question": "caf\xe9", "answer": "2"}\n')
     command = [c if not c.startswith("data.train_files=") else f"data.train_files={bad}"
                for c in fit_command(root, model, tmp_path / "run", 1)]
-    done, _ = launch(command, tmp_path / "run", uuid.uuid4().hex, timeout=120)
-    assert done.returncode != 0
-    assert str(bad) in done.stderr and "line 2" in done.stderr, done.stderr[-2000:]
-    assert "Traceback" not in done.stderr
+    assert main(in_process(command)) == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and "line 2" in err, err[-2000:]
+    assert "Traceback" not in err
