@@ -30,6 +30,7 @@ from collections.abc import AsyncIterator, Callable, Hashable, Mapping
 from typing import Any, Literal
 
 from agentfly.rollout.tools.base import Tool, get_tool
+from agentfly.rollout.workers import THREADS, WorkerTimeout, wait_call
 
 logger = logging.getLogger(__name__)
 
@@ -216,7 +217,15 @@ class ResourcePool:
             if ensure_ray():  # here, not in the worker thread that makes the actor
                 on_ray_started()  # SIGTERM handler back, Ray's processes watched
         async with self._semaphore(tool):
-            resource = await asyncio.to_thread(self._create, tool)
+            try:
+                # the package's daemon threads, not asyncio's executor (asyncio.run would wait on
+                # a factory that never returns); the tool's timeout bounds the wait
+                resource = await wait_call(THREADS.submit(self._create, tool), tool.timeout, pool=False)
+            except WorkerTimeout as e:
+                raise TimeoutError(
+                    f"making a {tool.name} resource took more than {tool.timeout:g} s "
+                    f"(agent.init_config.tool_config.{tool.name}.timeout); abandoned"
+                ) from e
             self._live[tool.name] += 1
             logger.debug("chain %s acquired a %s resource", chain_id, tool.name)
             try:
@@ -224,7 +233,13 @@ class ResourcePool:
             finally:
                 self._live[tool.name] -= 1
                 # Shielded: a cancelled chain still gets its resource destroyed.
-                await asyncio.shield(asyncio.to_thread(self._destroy, tool.name, resource))
+                done = THREADS.submit(self._destroy, tool.name, resource)
+                try:
+                    await asyncio.shield(wait_call(done, tool.timeout, pool=False))
+                except WorkerTimeout:
+                    logger.warning(
+                        "releasing a %s resource took more than %g s; abandoned", tool.name, tool.timeout
+                    )
                 logger.debug("chain %s released its %s resource", chain_id, tool.name)
 
     def chain(self, chain_id: Hashable) -> ChainResources:

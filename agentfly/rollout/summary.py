@@ -23,9 +23,10 @@ def trajectory_record(traj: Trajectory, tokenizer: Any = None) -> dict[str, Any]
 def summarize(trajs: list[Trajectory]) -> dict[str, Any]:
     """Mean reward, accuracy (where the reward reports ``acc``), turns, tool use and failures.
 
-    Failures are counted by kind twice: as a dict (``failures/tool_kinds``,
-    ``failures/reward_kinds``) and as one number per kind (``failures/tool_kinds/timeout``...),
-    the form a logger takes.
+    Failures by kind and chains by finish reason are counted twice: as a dict
+    (``failures/tool_kinds``, ``failures/reward_kinds``, ``finish_reasons``) and as one number per
+    kind (``failures/tool_kinds/timeout``, ``finish_reasons/prompt_too_long``...), the form a
+    logger takes.
     """
     if not trajs:
         return {"chains": 0}
@@ -55,7 +56,7 @@ def summarize(trajs: list[Trajectory]) -> dict[str, Any]:
         "failures/chain": sum(1 for t in trajs if t.finish_reason == "error"),
         "first_error": next((t.error for t in trajs if t.error), None),
     }
-    for counts in ("failures/tool_kinds", "failures/reward_kinds"):  # flat numbers, to log
+    for counts in ("failures/tool_kinds", "failures/reward_kinds", "finish_reasons"):  # flat numbers, to log
         for kind, n in out[counts].items():
             out[f"{counts}/{kind}"] = n
     extras = sorted({k for t in trajs for k in t.reward_extras})

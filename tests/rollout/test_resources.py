@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import shutil
 import tempfile
+import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -240,3 +242,27 @@ def test_ray_resource_waits_have_deadlines(local_ray: None) -> None:
     start = time.monotonic()
     asyncio.run(call_wait())
     assert time.monotonic() - start < 25  # neither the call nor the release waited 30 s
+
+
+def _never_made() -> None:
+    threading.Event().wait()  # a resource factory that never returns
+
+
+@tool(name="test_res_hung_factory", stateful=True, resource_factory=_never_made, timeout=0.5)
+def _uses_hung(resource: object) -> str:
+    return "unreachable"
+
+
+def test_a_factory_that_never_returns_is_a_timeout_and_the_rollout_ends():
+    """The resource is made on the package's daemon threads under the tool's timeout: the call
+    fails as a timeout and ``asyncio.run`` returns (asyncio's executor would wait on it)."""
+
+    async def chain() -> object:
+        async with ResourcePool().chain(("hung", 0)) as resources:
+            return await run_tool_call("test_res_hung_factory", {}, resource=resources)
+
+    start = time.monotonic()
+    result = asyncio.run(chain())
+    assert not result.ok and result.error == "timeout", result
+    assert "test_res_hung_factory" in result.observation
+    assert time.monotonic() - start < 0.5 + 2.0  # the deadline, not forever

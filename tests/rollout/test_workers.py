@@ -227,6 +227,7 @@ def test_failures_are_counted_by_kind_as_numbers_to_log():
     assert summary["failures/reward_kinds"] == {"timeout": 2, "malformed": 1}
     assert summary["failures/reward_kinds/timeout"] == 2
     assert summary["failures/reward_kinds/malformed"] == 1
+    assert summary["finish_reasons/answer"] == 4  # chains by finish reason, likewise
 
 
 def test_tools_and_rewards_from_a_plugin_file_run_in_the_pool(tmp_path):
