@@ -24,15 +24,25 @@ def tiny_tokenizer(tiny_model_dir: Path):
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked ``gpu`` skip on machines without a CUDA device."""
+    """Tests marked ``gpu`` skip on machines without a CUDA device, and those marked
+    ``needs_bwrap`` where bubblewrap cannot run (saying why; ``make test`` installs it where it
+    can, and tests/rollout/test_sandbox_escape.py checks the refusal without it)."""
     import torch
 
-    if torch.cuda.is_available():
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA device")
-    for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+    if not torch.cuda.is_available():
+        skip = pytest.mark.skip(reason="needs a CUDA device")
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(skip)
+    if any("needs_bwrap" in item.keywords for item in items):
+        from agentfly.rollout import sandbox_isolation
+
+        problem = sandbox_isolation.bwrap_problem()
+        if problem is not None:
+            skip = pytest.mark.skip(reason=f"needs the code sandbox, but {problem}")
+            for item in items:
+                if "needs_bwrap" in item.keywords:
+                    item.add_marker(skip)
 
 
 @pytest.fixture

@@ -81,8 +81,9 @@ def local_args(seed, data, local_dir, model, corpus=None, extra=(), steps=2):
         ("react_search", SEED_000_REACT_SEARCH, "qa", True, "0",
          ["trainer.n_gpus_per_node=8 -> 1 CPU process", "tensor_model_parallel_size=2 -> 1"]),
         # 4 GPUs, the engines left to the machine: one engine in a Ray pool, no hang
-        ("code", SEED_000_CODE, "code", False, None,
-         ["trainer.n_gpus_per_node=4 -> 1 CPU process", "one rollout engine"]),
+        pytest.param("code", SEED_000_CODE, "code", False, None,
+                     ["trainer.n_gpus_per_node=4 -> 1 CPU process", "one rollout engine"],
+                     marks=pytest.mark.needs_bwrap),
     ],
 )
 def test_seed_command_trains_on_the_cpu(local, tmp_path, monkeypatch, ray_tmpdir, caplog, name, seed, data, with_corpus, engines, says):

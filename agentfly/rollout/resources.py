@@ -217,13 +217,20 @@ class ResourcePool:
             if ensure_ray():  # here, not in the worker thread that makes the actor
                 on_ray_started()  # SIGTERM handler back, Ray's processes watched
         async with self._semaphore(tool):
+            # the package's daemon threads, not asyncio's executor (asyncio.run would wait on a
+            # factory that never returns); the tool's timeout bounds the wait (a Ray actor has
+            # its own ready_timeout_s, which ends the wait first)
+            limit = tool.timeout
+            if self.backend == "ray":
+                limit = max(limit, self.ready_timeout_s + 10.0)
+            made = THREADS.submit(self._create, tool)
             try:
-                # the package's daemon threads, not asyncio's executor (asyncio.run would wait on
-                # a factory that never returns); the tool's timeout bounds the wait
-                resource = await wait_call(THREADS.submit(self._create, tool), tool.timeout, pool=False)
-            except WorkerTimeout as e:
+                resource = await asyncio.wait_for(asyncio.wrap_future(made), limit)
+            except (TimeoutError, asyncio.TimeoutError) as e:  # distinct before Python 3.11
+                if made.done():  # the factory's own TimeoutError (ready_timeout_s)
+                    raise
                 raise TimeoutError(
-                    f"making a {tool.name} resource took more than {tool.timeout:g} s "
+                    f"making a {tool.name} resource took more than {limit:g} s "
                     f"(agent.init_config.tool_config.{tool.name}.timeout); abandoned"
                 ) from e
             self._live[tool.name] += 1

@@ -54,6 +54,8 @@ def load_quiet(*args, **kwargs):
 
 # ------------------------------------------------------------------------- seeds' commands
 
+NEEDS_BWRAP = pytest.mark.needs_bwrap  # runs the code sandbox: python_executor or code_reward
+
 SEED_EXPECTED = {
     "000_gsm8k": (
         SEED_000_GSM8K,
@@ -159,7 +161,9 @@ SEED_EXPECTED = {
 }
 
 
-@pytest.mark.parametrize("name", list(SEED_EXPECTED))
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=NEEDS_BWRAP) if "code" in n else n for n in SEED_EXPECTED]
+)
 def test_seed_command_resolves_to_the_seed_values(name: str) -> None:
     args, expected = SEED_EXPECTED[name]
     cfg = load_config(args)
@@ -180,7 +184,7 @@ def test_seed_command_resolves_to_the_seed_values(name: str) -> None:
     [
         ("gsm8k_calculator", SEED_000_GSM8K),
         ("react_search", SEED_000_REACT_SEARCH),
-        ("code_agent", SEED_000_CODE),
+        pytest.param("code_agent", SEED_000_CODE, marks=NEEDS_BWRAP),
         ("webshop", SEED_001_WEBSHOP),
     ],
 )
@@ -409,7 +413,11 @@ def test_conf_has_the_defaults_and_four_examples() -> None:
     } <= names
 
 
-@pytest.mark.parametrize("path", CONF_FILES, ids=lambda p: p.relative_to(CONF_DIR).as_posix())
+@pytest.mark.parametrize(
+    "path",
+    [pytest.param(p, marks=NEEDS_BWRAP) if p.name == "code_agent.yaml" else p for p in CONF_FILES],
+    ids=lambda p: p.relative_to(CONF_DIR).as_posix(),
+)
 def test_every_conf_file_composes_and_validates(path: Path) -> None:
     is_template = path.name == "config.yaml"
     cfg = load_quiet(config_file=path, check_required=not is_template)

@@ -90,6 +90,7 @@ def test_cap_per_tool_is_respected_across_many_chains() -> None:
     assert Notebook.made == Notebook.closed == 6 and Notebook.alive == 0
 
 
+@pytest.mark.needs_bwrap
 def test_pool_wide_cap() -> None:
     async def main() -> int:
         pool = ResourcePool(max_per_tool=1)
@@ -210,6 +211,7 @@ def test_ray_backend_holds_each_session_in_an_actor(local_ray: None) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.needs_bwrap
 def test_ray_resource_waits_have_deadlines(local_ray: None) -> None:
     """A resource actor whose factory never returns, and a method call that never returns, each
     end with a TimeoutError naming the tool and the setting, well before the hang would end."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import functools
 
+import pytest
+
 from agentfly.rollout.resources import ResourcePool
 from agentfly.rollout.sandbox import PythonSession
 from agentfly.rollout.tools import get_tool, run_tool_call
@@ -20,6 +22,7 @@ def test_schema_and_alias() -> None:
     }
 
 
+@pytest.mark.needs_bwrap
 def test_state_persists_within_a_chain_and_not_across_chains() -> None:
     async def main() -> list[str]:
         pool = ResourcePool(max_per_tool=4)
@@ -39,6 +42,7 @@ def test_state_persists_within_a_chain_and_not_across_chains() -> None:
     assert "NameError: name 'total' is not defined" in other_chain.observation
 
 
+@pytest.mark.needs_bwrap
 def test_timeout_gives_a_timeout_observation_and_loses_state() -> None:
     fast = functools.partial(PythonSession, timeout=1.0)
 
@@ -62,6 +66,7 @@ def test_timeout_gives_a_timeout_observation_and_loses_state() -> None:
     assert again.observation == "2"
 
 
+@pytest.mark.needs_bwrap
 def test_without_a_pool_each_call_gets_a_throwaway_session() -> None:
     async def main() -> tuple:
         first = await run_tool_call("code_interpreter", {"code": "v = 1; v"})
@@ -73,6 +78,7 @@ def test_without_a_pool_each_call_gets_a_throwaway_session() -> None:
     assert "NameError" in second.observation
 
 
+@pytest.mark.needs_bwrap
 def test_errors_and_stderr_reach_the_model() -> None:
     code = "import sys\nprint('out')\nprint('warn', file=sys.stderr)\nint('x')"
     result = asyncio.run(run_tool_call("code_interpreter", {"code": code}))
