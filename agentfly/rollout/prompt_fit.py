@@ -48,11 +48,13 @@ class PromptRenderer:
         texts = [render_text(self.agent, self.template, q)[2] for q in questions]
         if not texts:
             return []
-        encoded = self.tokenizer(texts, add_special_tokens=False)["input_ids"]
+        # verbose=False: the length is what is measured here; transformers' warning that a text
+        # is longer than the model's maximum would only repeat the row this check names
+        encoded = self.tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]
         return [len(ids) for ids in encoded]
 
     def encode(self, text: str) -> list[int]:
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
+        return list(self.tokenizer.encode(text, add_special_tokens=False, verbose=False))
 
 
 def renderer_from_loop(loop: Any) -> PromptRenderer:
