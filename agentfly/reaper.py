@@ -40,7 +40,8 @@ def ray_descendants(proc: psutil.Process) -> list[psutil.Process]:
     return found
 
 
-def _gone(proc: psutil.Process) -> bool:
+def gone(proc: psutil.Process) -> bool:
+    """Whether ``proc`` has ended (a zombie counts as ended)."""
     try:
         return not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE
     except psutil.Error:
@@ -58,11 +59,11 @@ def watch(trainer_pid: int, interval_s: float = 1.0) -> list[int]:
     except psutil.Error:
         return []
     seen: dict[int, psutil.Process] = {}
-    while not _gone(trainer):
+    while not gone(trainer):
         with contextlib.suppress(psutil.Error):
             seen.update((p.pid, p) for p in ray_descendants(trainer))
         time.sleep(interval_s)
-    left = [p for p in seen.values() if not _gone(p)]  # is_running() also checks the start time
+    left = [p for p in seen.values() if not gone(p)]  # is_running() also checks the start time
     for proc in left:
         try:
             proc.kill()

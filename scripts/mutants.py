@@ -196,7 +196,7 @@ MUTATIONS = [
     Mutation(
         "sync tools run in the trainer's threads, not the worker processes",
         "agentfly/rollout/tools/call.py",
-        '    elif tool.stateful or tool.runs_in == "thread":',
+        "    elif not tool.runs_in_process:",
         "    elif True:",
         (f"{WORKERS}::test_hung_tools_time_out_at_their_deadline_and_later_calls_run",),
     ),

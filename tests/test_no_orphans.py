@@ -18,6 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from agentfly.reaper import gone
 from tests.test_fit import fit_args, write_task
 
 
@@ -36,13 +37,6 @@ def processes_of(marker: str) -> list[psutil.Process]:
         except psutil.Error:
             continue
     return found
-
-
-def _gone(proc: psutil.Process) -> bool:
-    try:
-        return not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return True
 
 
 class Tracker:
@@ -74,7 +68,7 @@ class Tracker:
         """The run's processes still running after ``within_s`` seconds (``pid cmdline`` each)."""
         self.look()
         deadline = time.monotonic() + within_s
-        while (left := [p for p in self.seen.values() if not _gone(p)]) and time.monotonic() < deadline:
+        while (left := [p for p in self.seen.values() if not gone(p)]) and time.monotonic() < deadline:
             time.sleep(0.2)
         return [f"{proc.pid} {self.names[proc.pid][:160]}" for proc in left]
 

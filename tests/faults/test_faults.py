@@ -27,6 +27,7 @@ import pytest
 from agentfly.cli import main
 from agentfly.rollout.sandbox_isolation import bwrap_problem
 from agentfly.testing import build_tiny_model
+from tests.test_no_orphans import processes_of
 
 REPO = Path(__file__).resolve().parents[2]
 ITERATIONS = 2
@@ -87,18 +88,7 @@ def launch(command: list[str], run: Path, mark: str, timeout: float) -> tuple[su
 
 def survivors(mark: str) -> list[str]:
     """Processes (other than this one) whose environment carries ``FAULTS_MARK=mark``."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            environ = Path(f"/proc/{entry}/environ").read_bytes()
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ")
-        except OSError:
-            continue
-        if f"FAULTS_MARK={mark}".encode() in environ.split(b"\0"):
-            found.append(f"{entry}: {cmdline.decode(errors='replace')[:200]}")
-    return found
+    return [f"{p.pid}: {' '.join(p.cmdline())[:200]}" for p in processes_of(f"FAULTS_MARK={mark}")]
 
 
 def survivors_within(mark: str, seconds: float) -> list[str]:

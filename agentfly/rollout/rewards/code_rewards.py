@@ -191,55 +191,42 @@ def score_code(
     }
 
 
+def _code_reward(isolation: str) -> Any:
+    """The code reward under ``isolation``: the fraction of the row's test cases passed.
+
+    Returns a function returning ``{"reward": fraction, "pass_rate": fraction, "all_passed":
+    1.0 or 0.0, "num_tests": n}`` (raising ``SandboxUnavailableError`` where ``isolation`` cannot
+    run), with ``sandbox_isolation`` set.
+    """
+
+    def score(
+        prediction: str,
+        test_list: Any = None,
+        tests: Any = None,
+        test_setup_code: str = "",
+        test_cases: Any = None,
+        input_output: Any = None,
+    ) -> dict[str, float]:
+        return score_code(
+            prediction,
+            test_list=test_list if test_list is not None else tests,
+            test_setup_code=test_setup_code,
+            test_cases=test_cases if test_cases is not None else input_output,
+            isolation=isolation,
+        )
+
+    score.sandbox_isolation = isolation
+    return score
+
+
 # The test cases run in sandboxed processes of their own, each under its own limits (see
 # run_test_case): the reward itself only drives them, in a thread of the trainer.
-@reward(name="code_reward", timeout=CODE_TIMEOUT_S, runs_in="thread")
-def code_reward(
-    prediction: str,
-    test_list: Any = None,
-    tests: Any = None,
-    test_setup_code: str = "",
-    test_cases: Any = None,
-    input_output: Any = None,
-) -> dict[str, float]:
-    """Fraction of the row's test cases passed by the code in the prediction (under bwrap).
-
-    Returns:
-        ``{"reward": fraction, "pass_rate": fraction, "all_passed": 1.0 or 0.0,
-        "num_tests": n}``.
-
-    Raises:
-        SandboxUnavailableError: bubblewrap cannot run here.
-    """
-    return score_code(
-        prediction,
-        test_list=test_list if test_list is not None else tests,
-        test_setup_code=test_setup_code,
-        test_cases=test_cases if test_cases is not None else input_output,
-        isolation="bwrap",
-    )
-
-
-@reward(name="code_reward_unsafe_rlimits_only", timeout=CODE_TIMEOUT_S, runs_in="thread")
-def code_reward_unsafe_rlimits_only(
-    prediction: str,
-    test_list: Any = None,
-    tests: Any = None,
-    test_setup_code: str = "",
-    test_cases: Any = None,
-    input_output: Any = None,
-) -> dict[str, float]:
-    """``code_reward`` with resource limits only, nothing contained (the explicit opt-in)."""
-    return score_code(
-        prediction,
-        test_list=test_list if test_list is not None else tests,
-        test_setup_code=test_setup_code,
-        test_cases=test_cases if test_cases is not None else input_output,
-        isolation="unsafe_rlimits_only",
-    )
-
-
-code_reward.sandbox_isolation = "bwrap"
-code_reward_unsafe_rlimits_only.sandbox_isolation = "unsafe_rlimits_only"
+code_reward = reward(name="code_reward", timeout=CODE_TIMEOUT_S, runs_in="thread")(
+    _code_reward("bwrap")
+)
+#: ``code_reward`` with resource limits only, nothing contained (the explicit opt-in)
+code_reward_unsafe_rlimits_only = reward(
+    name="code_reward_unsafe_rlimits_only", timeout=CODE_TIMEOUT_S, runs_in="thread"
+)(_code_reward("unsafe_rlimits_only"))
 #: the setting that opts a run's code reward out of containment
 REWARD_OPT_IN_KEY = "agent.init_config.reward_name=code_reward_unsafe_rlimits_only"

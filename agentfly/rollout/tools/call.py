@@ -112,7 +112,7 @@ async def _invoke(tool: Tool, kwargs: dict[str, Any], workers: WorkerPool | None
         kwargs["settings"] = tool.settings
     if tool.is_async:
         value = await asyncio.wait_for(tool.fn(**kwargs), tool.timeout)
-    elif tool.stateful or tool.runs_in == "thread":
+    elif not tool.runs_in_process:  # stateful, or declared runs_in="thread"
         value = await wait_call(THREADS.submit(tool.fn, **kwargs), tool.timeout, pool=False)
     else:
         pool = workers if workers is not None else default_pool()
