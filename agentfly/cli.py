@@ -1,12 +1,25 @@
-"""The ``agentfly`` command line.
+"""The ``agentfly`` command line: a ``LightningCLI`` with the seeds' keys on top.
+
+``agentfly fit|validate|test|predict`` is :class:`AgentflyCLI`, a
+``lightning.pytorch.cli.LightningCLI``: ``--help`` lists every key with its type and default,
+``--print_config`` prints a config that ``--config`` reads back, ``--model.class_path`` /
+``--data.class_path`` choose a subclass of :class:`~agentfly.modules.rl_module.AgentRLModule` /
+:class:`~agentfly.rollout.datamodule.RolloutDataModule` (with its own ``init_args``),
+``--trainer.callbacks``/``--trainer.logger`` take class paths with ``init_args``, ``--ckpt_path``
+names the checkpoint, and the parsed config is saved as ``config.yaml`` in the run directory.
+
+The groups: ``trainer`` is :class:`~agentfly.trainer.AgentflyTrainer` (Lightning's arguments and
+the RL loop's ``save_freq``, ``test_freq``, ``total_training_steps``...), ``data`` is the
+DataModule's arguments (the seeds' ``data.*``), ``agent``, ``algorithm``, ``actor_rollout_ref``
+and ``critic`` are the seeds' sections (typed dataclasses, :mod:`agentfly.config.schema`).
+What the module and the DataModule receive beyond that is computed from all of them by
+:func:`agentfly.plan.plan_run` (per-rank batches, schedule lengths, engines), so the module's
+own planned arguments are not keys. The seeds' words (``a.b=c``, ``agent.max_turns=3``,
+``trainer.logger=['console','wandb']``) and their YAML files are translated first
+(:mod:`agentfly.config.seed_args`); ``python -m agentfly.cli train ...`` is ``fit``.
 
 ``agentfly rollout [--config FILE] [key=value ...] --output OUT.jsonl`` runs rollouts alone with
-the same config as training and writes one JSON line per chain plus a summary. Both override
-styles work and may be mixed: the seeds' Hydra-style ``agent.run_config.num_chains=4`` and
-LightningCLI-style ``--agent.run_config.num_chains 4``. ``agentfly fit`` (or ``train``, as the seeds spell it)
-trains with the same config; ``validate``/``test`` roll out the validation set with the weights
-of ``--ckpt_path`` (LightningCLI's flag; for ``fit`` the checkpoint to resume from), else of the
-checkpoint ``trainer.resume_mode`` finds, else of the base model (said once).
+the same config and writes one JSON line per chain plus a summary.
 
 ``fit`` and ``rollout`` end in order on SIGTERM as on an error (:mod:`agentfly.shutdown`): the
 engines, the tool workers and a Ray they started are stopped before the process exits (143).
@@ -15,22 +28,249 @@ engines, the tool workers and a Ray they started are stopped before the process 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import json
 import logging
+import os
 import sys
+from pathlib import Path
 from typing import Any
-
-import yaml
 
 from agentfly import __version__
 
+STAGES = ("fit", "validate", "test", "predict")
+# LightningCLI 2.6 calls an API jsonargparse deprecates; nothing for an agentfly user to act on
+os.environ.setdefault("JSONARGPARSE_DEPRECATION_WARNINGS", "off")
 
-def _rollout(args: argparse.Namespace) -> int:
-    from agentfly.config import ConfigError, config_to_yaml, load_config
-    from agentfly.rollout.runner import run_rollout
+
+def _cli_class() -> type:
+    """:class:`AgentflyCLI`, built on first use (importing Lightning and the module is slow)."""
+    global AgentflyCLI
+    if "AgentflyCLI" in globals():
+        return AgentflyCLI
+    import inspect
+
+    from jsonargparse import ArgumentError
+    from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
+
+    from agentfly.config.errors import ConfigError
+    from agentfly.config.load import compose, seed_tree
+    from agentfly.config.schema import (
+        ActorRolloutRefConfig,
+        AgentConfig,
+        AlgorithmConfig,
+        CriticConfig,
+        DataConfig,
+    )
+    from agentfly.modules.rl_module import AgentRLModule
+    from agentfly.rollout.datamodule import RolloutDataModule
+    from agentfly.trainer import PLANNED_TRAINER_ARGS, AgentflyTrainer
+
+    # the module's arguments are all computed by the plan; the DataModule's beyond the seeds' data.*
+    module_planned = set(inspect.signature(AgentRLModule.__init__).parameters) - {"self"}
+    data_planned = set(inspect.signature(RolloutDataModule.__init__).parameters) - {"self", *DataConfig.__dataclass_fields__}
+
+    class Parser(LightningArgumentParser):
+        """Its ``--help`` lists the default DataModule's arguments (the seeds' ``data.*``) too, which
+        a subclass-mode group shows only under ``--data.help``."""
+
+        lists_data = False
+
+        def format_help(self) -> str:
+            text = super().format_help()
+            if not self.lists_data:
+                return text
+            data = LightningArgumentParser(prog=self.prog)
+            data.add_class_arguments(RolloutDataModule, "data", fail_untyped=False, skip=data_planned)
+            listing = data.format_help()
+            group = listing[listing.rfind("\n\n", 0, listing.find("  --data.")) :].rstrip()
+            return f"{text.rstrip()}\n\nThe default data module's arguments (--data.help RolloutDataModule):{group}\n"
+
+    class SaveRunConfig(SaveConfigCallback):
+        """Writes the parsed config to ``<run directory>/config.yaml`` (``--config`` reads it back)."""
+
+        def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+            if self.already_saved:
+                return
+            if trainer.is_global_zero:
+                path = Path(trainer.default_root_dir) / self.config_filename
+                path.parent.mkdir(parents=True, exist_ok=True)
+                self.parser.save(self.config, path, skip_none=False, overwrite=True, multifile=False)
+            self.already_saved = True
+
+    class _AgentflyCLI(LightningCLI):
+        """``agentfly fit|validate|test|predict`` (see :mod:`agentfly.cli`)."""
+
+        def __init__(self, args: list[str], *, run: bool = True, parse_only: bool = False,
+                     check_required: bool = True, explicit: set[str] | None = None,
+                     stack: contextlib.ExitStack | None = None) -> None:
+            self.parse_only, self.check_required, self.explicit = parse_only, check_required, explicit
+            self.stack = stack or contextlib.ExitStack()
+            self.metrics: dict[str, float] = {}
+            super().__init__(
+                AgentRLModule, RolloutDataModule, trainer_class=AgentflyTrainer,
+                subclass_mode_model=True, subclass_mode_data=True,
+                save_config_callback=SaveRunConfig, save_config_kwargs={"overwrite": True},
+                parser_class=Parser,
+                parser_kwargs={"exit_on_error": False, "prog": "agentfly", "description": "Train LLM agents with RL."},
+                auto_configure_optimizers=False, args=args, run=run,
+            )
+
+        @staticmethod
+        def subcommands() -> dict[str, set[str]]:
+            """Each stage's ``Trainer`` method arguments that are not options: all but ``ckpt_path``."""
+            import lightning.pytorch as pl
+
+            return {
+                stage: set(inspect.signature(getattr(pl.Trainer, stage)).parameters) - {"self", "ckpt_path"}
+                for stage in STAGES
+            }
+
+        def add_default_arguments_to_parser(self, parser: Any) -> None:
+            """No ``--seed_everything``: ``trainer.seed`` seeds the run (the alias translates it)."""
+
+        def add_core_arguments_to_parser(self, parser: Any) -> None:
+            parser.add_class_arguments(AgentflyTrainer, "trainer", fail_untyped=False, instantiate=False,
+                                       sub_configs=True, skip=set(PLANNED_TRAINER_ARGS))
+            parser.add_subclass_arguments(AgentRLModule, "model", fail_untyped=False, required=False,
+                                          skip=module_planned)
+            parser.add_subclass_arguments(RolloutDataModule, "data", fail_untyped=False, required=False,
+                                          skip=data_planned)
+            parser.lists_data = True
+            parser.set_defaults({
+                "model": {"class_path": f"{AgentRLModule.__module__}.AgentRLModule"},
+                "data": {"class_path": f"{RolloutDataModule.__module__}.RolloutDataModule"},
+            })
+
+        def add_arguments_to_parser(self, parser: Any) -> None:
+            for name, group in (("agent", AgentConfig), ("algorithm", AlgorithmConfig),
+                                ("actor_rollout_ref", ActorRolloutRefConfig), ("critic", CriticConfig)):
+                parser.add_class_arguments(group, name, fail_untyped=False)
+
+        def parse_arguments(self, parser: Any, args: Any) -> None:
+            try:
+                self.config = parser.parse_args(args)
+            except ArgumentError as exc:
+                raise ConfigError(str(exc)) from None
+
+        def _parse_ckpt_path(self) -> None:
+            """The module's arguments come from the plan, not from a checkpoint's hyperparameters
+            (LightningCLI would read them back); ``--ckpt_path`` names the weights to load."""
+
+        def _set_seed(self) -> None:
+            """``trainer.seed`` seeds the run when it is built (:func:`agentfly.fit.build_trainer`)."""
+
+        def instantiate_classes(self) -> None:
+            ns = self.config[self.subcommand] if self.subcommand else self.config
+            defaults = self._parser(self.subcommand).get_defaults()
+            tree = seed_tree(ns, defaults.trainer.as_dict())
+            self.run_config = compose(tree, check_required=self.check_required, explicit=self.explicit)
+            if self.parse_only:
+                return
+            from agentfly.fit import _is_rank_zero, begin_run
+
+            if self.run_config.trainer.print_config and _is_rank_zero():
+                from agentfly.config import config_to_yaml
+
+                print(config_to_yaml(self.run_config))
+
+            user = {g: ns[g].as_dict() for g in ("model", "data")}
+            # the seeds' data.* reach the DataModule through the plan (with the rest it computes)
+            user["data"]["init_args"] = {k: v for k, v in (user["data"].get("init_args") or {}).items()
+                                         if k not in DataConfig.__dataclass_fields__}
+            self.trainer, self.model, self.datamodule, self.ckpt = begin_run(
+                self.run_config, self.stack, ckpt_path=ns.get("ckpt_path"),
+                model=user["model"], data=user["data"],
+                callbacks=[SaveRunConfig(self._parser(self.subcommand), ns, overwrite=True)],
+            )
+
+        def _prepare_subcommand_kwargs(self, subcommand: str) -> dict[str, Any]:
+            return {"model": self.model, "datamodule": self.datamodule}
+
+        def _stage(self, stage: str) -> None:
+            from agentfly.fit import run_stage
+
+            self.metrics = run_stage(self.run_config, stage, self.trainer, self.model, self.datamodule, self.ckpt)
+
+        def fit(self, model: Any, datamodule: Any) -> None:
+            self._stage("fit")
+
+        def validate(self, model: Any, datamodule: Any) -> None:
+            self._stage("validate")
+
+        def test(self, model: Any, datamodule: Any) -> None:
+            self._stage("test")
+
+        def predict(self, model: Any, datamodule: Any) -> None:
+            self._stage("predict")
+
+    AgentflyCLI = _AgentflyCLI
+    return AgentflyCLI
+
+
+def parse_config(words: list[str], *, check_required: bool = True, default_task: bool = False) -> Any:
+    """The composed config for command-line ``words``, as ``agentfly fit`` parses them (with one
+    parser per process: building it from the signatures is most of the cost)."""
+    from jsonargparse import ArgumentError
+
+    from agentfly.config.errors import ConfigError
+    from agentfly.config.load import compose, seed_tree
+    from agentfly.config.seed_args import to_cli_args
+
+    args, explicit = to_cli_args(words, default_task=default_task)
+    parser, trainer_defaults = _config_parser()
+    try:
+        ns = parser.parse_args(args)
+    except ArgumentError as exc:
+        raise ConfigError(str(exc)) from None
+    return compose(seed_tree(ns, trainer_defaults), check_required=check_required, explicit=explicit)
+
+
+@functools.cache
+def _config_parser() -> tuple[Any, dict[str, Any]]:
+    """``agentfly fit``'s parser without the subcommand, and the trainer group's defaults."""
+    cli = _cli_class()([], run=False, parse_only=True, check_required=False, explicit=set())
+    return cli.parser, cli.parser.get_defaults().trainer.as_dict()
+
+
+def _lightning(stage: str, words: list[str]) -> int:
+    from agentfly.config.errors import ConfigError
+    from agentfly.config.seed_args import to_cli_args
+    from agentfly.rollout.engines.errors import EngineLostError, EngineStartError
+    from agentfly.shutdown import ray_stopped_at_exit, sigterm_exits
 
     try:
-        cfg = load_config(args.overrides, config_file=args.config, check_required=False, default_task=True)
+        args, explicit = to_cli_args(words, default_task=True)
+        with sigterm_exits(), ray_stopped_at_exit(), contextlib.ExitStack() as stack:
+            cli = _cli_class()([stage, *args], explicit=explicit, stack=stack)
+    except SystemExit as e:  # --help, --print_config: printed, nothing to run
+        if e.code in (0, None):
+            return 0
+        raise
+    except ConfigError as e:
+        print(f"agentfly: config error: {e}", file=sys.stderr)
+        return 2
+    except (ValueError, FileNotFoundError, KeyError, EngineStartError, EngineLostError) as e:
+        print(f"agentfly: {e}", file=sys.stderr)
+        return 2
+    shown = {k: round(v, 4) for k, v in sorted(cli.metrics.items()) if k.startswith(("val/", "critic/score"))}
+    print(json.dumps(shown, indent=2))
+    return 0
+
+
+def _rollout(argv: list[str]) -> int:
+    from agentfly.config import ConfigError, config_to_yaml
+    from agentfly.rollout.runner import run_rollout
+
+    parser = argparse.ArgumentParser(prog="agentfly rollout", description="run rollouts alone and write trajectories as JSONL")
+    parser.add_argument("--output", "-o", default="rollouts.jsonl", help="where to write the chains")
+    parser.add_argument("--split", choices=["train", "val"], default="train", help="which data files")
+    parser.add_argument("--limit", type=int, help="roll out only the first N rows")
+    parser.add_argument("--print_config", action="store_true", help="print the composed config and exit")
+    args, words = parser.parse_known_args(argv)
+    try:
+        cfg = parse_config(words, check_required=False, default_task=True)
     except ConfigError as e:
         print(f"agentfly: config error: {e}", file=sys.stderr)
         return 2
@@ -52,129 +292,6 @@ def _rollout(args: argparse.Namespace) -> int:
     return 0
 
 
-def _fit(args: argparse.Namespace) -> int:
-    from agentfly.config import ConfigError, config_to_yaml, load_config
-    from agentfly.fit import run_fit
-
-    try:
-        cfg = load_config(args.overrides, config_file=args.config, default_task=True)
-    except ConfigError as e:
-        print(f"agentfly: config error: {e}", file=sys.stderr)
-        return 2
-    if args.print_config or cfg.trainer.print_config:
-        print(config_to_yaml(cfg))
-        if args.print_config:
-            return 0
-    from agentfly.rollout.engines.errors import EngineLostError, EngineStartError
-    from agentfly.shutdown import sigterm_exits
-
-    try:
-        with sigterm_exits():  # run_fit stops what the run started, however it ends
-            metrics = run_fit(cfg, stage=args.command, ckpt_path=args.ckpt_path)
-    except (ValueError, FileNotFoundError, KeyError, EngineStartError, EngineLostError) as e:
-        print(f"agentfly: {e}", file=sys.stderr)
-        return 2
-    shown = {k: round(v, 4) for k, v in sorted(metrics.items()) if k.startswith(("val/", "critic/score"))}
-    print(json.dumps(shown, indent=2))
-    return 0
-
-
-def dotted_flags_to_overrides(extra: list[str]) -> list[str]:
-    """LightningCLI-style flags as ``key=value`` overrides.
-
-    ``--a.b value`` / ``--a.b=value`` set a key; ``--a.l+=value`` (or ``--a.l+ value``) appends to a
-    list key. ``--trainer.callbacks+=NAME`` adds a callback and the ``--trainer.callbacks.init_args.K V``
-    (or ``--trainer.callbacks.K V``) flags after it give its arguments, as in LightningCLI.
-    """
-    out: list[str] = []
-    callbacks: list[dict] = []  # added on this command line, in order
-    slots: list[int] = []  # where each one goes in `out`
-    i = 0
-    while i < len(extra):
-        arg = extra[i]
-        if not arg.startswith("-") and "=" in arg:  # a key=value after a flag
-            out.append(arg)
-            i += 1
-            continue
-        name = arg.split("=", 1)[0]
-        if not arg.startswith("--") or "." not in name:
-            raise SystemExit(f"agentfly: unrecognised argument {arg!r}")
-        if "=" in arg:
-            key, value = arg[2:].split("=", 1)
-            i += 1
-        elif i + 1 < len(extra):
-            key, value = arg[2:], extra[i + 1]
-            i += 2
-        else:
-            raise SystemExit(f"agentfly: {arg} needs a value")
-        if key in ("trainer.callbacks+", "trainer.callbacks"):  # --trainer.callbacks+=NAME
-            callbacks.append({"class_path": value, "init_args": {}})
-            slots.append(len(out))
-            out.append("")
-        elif key.startswith("trainer.callbacks."):
-            if not callbacks:
-                raise SystemExit(f"agentfly: {arg} comes before any --trainer.callbacks+=CLASS")
-            field = key[len("trainer.callbacks."):]
-            field = field[len("init_args."):] if field.startswith("init_args.") else field
-            callbacks[-1]["init_args"][field] = yaml.safe_load(value)
-        else:
-            out.append(f"{key}={value}")  # key ends with '+' for --a.l+=x: key+=value
-    for slot, spec in zip(slots, callbacks, strict=True):
-        out[slot] = "trainer.callbacks+=" + json.dumps([spec])
-    return out
-
-
-def split_dotted_flags(argv: list[str]) -> tuple[list[str], list[str]]:
-    """Take the ``--a.b[=value]`` flags (and their values) out of ``argv``, in order, before argparse
-    sees them (argparse would give a flag's value to the positional overrides)."""
-    rest: list[str] = []
-    flags: list[str] = []
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg.startswith("--") and "." in arg.split("=", 1)[0]:
-            flags.append(arg)
-            if "=" not in arg and i + 1 < len(argv) and not argv[i + 1].startswith("--"):
-                flags.append(argv[i + 1])
-                i += 1
-        else:
-            rest.append(arg)
-        i += 1
-    return rest, flags
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="agentfly", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--version", action="version", version=f"agentfly {__version__}")
-    sub = parser.add_subparsers(dest="command")
-    ro = sub.add_parser("rollout", help="run rollouts alone and write trajectories as JSONL")
-    ro.add_argument("overrides", nargs="*", help="key=value config overrides (Hydra syntax)")
-    ro.add_argument("--config", help="a YAML config (e.g. conf/examples/gsm8k_calculator.yaml)")
-    ro.add_argument("--output", "-o", default="rollouts.jsonl", help="where to write the chains")
-    ro.add_argument("--split", choices=["train", "val"], default="train", help="which data files")
-    ro.add_argument("--limit", type=int, help="roll out only the first N rows")
-    ro.add_argument("--print_config", action="store_true", help="print the resolved config and exit")
-    ro.set_defaults(func=_rollout)
-    for name, helptext in (
-        ("fit", "train (the seeds' `python -m agentfly.cli train ...` is the same command)"),
-        ("train", "same as fit"),
-        ("validate", "roll out the validation set with a checkpoint's actor (--ckpt_path, or the "
-         "one trainer.resume_mode finds; else the base model)"),
-        ("test", "same as validate"),
-    ):
-        sp = sub.add_parser(name, help=helptext)
-        sp.add_argument("overrides", nargs="*", help="key=value config overrides (Hydra syntax)")
-        sp.add_argument("--config", help="a YAML config (e.g. conf/examples/gsm8k_calculator.yaml)")
-        sp.add_argument("--print_config", action="store_true", help="print the resolved config and exit")
-        sp.add_argument(
-            "--ckpt_path",
-            help="a checkpoint: fit resumes from it, validate/test score it (instead of the one "
-            "trainer.resume_mode finds)",
-        )
-        sp.set_defaults(func=_fit)
-    return parser
-
-
 class _StderrHandler(logging.StreamHandler):
     """Writes to whatever ``sys.stderr`` is when a record is emitted (not when it was made), so a
     process that calls :func:`main` more than once, redirecting stderr between calls, never writes
@@ -192,6 +309,17 @@ class _StderrHandler(logging.StreamHandler):
         pass
 
 
+USAGE = """usage: agentfly {fit,validate,test,predict,rollout} [--help] [KEY=VALUE | --KEY VALUE ...]
+
+  fit        train (the seeds' `python -m agentfly.cli train ...` is the same command)
+  validate   roll out the validation set with a checkpoint's actor (--ckpt_path, or the one
+             trainer.resume_mode finds; else the base model)
+  test       same as validate
+  predict    same as validate (the trajectories are written to <run>/trajectories)
+  rollout    run rollouts alone and write trajectories as JSONL
+"""
+
+
 def main(argv: list[str] | None = None) -> int:
     # agentfly's own warnings; Lightning and Ray keep their own handlers (no double lines)
     log = logging.getLogger("agentfly")
@@ -200,16 +328,22 @@ def main(argv: list[str] | None = None) -> int:
         handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
         log.addHandler(handler)
         log.setLevel(logging.WARNING)
-    parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
-    rest, flags = split_dotted_flags(argv)
-    args, extra = parser.parse_known_args(rest)
-    if extra or flags:
-        args.overrides = [*getattr(args, "overrides", []), *dotted_flags_to_overrides([*extra, *flags])]
-    if args.command is None:
-        parser.print_help()
+    if argv[:1] == ["--version"]:
+        print(f"agentfly {__version__}")
         return 0
-    return args.func(args)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0
+    command, rest = argv[0], argv[1:]
+    if command == "rollout":
+        return _rollout(rest)
+    if command == "train":
+        command = "fit"
+    if command not in STAGES:
+        print(f"agentfly: unknown command {command!r}\n{USAGE}", file=sys.stderr)
+        return 2
+    return _lightning(command, rest)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from agentfly.config.keys import plain
 from agentfly.config.topology import Hardware
 from agentfly.plan import RolloutPlan, RunPlan, plan_run
 
@@ -53,10 +54,26 @@ def make_plan(cfg: Any, hardware: Hardware | None = None) -> RunPlan:
     return plan
 
 
-def build_module(plan: RunPlan) -> Any:
+def instantiate(spec: Any, key: str) -> Any:
+    """An object from ``{class_path, init_args}`` (as LightningCLI parsed it) or an instance."""
+    import importlib
+
+    if not isinstance(spec, dict):
+        return spec
+    module_name, _, name = str(spec["class_path"]).rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module_name), name)
+        return cls(**dict(spec.get("init_args") or {}))
+    except (ImportError, AttributeError, TypeError) as exc:
+        raise ValueError(f"{key}: cannot build {spec['class_path']} ({exc})") from exc
+
+
+def build_module(plan: RunPlan, module_class: Any = None, init_args: dict[str, Any] | None = None) -> Any:
+    """The LightningModule: ``module_class`` (``--model.class_path``, an ``AgentRLModule``
+    subclass) with the plan's arguments and the subclass's own ``init_args``."""
     from agentfly.modules.rl_module import AgentRLModule
 
-    return AgentRLModule(**plan.module)
+    return (module_class or AgentRLModule)(**plan.module, **(init_args or {}))
 
 
 class EngineUnavailableError(ValueError):
@@ -104,7 +121,7 @@ def _session_factory(cfg: Any, rollout: RolloutPlan) -> Any:
     return build
 
 
-def build_datamodule(cfg: Any, plan: RunPlan) -> Any:
+def build_datamodule(cfg: Any, plan: RunPlan, datamodule_class: Any = None, init_args: dict[str, Any] | None = None) -> Any:
     from functools import partial
 
     from agentfly.rollout.datamodule import RolloutDataModule
@@ -113,8 +130,8 @@ def build_datamodule(cfg: Any, plan: RunPlan) -> Any:
     # with the context known from the config, prompts are measured before any engine starts
     known = plan.rollout.loop["max_model_len"] is not None
     renderer = partial(renderer_from_plan, plan.rollout) if known else None
-    return RolloutDataModule(
-        _session_factory(cfg, plan.rollout), renderer_factory=renderer, **plan.datamodule
+    return (datamodule_class or RolloutDataModule)(
+        _session_factory(cfg, plan.rollout), renderer_factory=renderer, **plan.datamodule, **(init_args or {})
     )
 
 
@@ -125,7 +142,6 @@ def build_callbacks(plan: RunPlan) -> list[Any]:
     from agentfly.callbacks.progress import iteration_progress_bar
     from agentfly.callbacks.trajectory_table import ValTrajectoryTable
     from agentfly.callbacks.weight_sync import WeightSyncCallback
-    from agentfly.config.lightning_args import build_callbacks as build_lightning_callbacks
 
     kinds: dict[str, Any] = {
         "AdvantageCallback": AdvantageCallback,
@@ -136,16 +152,18 @@ def build_callbacks(plan: RunPlan) -> list[Any]:
         "IterationProgressBar": iteration_progress_bar,
     }
     callbacks = [kinds[name](**kwargs) for name, kwargs in plan.callbacks]
-    return callbacks + build_lightning_callbacks(plan.user_callbacks)
+    return callbacks + [instantiate(spec, "trainer.callbacks") for spec in plan.user_callbacks]
 
 
 def build_loggers(plan: RunPlan) -> list[Any]:
     """CSV always, TensorBoard and wandb when ``trainer.logger`` names them
-    (:func:`agentfly.plan.plan_loggers`); ``console`` is the progress bar (a callback)."""
+    (:func:`agentfly.plan.plan_loggers`), then the Lightning loggers it gives by class path;
+    ``console`` is the progress bar (a callback)."""
     from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger, WandbLogger
 
     kinds = {"csv": CSVLogger, "tensorboard": TensorBoardLogger, "wandb": WandbLogger}
-    return [kinds[kind](**kwargs) for kind, kwargs in plan.loggers]
+    named = [kinds[kind](**kwargs) for kind, kwargs in plan.loggers if kind in kinds]
+    return named + [instantiate(spec, "trainer.logger") for kind, spec in plan.loggers if kind == "class_path"]
 
 
 def resume_path(plan: RunPlan, ckpt_path: str | None = None) -> str | None:
@@ -186,18 +204,27 @@ def resume_path(plan: RunPlan, ckpt_path: str | None = None) -> str | None:
 
 
 def build_trainer(
-    cfg: Any, ckpt_path: str | None = None, hardware: Hardware | None = None
+    cfg: Any,
+    ckpt_path: str | None = None,
+    hardware: Hardware | None = None,
+    *,
+    model: tuple[Any, dict[str, Any]] | None = None,
+    data: tuple[Any, dict[str, Any]] | None = None,
+    callbacks: list[Any] = (),  # type: ignore[assignment]
 ) -> tuple[Any, Any, Any, str | None]:
     """(Lightning Trainer, module, data module, checkpoint to resume from or to validate).
 
     ``ckpt_path``: the checkpoint named on the command line (see :func:`resume_path`);
-    ``hardware``: the machine (detected when None).
+    ``hardware``: the machine (detected when None); ``model``/``data``: the classes chosen by
+    ``--model.class_path``/``--data.class_path`` with their own further ``init_args``;
+    ``callbacks``: further callback instances (LightningCLI's ``SaveConfigCallback``).
     """
     plan = make_plan(cfg, hardware)  # what the machine cannot run fails here, before any import
     ckpt = resume_path(plan, ckpt_path)  # a missing checkpoint fails before anything starts
     check_engine(cfg)
     import lightning.pytorch as pl
     from lightning.fabric.plugins.environments import SLURMEnvironment
+
 
     if plan.num_threads:
         import torch
@@ -212,59 +239,84 @@ def build_trainer(
 
         # FSDP2; the sharding itself happens in configure_model
         settings["strategy"] = fsdp_strategy(plan.topology.world_size)
-    callbacks = build_callbacks(plan)
+    callbacks = build_callbacks(plan) + list(callbacks)
     if SLURMEnvironment.detect():  # requeue at an iteration boundary, not inside the signal handler
         from agentfly.callbacks.requeue import SlurmRequeue
 
         settings["plugins"] = [SLURMEnvironment(auto_requeue=False)]
         callbacks.append(SlurmRequeue())
-    trainer = pl.Trainer(**settings, callbacks=callbacks, logger=build_loggers(plan))
-    module = build_module(plan)
-    datamodule = build_datamodule(cfg, plan)
+    from agentfly.trainer import AgentflyTrainer
+
+    seed_settings = {k: v for k, v in plain(cfg.trainer).items() if k not in ("logger", "callbacks", "lightning")}
+    trainer = AgentflyTrainer(**seed_settings, **settings, callbacks=callbacks, logger=build_loggers(plan))
+    module = build_module(plan, *(model or ()))
+    datamodule = build_datamodule(cfg, plan, *(data or ()))
     return trainer, module, datamodule, ckpt
 
 
-def run_fit(cfg: Any, stage: str = "fit", ckpt_path: str | None = None) -> dict[str, float]:
-    """Validate (``val_before_train``), train, validate again, then print and write the run's report
-    (:mod:`agentfly.report`: before → after table, sample trajectories, ``training_curves.png``);
-    returns the last logged metrics. ``stage`` ``validate``/``test`` only validates, the checkpoint
-    that :func:`resume_path` finds (``ckpt_path`` first) or else the base model.
+def _classes(spec: dict[str, Any] | None, key: str) -> tuple[Any, dict[str, Any]] | None:
+    """``(class, init_args)`` of ``--model``/``--data`` as LightningCLI parsed them."""
+    import importlib
 
-    However it ends (an error, ``SystemExit`` from SIGTERM): the rollout is closed (engines, tool
-    workers), a Ray started during the run is stopped (:func:`agentfly.shutdown.stop_ray`), and
-    the empty folders this run made in the run directory (a logger's version folder, the run
-    directory itself) are removed."""
-    from agentfly.shutdown import ray_stopped_at_exit
+    if not spec:
+        return None
+    module_name, _, name = str(spec["class_path"]).rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"{key}.class_path: cannot import {spec['class_path']} ({exc})") from exc
+    return cls, dict(spec.get("init_args") or {})
 
+
+def begin_run(
+    cfg: Any,
+    stack: contextlib.ExitStack,
+    *,
+    ckpt_path: str | None = None,
+    model: dict[str, Any] | None = None,
+    data: dict[str, Any] | None = None,
+    callbacks: list[Any] = (),  # type: ignore[assignment]
+) -> tuple[Any, Any, Any, str | None]:
+    """Build the run (:func:`build_trainer`) and register on ``stack`` what ends it, however it
+    ends (an error, ``SystemExit`` from SIGTERM): the rollout closed (engines, tool workers),
+    wandb's run finished, and the empty folders this run made in the run directory removed."""
     run_dir = Path(str(cfg.trainer.default_local_dir))
     existed = _folders(run_dir)
-    try:
-        with ray_stopped_at_exit():
-            return _fit_and_report(cfg, stage, ckpt_path)
-    finally:
-        if _is_rank_zero():
-            _remove_empty_folders(run_dir, existed)
+    if _is_rank_zero():
+        stack.callback(_remove_empty_folders, run_dir, existed)
+    trainer, module, datamodule, ckpt = build_trainer(
+        cfg, ckpt_path, model=_classes(model, "model"), data=_classes(data, "data"), callbacks=callbacks
+    )
+    stack.callback(_finish_wandb, trainer)
+    stack.callback(datamodule.close)
+    stack.enter_context(_timer(trainer))
+    return trainer, module, datamodule, ckpt
 
 
-def _fit_and_report(cfg: Any, stage: str, ckpt_path: str | None) -> dict[str, float]:
+@contextlib.contextmanager
+def _timer(trainer: Any) -> Any:
     import time
 
-    start = time.perf_counter()
-    trainer, module, datamodule, ckpt = build_trainer(cfg, ckpt_path)
-    try:
-        metrics = _run(cfg, stage, trainer, module, datamodule, ckpt)
-    finally:
-        try:
-            datamodule.close()
-        finally:
-            _finish_wandb(trainer)
-    if stage not in ("validate", "test") and trainer.is_global_zero:
+    trainer.started_at = time.perf_counter()
+    yield
+
+
+def run_stage(cfg: Any, stage: str, trainer: Any, module: Any, datamodule: Any, ckpt: str | None) -> dict[str, float]:
+    """Run ``stage`` and return the last logged metrics. ``fit`` validates (``val_before_train``),
+    trains, validates again, then prints and writes the run's report (:mod:`agentfly.report`:
+    before → after table, sample trajectories, ``training_curves.png``); ``validate``, ``test``
+    and ``predict`` validate the checkpoint that :func:`resume_path` found (``--ckpt_path``
+    first) or else the base model, writing the trajectories to ``<run>/trajectories``."""
+    import time
+
+    metrics = _run(cfg, "validate" if stage in ("test", "predict") else stage, trainer, module, datamodule, ckpt)
+    if stage == "fit" and trainer.is_global_zero:
         from agentfly.report import write_run_report
 
         try:
             write_run_report(
-                Path(str(cfg.trainer.default_local_dir)), elapsed_s=time.perf_counter() - start,
-                console="console" in [str(n) for n in cfg.trainer.logger],
+                Path(str(cfg.trainer.default_local_dir)), elapsed_s=time.perf_counter() - trainer.started_at,
+                console="console" in (plain(cfg.trainer.logger) or []),
             )
         except Exception as err:  # the training is done and saved; a report never fails it
             logger.warning("run report not written: %s", err)

@@ -216,7 +216,7 @@ def plan_module(cfg: Any, topology: Topology, iterations: int) -> dict[str, Any]
         critic_micro_batch_size=int(critic.ppo_micro_batch_size_per_gpu or critic_mini),
         critic_loss_agg_mode=str(critic.loss_agg_mode),
         critic_loss_scale_factor=float(critic.loss_scale_factor or budget),
-        temperature=float(cfg.agent.run_config.generation_config.temperature or 1.0),
+        temperature=float(cfg.actor_rollout_ref.rollout.temperature or 1.0),
         gradient_checkpointing=bool(model.enable_gradient_checkpointing),
         critic_gradient_checkpointing=bool(critic.model.enable_gradient_checkpointing),
         activation_offload=bool(model.enable_activation_offload),
@@ -231,15 +231,15 @@ def plan_module(cfg: Any, topology: Topology, iterations: int) -> dict[str, Any]
 
 
 def plan_datamodule(cfg: Any, topology: Topology, run_dir: Path) -> dict[str, Any]:
-    """The rollout DataModule's keyword arguments (this rank's share of each batch)."""
+    """The rollout DataModule's keyword arguments."""
     from agentfly.estimators import get_estimator
 
     val = cfg.actor_rollout_ref.rollout.val_kwargs
-    train_temperature = cfg.agent.run_config.generation_config.temperature
+    train_temperature = cfg.actor_rollout_ref.rollout.temperature
     return dict(
         train_files=[str(f) for f in cfg.data.train_files],
         val_files=[str(f) for f in cfg.data.val_files],
-        train_batch_size=cfg.data.train_batch_size // topology.world_size,
+        train_batch_size=int(cfg.data.train_batch_size),
         val_batch_size=cfg.data.val_batch_size,
         prompt_key=cfg.data.prompt_key,
         max_prompt_length=cfg.data.max_prompt_length,
@@ -266,11 +266,11 @@ def plan_rollout(cfg: Any, topology: Topology) -> RolloutPlan:
     init, run = cfg.agent.init_config, cfg.agent.run_config
     rollout, model = cfg.actor_rollout_ref.rollout, cfg.actor_rollout_ref.model
     gen = run.generation_config
-    if not init.model_name_or_path:
-        raise ValueError("agent.init_config.model_name_or_path (or actor_rollout_ref.model.path) is not set")
+    if not model.path:
+        raise ValueError("actor_rollout_ref.model.path (or agent.init_config.model_name_or_path) is not set")
     check_model_paths(cfg, needs_critic=False)  # `agentfly rollout` plans only this part
     engine_kwargs: dict[str, Any] = {
-        "model": str(init.model_name_or_path),
+        "model": str(model.path),
         "dtype": str(rollout.dtype) if topology.cuda_engines else "float32",
         "seed": int(cfg.trainer.seed),
     }
@@ -292,8 +292,8 @@ def plan_rollout(cfg: Any, topology: Topology) -> RolloutPlan:
         max_tokens=int(gen.max_tokens),
         max_model_len=int(init.max_model_len) if init.max_model_len else None,
         max_response_len=int(rollout.response_length),
-        temperature=float(gen.temperature),
-        top_p=float(gen.top_p),
+        temperature=float(rollout.temperature),
+        top_p=float(rollout.top_p),
         top_k=int(rollout.top_k),
         train_on_last_turn=bool(cfg.agent.train_on_last_turn),
         seed=int(cfg.trainer.seed),
@@ -343,7 +343,7 @@ def plan_callbacks(cfg: Any, run_dir: Path, iterations: int) -> list[tuple[str, 
             kl_penalty=str(alg.kl_penalty), kl_ctrl_type=str(k.type), kl_coef=float(k.kl_coef),
             target_kl=float(k.target_kl), horizon=int(k.horizon),
         )))
-    names = [str(n) for n in cfg.trainer.logger]
+    names = [n for n in plain(cfg.trainer.logger) or [] if isinstance(n, str)]
     if "wandb" in names:
         out.append(("ValTrajectoryTable", {}))
     if "console" in names:
@@ -359,7 +359,8 @@ def plan_loggers(cfg: Any, run_dir: Path) -> list[tuple[str, dict[str, Any]]]:
     """
     import os
 
-    names = [str(n) for n in cfg.trainer.logger]
+    given = plain(cfg.trainer.logger) or []
+    names = [n for n in given if isinstance(n, str)]
     # one version folder per launch (a resumed run adds version_1, ...; none is overwritten)
     out: list[tuple[str, dict[str, Any]]] = [("csv", {"save_dir": str(run_dir), "name": "metrics"})]
     if "tensorboard" in names:
@@ -369,6 +370,7 @@ def plan_loggers(cfg: Any, run_dir: Path) -> list[tuple[str, dict[str, Any]]]:
             "project": str(cfg.trainer.project_name), "name": str(cfg.trainer.experiment_name),
             "save_dir": os.environ.get("WANDB_DIR") or str(run_dir),
         }))
+    out += [("class_path", spec) for spec in given if isinstance(spec, dict)]
     return out
 
 
@@ -396,7 +398,7 @@ def plan_trainer(cfg: Any, topology: Topology, needs_critic: bool) -> dict[str, 
         limit_val_batches=1.0 if test_freq and test_freq > 0 else 0,
         log_every_n_steps=1,
         use_distributed_sampler=False,  # IterationBatches shards prompts by rank itself
-        enable_progress_bar="console" in [str(n) for n in cfg.trainer.logger],
+        enable_progress_bar="console" in (plain(cfg.trainer.logger) or []),
     )
     settings.update(plain(cfg.trainer.lightning) or {})  # --trainer.<Trainer argument>
     return settings

@@ -80,8 +80,8 @@ def test_both_styles_resolve_to_one_config(capsys):
         ("trainer.gradient_clip_val=1.0", "actor_rollout_ref.actor.grad_clip"),
         ("trainer.accumulate_grad_batches=2", "ppo_micro_batch_size_per_gpu"),
         ("trainer.precison=32", "did you mean 'trainer.precision'"),
-        ("trainer.lightning.devices=2", "trainer.n_gpus_per_node"),
-        ("trainer.lightning.no_such_argument=1", "not an argument of lightning.pytorch.Trainer"),
+        ("trainer.enable_checkpointing=true", "trainer.save_freq"),
+        ("trainer.lightning.no_such_argument=1", "unknown key 'trainer.lightning.no_such_argument'"),
         ("trainer.total_epochs+=3", "not a list"),
     ],
 )
@@ -112,4 +112,5 @@ def test_a_lightningcli_style_yaml_file(tmp_path):
     assert cfg.trainer.total_training_steps == 4
     assert dict(cfg.trainer.lightning) == {"precision": 32}
     specs = [c if isinstance(c, str) else c.class_path for c in cfg.trainer.callbacks]
-    assert specs == ["lightning.pytorch.callbacks.LearningRateMonitor", "ModelSummary"]  # appended after the file's
+    # appended after the file's; LightningCLI resolves the bare name to its class path
+    assert specs == ["lightning.pytorch.callbacks.LearningRateMonitor", "lightning.pytorch.callbacks.ModelSummary"]

@@ -14,7 +14,7 @@ for the layering, :mod:`agentfly.config.aliases` for the alternative spellings a
 :mod:`agentfly.config.validate` for the checks (and the mini-batch semantics).
 """
 
-from agentfly.config.aliases import ALIASES, LINKED, canonical_key
+from agentfly.config.aliases import ALIASES, canonical_key
 from agentfly.config.errors import ConfigError
 from agentfly.config.load import config_to_yaml, load_config
 from agentfly.config.overrides import Override, parse_overrides
@@ -23,7 +23,6 @@ from agentfly.config.validate import validate
 
 __all__ = [
     "ALIASES",
-    "LINKED",
     "AgentflyConfig",
     "ConfigError",
     "Override",

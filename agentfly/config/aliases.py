@@ -10,15 +10,15 @@ Canonical homes: run-time shape under ``agent.run_config``, construction under
 ``agent.init_config``, the backend at ``agent.init_config.backend`` (the seeds'
 ``agent.init_config.backend_config.backend`` is an alias of it).
 
-Not aliases but *linked* nodes (both exist; one set → copied to the other; both set to
-different values at the same precedence level → error): see :data:`LINKED`.
+The model path and the training sampling settings have one key each, as the trainer reads
+them; the agent-side spellings the seeds use (``agent.init_config.model_name_or_path``,
+``agent.generation_config.temperature``/``top_p``) are aliases of them.
 """
 
 from __future__ import annotations
 
 _INIT_KEYS = (
     "agent_type",
-    "model_name_or_path",
     "template",
     "tools",
     "reward_name",
@@ -44,6 +44,11 @@ ALIASES: dict[str, str] = {
     "agent.context_config": "agent.run_config.context_config",
     "agent.resource_backend": "agent.run_config.context_config.resource_backend",
     "agent.run_config.resource_backend": "agent.run_config.context_config.resource_backend",
+    # one key each for the model and the sampling settings the trainer reads
+    "agent.model_name_or_path": "actor_rollout_ref.model.path",
+    "agent.init_config.model_name_or_path": "actor_rollout_ref.model.path",
+    "agent.run_config.generation_config.temperature": "actor_rollout_ref.rollout.temperature",
+    "agent.run_config.generation_config.top_p": "actor_rollout_ref.rollout.top_p",
     # construction: agent.* and agent.init_args.* spellings of agent.init_config.*
     **{f"agent.{k}": f"agent.init_config.{k}" for k in _INIT_KEYS},
     "agent.init_args": "agent.init_config",
@@ -57,14 +62,10 @@ ALIASES: dict[str, str] = {
     "trainer.accelerator": "trainer.device",
     "trainer.default_root_dir": "trainer.default_local_dir",
     "trainer.strategy": "actor_rollout_ref.actor.strategy",
+    "seed_everything": "trainer.seed",
+    # a file printed by `agentfly rollout --print_config` holds Lightning's arguments here
+    "trainer.lightning": "trainer",
 }
-
-#: Pairs of distinct nodes that must agree (the first is the one components read).
-LINKED: tuple[tuple[str, str], ...] = (
-    ("actor_rollout_ref.model.path", "agent.init_config.model_name_or_path"),
-    ("actor_rollout_ref.rollout.temperature", "agent.run_config.generation_config.temperature"),
-    ("actor_rollout_ref.rollout.top_p", "agent.run_config.generation_config.top_p"),
-)
 
 _BY_LENGTH = sorted(ALIASES, key=len, reverse=True)
 

@@ -30,8 +30,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from omegaconf import II
-
 # --------------------------------------------------------------------------------------- data
 
 
@@ -64,7 +62,7 @@ class DataConfig:
     val_batch_size: int | None = None
     prompt_key: str | None = None
     shuffle: bool = True
-    seed: int = II("trainer.seed")
+    seed: int | None = None
     max_prompt_length: int | None = None
     filter_overlong_prompts: bool = True
     truncation: str = "error"
@@ -80,8 +78,6 @@ class AgentInitConfig:
     Attributes:
         agent_type: agent class by registry name (``hf``, ``react``, ``code``, ``action``...)
             or ``module:attr``.
-        model_name_or_path: HF model id or local path; kept equal to
-            ``actor_rollout_ref.model.path`` (one set → copied to the other).
         template: chat template name; ``None`` = the tokenizer's own template.
         tools: tool names available to the agent.
         reward_name: registered reward function.
@@ -106,7 +102,6 @@ class AgentInitConfig:
     """
 
     agent_type: str = "hf"
-    model_name_or_path: str | None = None
     template: str | None = None
     tools: list[str] = field(default_factory=list)
     reward_name: str | None = None
@@ -125,13 +120,12 @@ class GenerationConfig:
 
     Attributes:
         max_tokens: tokens generated per turn at most.
-        temperature: sampling temperature (kept equal to ``actor_rollout_ref.rollout.temperature``).
-        top_p: nucleus sampling mass (kept equal to ``actor_rollout_ref.rollout.top_p``).
+
+    ``agent.generation_config.temperature``/``top_p`` (and ``agent.run_config...``) are spellings
+    of ``actor_rollout_ref.rollout.temperature``/``top_p``: one sampling setting, one key.
     """
 
     max_tokens: int = 512
-    temperature: float = 1.0
-    top_p: float = 1.0
 
 
 @dataclass
@@ -351,7 +345,7 @@ class ModelConfig:
     """The policy model (shared by actor, rollout engines and reference).
 
     Attributes:
-        path: HF model id or local path (kept equal to ``agent.init_config.model_name_or_path``).
+        path: HF model id or local path (``agent.init_config.model_name_or_path`` is a spelling of it).
         use_remove_padding: pack sequences without padding; only ``False`` (not implemented;
             padding never reaches the LM head or the loss).
         enable_gradient_checkpointing: recompute activations in the backward pass.
@@ -395,9 +389,9 @@ class RolloutConfig:
 
     Attributes:
         name: engine kind: ``hf`` (transformers) or ``vllm``.
-        temperature: training sampling temperature (kept equal to
-            ``agent.run_config.generation_config.temperature``).
-        top_p: training nucleus mass (kept equal to ``agent...generation_config.top_p``).
+        temperature: training sampling temperature (``agent.generation_config.temperature``
+            is a spelling of it).
+        top_p: training nucleus mass (``agent.generation_config.top_p`` is a spelling of it).
         top_k: top-k cut; ``-1`` = none.
         response_length: tokens after the prompt a chain may reach, over all its turns (sampled
             and observation tokens; verl's meaning); the per-turn limit is
@@ -449,9 +443,7 @@ class RefConfig:
 
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
     log_prob_micro_batch_size_per_gpu: int | None = None
-    ulysses_sequence_parallel_size: int = II(
-        "actor_rollout_ref.actor.ulysses_sequence_parallel_size"
-    )
+    ulysses_sequence_parallel_size: int | None = None
 
 
 @dataclass
@@ -505,13 +497,13 @@ class CriticConfig:
 
     model: CriticModelConfig = field(default_factory=CriticModelConfig)
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-5))
-    ppo_mini_batch_size: int = II("actor_rollout_ref.actor.ppo_mini_batch_size")
+    ppo_mini_batch_size: int | None = None
     ppo_micro_batch_size_per_gpu: int | None = None
-    ppo_epochs: int = II("actor_rollout_ref.actor.ppo_epochs")
+    ppo_epochs: int | None = None
     cliprange_value: float = 0.5
     grad_clip: float = 1.0
-    loss_agg_mode: str = II("actor_rollout_ref.actor.loss_agg_mode")
-    loss_scale_factor: float | None = II("actor_rollout_ref.actor.loss_scale_factor")
+    loss_agg_mode: str | None = None
+    loss_scale_factor: float | None = None
     ulysses_sequence_parallel_size: int = 1
 
 
@@ -545,16 +537,14 @@ class TrainerConfig:
         num_threads: torch threads in each training process (``torch.set_num_threads``);
             ``None`` = torch's default (one per core). Fewer avoid oversubscription when the
             machine is shared or small (the demo uses 1 on two cores).
-        lightning: further ``lightning.pytorch.Trainer`` arguments, as they are (e.g.
-            ``{precision: bf16-true, profiler: simple}``); ``--trainer.<argument>`` on the
-            command line lands here (see :mod:`agentfly.config.lightning_args`).
-        callbacks: further Lightning callbacks: class paths (a bare name is looked up in
-            ``lightning.pytorch.callbacks``) or ``{class_path: ..., init_args: {...}}``.
+        lightning: the ``lightning.pytorch.Trainer`` arguments given away from their defaults
+            (``--trainer.precision bf16-true``), as LightningCLI parsed them.
+        callbacks: further Lightning callbacks, ``{class_path: ..., init_args: {...}}``.
     """
 
     project_name: str = "agentfly"
     experiment_name: str = "default"
-    logger: list[str] = field(default_factory=lambda: ["console"])
+    logger: list[Any] = field(default_factory=lambda: ["console"])
     n_gpus_per_node: int = 8
     nnodes: int = 1
     device: str = "auto"

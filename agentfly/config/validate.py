@@ -141,7 +141,7 @@ def _check_ranges(c: _Checker) -> None:
         if value is not None and not value > 0:
             c.errors.append(f"{key}={value!r} must be > 0")
     for key in (
-        "agent.run_config.generation_config.temperature",
+        "actor_rollout_ref.rollout.temperature",
         "actor_rollout_ref.rollout.val_kwargs.temperature",
         "actor_rollout_ref.actor.clip_ratio",
         "actor_rollout_ref.actor.clip_ratio_low",
@@ -174,7 +174,7 @@ def _check_ranges(c: _Checker) -> None:
         if value is not None and value <= 0:
             c.errors.append(f"{key}={value!r} must be > 0 (or null: the response_length)")
     for key in (
-        "agent.run_config.generation_config.top_p",
+        "actor_rollout_ref.rollout.top_p",
         "actor_rollout_ref.rollout.val_kwargs.top_p",
         "actor_rollout_ref.rollout.gpu_memory_utilization",
     ):
@@ -196,23 +196,12 @@ def _check_choices(c: _Checker) -> None:
     kinds = _kl_kinds()
     c.choice("algorithm.kl_penalty", kinds)
     c.choice("actor_rollout_ref.actor.kl_loss_type", kinds)
-    unknown = [name for name in c.get("trainer.logger") if name not in LOGGERS]
+    unknown = [n for n in c.get("trainer.logger") if isinstance(n, str) and n not in LOGGERS]
     if unknown:
         c.errors.append(
-            f"trainer.logger has unknown logger(s) {unknown}; known: {', '.join(LOGGERS)}"
+            f"trainer.logger has unknown logger(s) {unknown}; known: {', '.join(LOGGERS)} "
+            "(or a Lightning Logger as {class_path: ..., init_args: {...}})"
         )
-    lightning_kwargs = c.get("trainer.lightning")
-    if lightning_kwargs:
-        from agentfly.config.lightning_args import check_lightning_kwargs
-
-        c.errors += check_lightning_kwargs(dict(lightning_kwargs))
-    from agentfly.config.lightning_args import callback_spec
-
-    for spec in c.get("trainer.callbacks"):
-        try:
-            callback_spec(spec if isinstance(spec, str) else dict(spec))
-        except ValueError as exc:
-            c.errors.append(str(exc))
     agent_type = c.get("agent.init_config.agent_type")
     if agent_type in VISION_AGENT_TYPES:
         c.errors.append(

@@ -112,7 +112,7 @@ class IterationBatches(torch.utils.data.IterableDataset):
     ) -> None:
         self.rows = rows
         self.batch_size = batch_size
-        self.seed = seed
+        self.seed = 0 if seed is None else seed
         self.shuffle = shuffle
         self.start = start
         self.rank = rank
@@ -149,11 +149,12 @@ class RolloutDataModule(pl.LightningDataModule):
             pool + agent loop); called once, in ``setup``.
         train_files: training task files.
         val_files: validation task files (may be empty).
-        train_batch_size: prompts per iteration (on this rank).
+        train_batch_size: prompts per iteration, all ranks together (each draws its share).
         val_batch_size: prompts per validation batch (None: all).
-        prompt_key: the row field holding the question.
+        prompt_key: the row field holding the question (None: the first of ``question``,
+            ``prompt``, ``problem``, ``instruction``).
         shuffle: shuffle the training prompts each epoch.
-        seed: the shuffling seed.
+        seed: the shuffling seed (None: ``trainer.seed``).
         val_temperature: validation sampling temperature; ``None`` or 0 = greedy.
         val_top_p: validation nucleus mass (when sampling).
         val_top_k: validation top-k (when sampling; -1 = none).
@@ -179,13 +180,13 @@ class RolloutDataModule(pl.LightningDataModule):
         self,
         session_factory: Callable[[], Any],
         *,
-        train_files: list[str],
+        train_files: list[str] | None = None,
         val_files: list[str] | None = None,
-        train_batch_size: int = 8,
+        train_batch_size: int = 1024,
         val_batch_size: int | None = None,
         prompt_key: str | None = None,
         shuffle: bool = True,
-        seed: int = 0,
+        seed: int | None = None,
         val_temperature: float | None = None,
         val_top_p: float = 1.0,
         val_top_k: int = -1,
@@ -201,7 +202,7 @@ class RolloutDataModule(pl.LightningDataModule):
     ) -> None:
         super().__init__()
         self.session_factory = session_factory
-        self.train_files = list(train_files)
+        self.train_files = list(train_files or [])
         self.val_files = list(val_files or [])
         self.train_batch_size = train_batch_size
         self.val_batch_size = val_batch_size
@@ -256,8 +257,7 @@ class RolloutDataModule(pl.LightningDataModule):
             setattr(self, f"{split}_rows", fitted.rows)
             self.prompt_counts[f"data/{split}_prompts_dropped"] = float(len(fitted.dropped))
             self.prompt_counts[f"data/{split}_prompts_truncated"] = float(len(fitted.truncated))
-        _, world = self._rank()
-        needed = self.train_batch_size * world
+        needed = self.train_batch_size
         if self.train_files and len(self.train_rows) < needed:
             dropped = int(self.prompt_counts.get("data/train_prompts_dropped", 0))
             raise DataError(
@@ -275,7 +275,7 @@ class RolloutDataModule(pl.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         dataset = IterationBatches(
-            self.train_rows, self.train_batch_size, seed=self.seed, shuffle=self.shuffle,
+            self.train_rows, self._rank_batch_size(), seed=self.seed, shuffle=self.shuffle,
             start=self._iteration, rank=self._rank,
         )
         dataset.batch(0)  # a batch larger than the data fails here, naming both sizes
@@ -409,7 +409,11 @@ class RolloutDataModule(pl.LightningDataModule):
 
     def _group_offset(self) -> int:
         rank, world = self._rank()
-        return (self._iteration() * world + rank) * self.train_batch_size
+        return (self._iteration() * world + rank) * self._rank_batch_size()
+
+    def _rank_batch_size(self) -> int:
+        """This rank's prompts per iteration (the plan checked that the ranks divide the batch)."""
+        return max(1, self.train_batch_size // self._rank()[1])
 
     def _pad_id(self) -> int:
         tok = self.session.tokenizer

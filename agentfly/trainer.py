@@ -1,0 +1,109 @@
+"""Lightning's ``Trainer`` with the seeds' ``trainer.*`` keys as arguments.
+
+``agentfly fit`` is a ``LightningCLI`` (:mod:`agentfly.cli`) whose ``trainer`` group is this
+class: every ``lightning.pytorch.Trainer`` argument is there (``--trainer.precision``,
+``--trainer.callbacks``, ``--trainer.logger`` ...) next to the RL loop's own keys. The
+Trainer arguments that the seeds' keys express are not separate settings: ``max_steps`` is
+``total_training_steps`` (RL iterations, not optimizer steps), ``max_epochs`` is
+``total_epochs``, ``devices``/``num_nodes``/``accelerator`` are ``n_gpus_per_node``/``nnodes``/
+``device``, ``default_root_dir`` is ``default_local_dir`` and ``strategy`` is
+``actor_rollout_ref.actor.strategy`` (:data:`agentfly.config.aliases.ALIASES` translates them).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning.pytorch as pl
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.loggers import Logger
+
+#: Trainer arguments that would break how agentfly drives training (manual optimization, one
+#: batch per RL iteration, its own checkpoints and data sharding), with what to use instead.
+MANAGED: dict[str, str] = {
+    "enable_checkpointing": "trainer.save_freq",
+    "accumulate_grad_batches": "actor_rollout_ref.actor.ppo_mini_batch_size / ppo_micro_batch_size_per_gpu",
+    "gradient_clip_val": "actor_rollout_ref.actor.grad_clip",
+    "gradient_clip_algorithm": "actor_rollout_ref.actor.grad_clip (norm clipping)",
+    "val_check_interval": "trainer.test_freq",
+    "check_val_every_n_epoch": "trainer.test_freq",
+    "limit_train_batches": "trainer.total_training_steps",
+    "use_distributed_sampler": "nothing (the rollout data module shards prompts by rank)",
+    "reload_dataloaders_every_n_epochs": "nothing (prompts are drawn per iteration)",
+    "plugins": "nothing (SLURM's is set when SLURM runs the job)",
+}
+#: Trainer arguments set by the run's plan: the seeds' keys express them (aliases), or MANAGED.
+PLANNED_TRAINER_ARGS = frozenset(
+    {"max_steps", "max_epochs", "devices", "num_nodes", "accelerator", "default_root_dir", "strategy", *MANAGED}
+)
+
+
+class AgentflyTrainer(pl.Trainer):
+    def __init__(
+        self,
+        *,
+        project_name: str = "agentfly",
+        experiment_name: str = "default",
+        logger: list[str | Logger] | None = None,
+        callbacks: list[Callback] | None = None,
+        n_gpus_per_node: int = 8,
+        nnodes: int = 1,
+        device: str = "auto",
+        total_training_steps: int | None = None,
+        total_epochs: int = 30,
+        save_freq: int = -1,
+        test_freq: int = -1,
+        val_before_train: bool = True,
+        critic_warmup: int = 0,
+        resume_mode: str = "auto",
+        resume_from_path: str | None = None,
+        default_local_dir: str = "checkpoints/${trainer.project_name}/${trainer.experiment_name}",
+        seed: int = 42,
+        print_config: bool = False,
+        num_threads: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """The RL loop's settings and Lightning's.
+
+        Args:
+            project_name: logger project.
+            experiment_name: logger run name.
+            logger: ``console`` (the progress bar), ``csv`` (always on: ``<run>/metrics``),
+                ``tensorboard``, ``wandb``, or a Lightning ``Logger`` (class path with
+                ``init_args``); ``None`` = ``[console]``.
+            callbacks: further Lightning callbacks (class paths with ``init_args``); agentfly's
+                own come first.
+            n_gpus_per_node: devices per node (Lightning ``devices``).
+            nnodes: nodes (Lightning ``num_nodes``).
+            device: ``auto`` (GPUs when present, else the CPU), ``cuda`` or ``cpu``.
+            total_training_steps: RL iterations (rollout + update), not optimizer steps;
+                ``None`` = ``total_epochs`` passes over the training set.
+            total_epochs: passes over the training set when ``total_training_steps`` is ``None``.
+            save_freq: checkpoint every N iterations; ``-1`` = only at the end.
+            test_freq: validate every N iterations; ``-1`` = never (nor at the end).
+            val_before_train: validate once before the first update.
+            critic_warmup: iterations that update only the critic.
+            resume_mode: ``auto`` (the newest intact checkpoint in ``default_local_dir``),
+                ``disable`` or ``resume_path`` (``resume_from_path``).
+            resume_from_path: the checkpoint of ``resume_mode=resume_path``.
+            default_local_dir: the run directory (checkpoints, metrics, trajectories, report).
+            seed: global seed (``seed_everything``, the data order, the engines).
+            print_config: print the composed config before training.
+            num_threads: torch threads in each training process; ``None`` = torch's default.
+            kwargs: ``lightning.pytorch.Trainer`` arguments.
+        """
+        self.settings = dict(
+            project_name=project_name, experiment_name=experiment_name, n_gpus_per_node=n_gpus_per_node,
+            nnodes=nnodes, device=device, total_training_steps=total_training_steps,
+            total_epochs=total_epochs, save_freq=save_freq, test_freq=test_freq,
+            val_before_train=val_before_train, critic_warmup=critic_warmup, resume_mode=resume_mode,
+            resume_from_path=resume_from_path, default_local_dir=default_local_dir, seed=seed,
+            print_config=print_config, num_threads=num_threads,
+        )
+        names = [x for x in logger or [] if isinstance(x, str)]
+        if names:
+            raise TypeError(
+                f"AgentflyTrainer(logger={names}): logger names become Logger instances when the "
+                "run is planned (agentfly.plan.plan_loggers); pass instances here"
+            )
+        super().__init__(logger=list(logger or []) or False, callbacks=callbacks, **kwargs)

@@ -1,0 +1,198 @@
+"""`agentfly fit` as a LightningCLI: `--help` documents the seeds' keys, `--print_config` prints a
+config that `--config` reads back into the same run, and user code outside the package (an
+`AgentRLModule` subclass by `--model.class_path`, a callback by `--trainer.callbacks+=`) runs in
+the fit with its own `init_args`."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import sys
+import textwrap
+
+import pytest
+import torch
+import yaml
+
+from agentfly.cli import main
+from tests.test_fit import fit_args, task  # noqa: F401  (the fixture)
+
+# user code, written into a folder outside the repository (tmp) and imported from there
+USER_PACKAGE = "agentfly_cli_user_pkg"
+USER_MODULE = '''
+import json
+
+from agentfly.modules.rl_module import AgentRLModule
+
+
+class MyModule(AgentRLModule):
+    """The RL module, plus one line per training step with its own init argument."""
+
+    def __init__(self, marker: int = 0, out: str = "", **kwargs):
+        super().__init__(**kwargs)
+        self.marker, self.out = marker, out
+
+    def training_step(self, batch, batch_idx):
+        result = super().training_step(batch, batch_idx)
+        with open(self.out, "a") as f:
+            f.write(json.dumps({"class": type(self).__name__, "marker": self.marker,
+                                "iteration": self.iteration}) + "\\n")
+        return result
+'''
+USER_CALLBACK = '''
+import json
+
+import lightning.pytorch as pl
+
+
+class CountingCallback(pl.Callback):
+    """One line per training batch (one batch = one RL iteration)."""
+
+    def __init__(self, out: str):
+        self.out = out
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        with open(self.out, "a") as f:
+            f.write(json.dumps({"iteration": pl_module.iteration, "global_step": trainer.global_step,
+                                "batch_idx": batch_idx}) + "\\n")
+'''
+
+
+def exit_code(argv: list[str]) -> int:
+    """``main(argv)``'s status, whether it returns it or LightningCLI exits with it (``--help``,
+    ``--print_config``)."""
+    try:
+        return main(argv)
+    except SystemExit as e:
+        return int(e.code or 0)
+
+
+def help_entries(text: str) -> dict[str, str]:
+    """``--key`` -> its help text (wrapped lines joined), from argparse's options section."""
+    entries: dict[str, str] = {}
+    key = None
+    for line in text.splitlines():
+        m = re.match(r"^  (--[\w.\-+]+)(.*)$", line)
+        if m:
+            key = m.group(1)
+            entries[key] = m.group(2)
+        elif key is not None and line.startswith("    "):
+            entries[key] += " " + line.strip()
+        else:
+            key = None
+    return {k: " ".join(v.split()) for k, v in entries.items()}
+
+
+def test_help_lists_the_seed_keys_with_type_and_default(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")  # no wrapping inside a default such as 1e-06
+    assert exit_code(["fit", "--help"]) == 0
+    entries = help_entries(capsys.readouterr().out)
+    expected = {
+        "--actor_rollout_ref.actor.optim.lr": "(type: float, default: 1e-06)",
+        "--trainer.save_freq": "(type: int, default: -1)",
+        "--agent.run_config.max_turns": "(type: int, default: 3)",
+        "--algorithm.adv_estimator": "(type: str, default: gae)",
+        "--trainer.seed": "(type: int, default: 42)",
+    }
+    for key, type_and_default in expected.items():
+        assert key in entries, f"{key} not in --help"
+        assert entries[key].endswith(type_and_default), (key, entries[key])
+    assert "--trainer.callbacks" in entries and "--model" in entries  # LightningCLI's own groups
+
+
+def metric_rows(run) -> list[dict[str, str]]:
+    """The run's metrics without the wall-clock columns.
+
+    The CSV's columns are the losses, rewards, lr, grad norms, rollout statistics, step/epoch,
+    and wall-clock measurements: ``timing/*`` (``timing/iteration_s``, ``timing/rollout_s``,
+    ``timing/update_s``, ``timing/tokens_per_s``...) and ``rollout/tokens_per_s``. Two runs of the
+    same command with the same ``trainer.seed`` were checked to agree on every other column, to
+    the last digit; the clock columns never agree, so they are dropped (and only they).
+    """
+    with open(run / "metrics" / "version_0" / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    clock = re.compile(r"^timing/|_per_s$")
+    return [{k: v for k, v in r.items() if not clock.search(k)} for r in rows]
+
+
+def test_print_config_reads_back_into_the_same_run(task, tmp_path, capsys):  # noqa: F811
+    root, model = task
+    direct, from_file = tmp_path / "direct", tmp_path / "from_file"
+    args = fit_args(root, model, direct, 2, ["trainer.seed=7"])
+
+    assert exit_code([*args, "--print_config"]) == 0
+    printed = capsys.readouterr().out
+    config = tmp_path / "c.yaml"
+    config.write_text(printed)
+    assert yaml.safe_load(printed)["trainer"]["seed"] == 7
+    assert not direct.exists()  # printing starts nothing
+
+    assert exit_code(args) == 0
+    assert exit_code(["fit", "--config", str(config), f"trainer.default_local_dir={from_file}"]) == 0
+
+    a, b = metric_rows(direct), metric_rows(from_file)
+    assert [float(r["training/iteration"]) for r in a] == [1.0, 2.0]
+    assert float(a[0]["actor/lr"]) == pytest.approx(1e-3)  # the tiny args, not the defaults
+    assert float(a[-1]["actor/kl_loss"]) > 0  # the update moved the weights: a real number to compare
+    assert b == a
+    # both runs saved the config that --config reads, the same but for the run directory
+    saved = {run: yaml.safe_load((run / "config.yaml").read_text()) for run in (direct, from_file)}
+    assert saved[from_file]["trainer"].pop("default_local_dir") == str(from_file)
+    assert saved[direct]["trainer"].pop("default_local_dir") == str(direct)
+    assert saved[direct] == saved[from_file]
+
+
+@pytest.fixture(scope="module")
+def user_code_fit(task, tmp_path_factory):  # noqa: F811
+    """One 2-iteration fit with a module subclass and a callback from a package outside the
+    repository, each given by class path with its own init_args: ``(run, steps, batches)``."""
+    root, model = task
+    base = tmp_path_factory.mktemp("user_code")
+    pkg = base / "site" / USER_PACKAGE
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "mymodule.py").write_text(textwrap.dedent(USER_MODULE))
+    (pkg / "cb.py").write_text(textwrap.dedent(USER_CALLBACK))
+    run, steps, batches = base / "run", base / "steps.jsonl", base / "batches.jsonl"
+    flags = [
+        "--model.class_path", f"{USER_PACKAGE}.mymodule.MyModule",
+        "--model.init_args.marker", "7",
+        "--model.init_args.out", str(steps),
+        f"--trainer.callbacks+={USER_PACKAGE}.cb.CountingCallback",
+        "--trainer.callbacks.init_args.out", str(batches),
+    ]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(base / "site"))
+        try:
+            assert exit_code(fit_args(root, model, run, 2, flags)) == 0
+        finally:
+            for name in [m for m in sys.modules if m == USER_PACKAGE or m.startswith(USER_PACKAGE + ".")]:
+                del sys.modules[name]
+    return run, steps, batches
+
+
+def lines(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_a_module_subclass_outside_the_package_trains(user_code_fit):
+    run, steps, _ = user_code_fit
+    assert lines(steps) == [{"class": "MyModule", "marker": 7, "iteration": 1},
+                            {"class": "MyModule", "marker": 7, "iteration": 2}]
+    ckpt = torch.load(run / "checkpoints" / "last.ckpt", weights_only=False, map_location="cpu")
+    assert ckpt["agentfly_iteration"] == 2
+    assert any(k.startswith("actor.") for k in ckpt["state_dict"])
+    assert (run / "checkpoints" / "iter_000001.ckpt").exists()
+    saved = yaml.safe_load((run / "config.yaml").read_text())["model"]
+    assert saved["class_path"] == f"{USER_PACKAGE}.mymodule.MyModule"
+    assert saved["init_args"]["marker"] == 7
+
+
+def test_a_callback_by_class_path_sees_every_iteration(user_code_fit):
+    _, _, batches = user_code_fit
+    got = lines(batches)
+    assert [r["iteration"] for r in got] == [1, 2]  # one RL iteration per training batch
+    assert [r["batch_idx"] for r in got] == [0, 1]
+    # global_step counts optimizer steps (fit_args: two mini-batches per iteration), so only its order
+    assert 0 < got[0]["global_step"] < got[1]["global_step"]
