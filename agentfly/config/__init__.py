@@ -1,4 +1,14 @@
-"""The config layer: typed schema, key aliases, Hydra-style overrides, compose + validate.
+"""The config layer: the seeds' typed sections, their spellings, and the checks across keys.
+
+LightningCLI (:mod:`agentfly.cli`) parses; what stays here is what it does not do: the schema
+of the seeds' sections (:mod:`~agentfly.config.schema`, the CLI's groups), the translation of the
+seeds' words, spellings and YAML files into LightningCLI arguments
+(:mod:`~agentfly.config.seed_args`, :mod:`~agentfly.config.aliases`,
+:mod:`~agentfly.config.overrides`), and composing the parsed result into the tree a run reads,
+with the checks that need several keys (:mod:`~agentfly.config.load`,
+:mod:`~agentfly.config.validate`, :mod:`~agentfly.config.inactive`), the registries
+(:mod:`~agentfly.config.plugins`), the model files (:mod:`~agentfly.config.model_paths`) or
+the machine (:mod:`~agentfly.config.topology`).
 
 >>> from agentfly.config import config_to_yaml, load_config
 >>> cfg = load_config(
@@ -9,9 +19,7 @@
 5
 
 ``load_config`` returns a read-only OmegaConf ``DictConfig`` backed by :class:`AgentflyConfig`
-(``OmegaConf.to_object(cfg)`` gives the dataclass instances); see :mod:`agentfly.config.load`
-for the layering, :mod:`agentfly.config.aliases` for the alternative spellings and
-:mod:`agentfly.config.validate` for the checks (and the mini-batch semantics).
+(``OmegaConf.to_object(cfg)`` gives the dataclass instances).
 """
 
 from agentfly.config.aliases import ALIASES, canonical_key

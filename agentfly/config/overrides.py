@@ -14,8 +14,8 @@ Plain words (``key=3``, ``key=Qwen/Qwen2.5-3B-Instruct``) skip Hydra's ANTLR gra
 slow; they are typed by the same rules (a test checks the two agree).
 
 Differences from Hydra: comma-separated values are a Hydra *sweep*; here they are kept as one
-string (``raw``) and :mod:`agentfly.config.load` accepts them only for string keys (as text) and
-list keys (split at commas). ``hydra.*`` keys are returned too and ignored by the loader (there
+string (``raw``) and :mod:`agentfly.config.seed_args` accepts them only for string keys (as text) and
+list keys (split at commas). ``hydra.*`` keys are returned too and ignored there (there
 is no Hydra job).
 """
 
