@@ -131,7 +131,8 @@ def build_datamodule(cfg: Any, plan: RunPlan, datamodule_class: Any = None, init
     known = plan.rollout.loop["max_model_len"] is not None
     renderer = partial(renderer_from_plan, plan.rollout) if known else None
     return (datamodule_class or RolloutDataModule)(
-        _session_factory(cfg, plan.rollout), renderer_factory=renderer, **plan.datamodule, **(init_args or {})
+        session_factory=_session_factory(cfg, plan.rollout), renderer_factory=renderer,
+        **plan.datamodule, **(init_args or {}),
     )
 
 

@@ -40,6 +40,25 @@ class MyModule(AgentRLModule):
                                 "iteration": self.iteration}) + "\\n")
         return result
 '''
+USER_DATAMODULE = '''
+import json
+
+from agentfly.rollout.datamodule import RolloutDataModule
+
+
+class MyData(RolloutDataModule):
+    """The rollout data module, plus one line per training batch with its own init argument."""
+
+    def __init__(self, tag: str = "", out: str = "", **kwargs):
+        super().__init__(**kwargs)
+        self.tag, self.out = tag, out
+
+    def rollout(self, rows):
+        batch = super().rollout(rows)
+        with open(self.out, "a") as f:
+            f.write(json.dumps({"tag": self.tag, "prompts": len(rows)}) + "\\n")
+        return batch
+'''
 USER_CALLBACK = '''
 import json
 
@@ -154,6 +173,7 @@ def user_code_fit(task, tmp_path_factory):  # noqa: F811
     (pkg / "__init__.py").write_text("")
     (pkg / "mymodule.py").write_text(textwrap.dedent(USER_MODULE))
     (pkg / "cb.py").write_text(textwrap.dedent(USER_CALLBACK))
+    (pkg / "data.py").write_text(textwrap.dedent(USER_DATAMODULE))
     run, steps, batches = base / "run", base / "steps.jsonl", base / "batches.jsonl"
     flags = [
         "--model.class_path", f"{USER_PACKAGE}.mymodule.MyModule",
@@ -161,6 +181,9 @@ def user_code_fit(task, tmp_path_factory):  # noqa: F811
         "--model.init_args.out", str(steps),
         f"--trainer.callbacks+={USER_PACKAGE}.cb.CountingCallback",
         "--trainer.callbacks.init_args.out", str(batches),
+        "--data.class_path", f"{USER_PACKAGE}.data.MyData",
+        "--data.init_args.tag", "mine",
+        "--data.init_args.out", str(base / "rollouts.jsonl"),
     ]
     with pytest.MonkeyPatch.context() as mp:
         mp.syspath_prepend(str(base / "site"))
@@ -170,6 +193,15 @@ def user_code_fit(task, tmp_path_factory):  # noqa: F811
             for name in [m for m in sys.modules if m == USER_PACKAGE or m.startswith(USER_PACKAGE + ".")]:
                 del sys.modules[name]
     return run, steps, batches
+
+
+def test_a_data_module_subclass_outside_the_package_rolls_out(user_code_fit):
+    run, _, _ = user_code_fit
+    # the seeds' data.* keys still reach it (fit_args' batch), beside its own init_args
+    got = lines(run.parent / "rollouts.jsonl")
+    assert got == [{"tag": "mine", "prompts": 2}] * 2  # one rollout per iteration, data.train_batch_size=2
+    saved = yaml.safe_load((run / "config.yaml").read_text())["data"]
+    assert saved["class_path"] == f"{USER_PACKAGE}.data.MyData" and saved["init_args"]["tag"] == "mine"
 
 
 def lines(path) -> list[dict]:

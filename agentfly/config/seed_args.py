@@ -411,4 +411,4 @@ def _drop(merged: dict[str, Any], anchor: str, sub: str) -> None:
 
 
 def _names_data(passed: list[str]) -> bool:
-    return any(a.startswith(("--data.init_args.train_files", "--data.class_path")) for a in passed)
+    return any(a.startswith("--data.init_args.train_files") for a in passed)
