@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -54,17 +55,26 @@ def make_plan(cfg: Any, hardware: Hardware | None = None) -> RunPlan:
     return plan
 
 
-def instantiate(spec: Any, key: str) -> Any:
-    """An object from ``{class_path, init_args}`` (as LightningCLI parsed it) or an instance."""
+def _classes(spec: dict[str, Any] | None, key: str) -> tuple[Any, dict[str, Any]] | None:
+    """``(class, init_args)`` of a ``{class_path, init_args}`` spec as LightningCLI parsed it."""
     import importlib
 
-    if not isinstance(spec, dict):
-        return spec
+    if not spec:
+        return None
     module_name, _, name = str(spec["class_path"]).rpartition(".")
     try:
         cls = getattr(importlib.import_module(module_name), name)
-        return cls(**dict(spec.get("init_args") or {}))
-    except (ImportError, AttributeError, TypeError) as exc:
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"{key}: cannot import {spec['class_path']} ({exc})") from exc
+    return cls, dict(spec.get("init_args") or {})
+
+
+def instantiate(spec: Any, key: str) -> Any:
+    """An object from ``{class_path, init_args}`` (a ``trainer.callbacks``/``logger`` entry)."""
+    cls, init_args = _classes(spec, key)  # type: ignore[misc]
+    try:
+        return cls(**init_args)
+    except TypeError as exc:
         raise ValueError(f"{key}: cannot build {spec['class_path']} ({exc})") from exc
 
 
@@ -226,7 +236,6 @@ def build_trainer(
     import lightning.pytorch as pl
     from lightning.fabric.plugins.environments import SLURMEnvironment
 
-
     if plan.num_threads:
         import torch
 
@@ -255,20 +264,6 @@ def build_trainer(
     return trainer, module, datamodule, ckpt
 
 
-def _classes(spec: dict[str, Any] | None, key: str) -> tuple[Any, dict[str, Any]] | None:
-    """``(class, init_args)`` of ``--model``/``--data`` as LightningCLI parsed them."""
-    import importlib
-
-    if not spec:
-        return None
-    module_name, _, name = str(spec["class_path"]).rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module_name), name)
-    except (ImportError, AttributeError) as exc:
-        raise ValueError(f"{key}.class_path: cannot import {spec['class_path']} ({exc})") from exc
-    return cls, dict(spec.get("init_args") or {})
-
-
 def begin_run(
     cfg: Any,
     stack: contextlib.ExitStack,
@@ -281,6 +276,7 @@ def begin_run(
     """Build the run (:func:`build_trainer`) and register on ``stack`` what ends it, however it
     ends (an error, ``SystemExit`` from SIGTERM): the rollout closed (engines, tool workers),
     wandb's run finished, and the empty folders this run made in the run directory removed."""
+    started = time.perf_counter()
     run_dir = Path(str(cfg.trainer.default_local_dir))
     existed = _folders(run_dir)
     if _is_rank_zero():
@@ -290,19 +286,13 @@ def begin_run(
     )
     stack.callback(_finish_wandb, trainer)
     stack.callback(datamodule.close)
-    stack.enter_context(_timer(trainer))
+    trainer.started_at = started  # the report's "in all" time counts the start-up
     return trainer, module, datamodule, ckpt
 
 
-@contextlib.contextmanager
-def _timer(trainer: Any) -> Any:
-    import time
-
-    trainer.started_at = time.perf_counter()
-    yield
-
-
-def run_stage(cfg: Any, stage: str, trainer: Any, module: Any, datamodule: Any, ckpt: str | None) -> dict[str, float]:
+def run_stage(
+    cfg: Any, stage: str, trainer: Any, module: Any, datamodule: Any, ckpt: str | None
+) -> dict[str, float]:
     """Run ``stage`` and return the last logged metrics. ``fit`` validates (``val_before_train``),
     trains, validates again, then prints and writes the run's report (:mod:`agentfly.report`:
     before → after table, sample trajectories, ``training_curves.png``); ``validate``, ``test``
