@@ -111,7 +111,7 @@ def _cli_class() -> type:
             super().__init__(
                 AgentRLModule, RolloutDataModule, trainer_class=AgentflyTrainer,
                 subclass_mode_model=True, subclass_mode_data=True,
-                save_config_callback=SaveRunConfig, save_config_kwargs={"overwrite": True},
+                save_config_callback=SaveRunConfig,
                 parser_class=Parser,
                 parser_kwargs={"exit_on_error": False, "prog": "agentfly", "description": "Train LLM agents with RL."},
                 auto_configure_optimizers=False, args=args, run=run,

@@ -23,16 +23,10 @@ from omegaconf.errors import OmegaConfBaseException
 
 from agentfly.config.errors import ConfigError
 from agentfly.config.schema import AgentflyConfig, DataConfig, TrainerConfig
-from agentfly.config.seed_args import (
-    CONF_DIR,
-    DEFAULT_TASK_FILE,
-    DEFAULTS_FILE,
-    seed_keys,
-    typed_tree,
-)
+from agentfly.config.seed_args import CONF_DIR, seed_keys, typed_tree
 from agentfly.config.validate import validate
 
-__all__ = ["CONF_DIR", "DEFAULTS_FILE", "DEFAULT_TASK_FILE", "compose", "config_to_yaml", "load_config"]
+__all__ = ["CONF_DIR", "compose", "config_to_yaml", "load_config"]
 
 SEED_GROUPS = ("agent", "algorithm", "actor_rollout_ref", "critic")
 _DATA_KEYS = tuple(DataConfig.__dataclass_fields__)
@@ -111,9 +105,7 @@ def _say_inactive(cfg: DictConfig, explicit: set[str] | None) -> None:
     from agentfly.config.inactive import inactive_settings
 
     keys = seed_keys()
-    if explicit is None:
-        explicit = set()
-    changed = {k for k in keys.leaves if k in explicit}
+    changed = (explicit or set()) & keys.leaves.keys()
     if not {"actor_rollout_ref.actor.clip_ratio_low", "actor_rollout_ref.actor.clip_ratio_high"} <= changed:
         changed.discard("actor_rollout_ref.actor.clip_ratio")  # it sets a side left unset
     unused = inactive_settings(cfg, changed)

@@ -40,7 +40,6 @@ from agentfly.config.overrides import parse_override
 from agentfly.config.schema import AgentflyConfig
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
-DEFAULTS_FILE = CONF_DIR / "config.yaml"
 DEFAULT_TASK_FILE = CONF_DIR / "examples" / "demo_calculator.yaml"
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 # ${pkg:demo/model} = a path inside the installed agentfly package, whatever the working directory
@@ -65,10 +64,11 @@ class _Keys:
         self.defaults = OmegaConf.to_container(OmegaConf.structured(AgentflyConfig), resolve=False)
         import lightning.pytorch as pl
 
-        from agentfly.trainer import PLANNED_TRAINER_ARGS
+        from agentfly.trainer import MANAGED, PLANNED_TRAINER_ARGS
 
         names = set(inspect.signature(pl.Trainer.__init__).parameters) - {"self"}
         self.lightning = {f"trainer.{n}" for n in names - PLANNED_TRAINER_ARGS}
+        self.managed = {f"trainer.{n}": instead for n, instead in MANAGED.items()}
         self.known = sorted({*self.leaves, *self.sections, *spellings(), *self.lightning})
 
     def is_seed_key(self, key: str) -> bool:
@@ -156,11 +156,10 @@ class _Source:
         key = canonical_key(spelling)
         if key.split(".")[0] in IGNORED_NAMESPACES:
             return
-        from agentfly.trainer import MANAGED
-
-        if key.startswith("trainer.") and key[len("trainer."):] in MANAGED:
-            name = key[len("trainer."):]
-            self.errors.append(f"{spelling} ({self.origin}): agentfly sets this Trainer argument itself; use {MANAGED[name]}")
+        if key in keys.managed:
+            self.errors.append(
+                f"{spelling} ({self.origin}): agentfly sets this Trainer argument itself; use {keys.managed[key]}"
+            )
             return
         if not keys.is_seed_key(key):
             if key in keys.sections and isinstance(value, dict):

@@ -184,22 +184,26 @@ def test_the_parents_environment_is_invisible(monkeypatch: pytest.MonkeyPatch) -
         assert "AGENTFLY_ESCAPE_SECRET" not in cell.stdout and cell.error is None
 
 
-@needs_bwrap
-def test_a_fork_bomb_is_stopped_at_max_processes() -> None:
-    code = (
+def fork_bomb(child_sleep_s: int) -> str:
+    """Code that forks 200 sleeping children, says how the fork was refused and how many started."""
+    return (
         "import os, time\n"
         "started = 0\n"
         "try:\n"
         "    for _ in range(200):\n"
         "        if os.fork() == 0:\n"
-        "            time.sleep(30)\n"
+        f"            time.sleep({child_sleep_s})\n"
         "            os._exit(0)\n"
         "        started += 1\n"
         "except OSError as e:\n"
         "    print('refused', type(e).__name__)\n"
         "print('started', started)\n"
     )
-    result = run_code(code, max_processes=16, timeout=20)
+
+
+@needs_bwrap
+def test_a_fork_bomb_is_stopped_at_max_processes() -> None:
+    result = run_code(fork_bomb(30), max_processes=16, timeout=20)
     assert not result.timed_out and result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == "refused BlockingIOError"  # EAGAIN: RLIMIT_NPROC
@@ -369,17 +373,5 @@ def test_the_opt_in_does_not_contain_detached_children() -> None:
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="the kernel never applies RLIMIT_NPROC to root")
 def test_the_opt_in_limits_processes_where_the_kernel_does() -> None:
-    code = (
-        "import os, time\n"
-        "started = 0\n"
-        "try:\n"
-        "    for _ in range(200):\n"
-        "        if os.fork() == 0:\n"
-        "            time.sleep(10)\n"
-        "            os._exit(0)\n"
-        "        started += 1\n"
-        "except OSError as e:\n"
-        "    print('refused', type(e).__name__)\n"
-    )
-    result = run_code(code, isolation="unsafe_rlimits_only", max_processes=16)
+    result = run_code(fork_bomb(10), isolation="unsafe_rlimits_only", max_processes=16)
     assert result.stdout.startswith("refused BlockingIOError")
