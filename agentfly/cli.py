@@ -55,21 +55,15 @@ def _cli_class() -> type:
     from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 
     from agentfly.config.errors import ConfigError
+    from agentfly.config.keys import DATA_KEYS, GROUPS
     from agentfly.config.load import compose, seed_tree
-    from agentfly.config.schema import (
-        ActorRolloutRefConfig,
-        AgentConfig,
-        AlgorithmConfig,
-        CriticConfig,
-        DataConfig,
-    )
     from agentfly.modules.rl_module import AgentRLModule
     from agentfly.rollout.datamodule import RolloutDataModule
     from agentfly.trainer import PLANNED_TRAINER_ARGS, AgentflyTrainer
 
     # the module's arguments are all computed by the plan; the DataModule's beyond the seeds' data.*
     module_planned = set(inspect.signature(AgentRLModule.__init__).parameters) - {"self"}
-    data_planned = set(inspect.signature(RolloutDataModule.__init__).parameters) - {"self", *DataConfig.__dataclass_fields__}
+    data_planned = set(inspect.signature(RolloutDataModule.__init__).parameters) - {"self", *DATA_KEYS}
 
     class Parser(LightningArgumentParser):
         """Its ``--help`` lists the default DataModule's arguments (the seeds' ``data.*``) too, which
@@ -144,15 +138,14 @@ def _cli_class() -> type:
             })
 
         def add_arguments_to_parser(self, parser: Any) -> None:
-            for name, group in (("agent", AgentConfig), ("algorithm", AlgorithmConfig),
-                                ("actor_rollout_ref", ActorRolloutRefConfig), ("critic", CriticConfig)):
+            for name, group in GROUPS.items():
                 parser.add_class_arguments(group, name, fail_untyped=False)
 
         def parse_arguments(self, parser: Any, args: Any) -> None:
             try:
                 self.config = parser.parse_args(args)
             except ArgumentError as exc:
-                raise ConfigError(str(exc)) from None
+                raise ConfigError(parse_error(exc)) from None
 
         def _parse_ckpt_path(self) -> None:
             """The module's arguments come from the plan, not from a checkpoint's hyperparameters
@@ -178,7 +171,7 @@ def _cli_class() -> type:
             user = {g: ns[g].as_dict() for g in ("model", "data")}
             # the seeds' data.* reach the DataModule through the plan (with the rest it computes)
             user["data"]["init_args"] = {k: v for k, v in (user["data"].get("init_args") or {}).items()
-                                         if k not in DataConfig.__dataclass_fields__}
+                                         if k not in DATA_KEYS}
             self.trainer, self.model, self.datamodule, self.ckpt = begin_run(
                 self.run_config, self.stack, ckpt_path=ns.get("ckpt_path"),
                 model=user["model"], data=user["data"],
@@ -223,8 +216,28 @@ def parse_config(words: list[str], *, check_required: bool = True, default_task:
     try:
         ns = parser.parse_args(args)
     except ArgumentError as exc:
-        raise ConfigError(str(exc)) from None
+        raise ConfigError(parse_error(exc)) from None
     return compose(seed_tree(ns, trainer_defaults), check_required=check_required, explicit=explicit)
+
+
+def parse_error(exc: Exception) -> str:
+    """jsonargparse's message, led by one line: the dotted key, what it expects and the value.
+
+    A subclass-mode group nests its keys (``Parser key "data": ... Parser key "truncation":``);
+    the line joins them (``data.truncation``).
+    """
+    import re
+
+    text = str(exc)
+    keys = [k for k in re.findall(r'Parser key "([^"]+)"', text) if k not in ("init_args", "dict_kwargs")]
+    expects = re.findall(r"^\s*-?\s*((?:Expected|Not of type|Does not|Unrecognized|Key)[^\n]*)", text, re.M)
+    given = re.findall(r"Given value: ([^\n]*)", text) or re.findall(r"Got value: ([^\n]*)", text)
+    if not keys or not expects:
+        return text
+    detail = next((e for e in expects if not e.startswith("Does not validate")), expects[0])
+    shown = "Got value" in detail or detail.startswith("Not of type") or not given
+    value = "" if shown else f" (given {given[0]})"
+    return f"{'.'.join(keys)}: {detail}{value}\n{text}"
 
 
 @functools.cache

@@ -4,7 +4,7 @@ What each component receives comes from one place, :func:`agentfly.plan.plan_run
 one reader); this module builds the objects. ``trainer.total_training_steps`` counts RL
 iterations (rollout + update), however many optimizer steps each contains.
 
-Devices (:mod:`agentfly.config.topology`): ``trainer.device=cuda`` runs ``n_gpus_per_node`` GPU
+Devices (:mod:`agentfly.topology`): ``trainer.device=cuda`` runs ``n_gpus_per_node`` GPU
 ranks per node; ``trainer.device=cpu`` runs ``n_gpus_per_node`` CPU ranks (DDP over gloo; the
 explicit way to get several CPU processes); ``trainer.device=auto`` (the default) uses GPUs when
 there are any and otherwise falls back to one CPU process per node (or the ranks SLURM launched)
@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from agentfly.config.keys import plain
-from agentfly.config.topology import Hardware
 from agentfly.plan import RolloutPlan, RunPlan, plan_run
+from agentfly.topology import Hardware
 
 logger = logging.getLogger(__name__)
 

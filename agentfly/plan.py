@@ -1,7 +1,7 @@
 """The one reader of the config: what every component of a run receives.
 
 :func:`plan_run` turns a composed config (:func:`agentfly.config.load_config`) and the machine
-(:class:`~agentfly.config.topology.Hardware`) into plain keyword arguments for each component:
+(:class:`~agentfly.topology.Hardware`) into plain keyword arguments for each component:
 the LightningModule, the rollout DataModule, the engine pool and the agent loop, the callbacks,
 the loggers and the Lightning ``Trainer``. :mod:`agentfly.fit` and :mod:`agentfly.rollout.runner`
 build objects from these and read nothing else of the config; so what a key changes is visible
@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from agentfly.config.keys import plain
-from agentfly.config.model_paths import check_model_paths
-from agentfly.config.topology import Hardware, Topology, check_batches, resolve_topology
+from agentfly.models.paths import check_model_paths
+from agentfly.topology import Hardware, Topology, check_batches, resolve_topology
 
 
 @dataclass
@@ -408,9 +408,9 @@ def plan_run(cfg: Any, hardware: Hardware | None = None) -> RunPlan:
     """Everything a run of ``cfg`` builds on ``hardware`` (detected when None).
 
     Raises:
-        ConfigError: a model path that cannot be loaded (:mod:`agentfly.config.model_paths`),
+        ConfigError: a model path that cannot be loaded (:mod:`agentfly.models.paths`),
             the machine cannot run what ``cfg`` asks (see
-            :func:`~agentfly.config.topology.resolve_topology`), or the batch sizes do not
+            :func:`~agentfly.topology.resolve_topology`), or the batch sizes do not
             split over the ranks that will run or exceed the training rows.
     """
     from agentfly.estimators import get_estimator
@@ -448,7 +448,7 @@ def plan_run(cfg: Any, hardware: Hardware | None = None) -> RunPlan:
 
 def _cpu_notes(cfg: Any) -> list[str]:
     """GPU-only settings the CPU fallback cannot use, named once."""
-    from agentfly.config.topology import offload_keys
+    from agentfly.topology import offload_keys
 
     offloads = offload_keys(cfg)
     if not offloads:

@@ -12,9 +12,10 @@ Trainer arguments that the seeds' keys express are not separate settings: ``max_
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import lightning.pytorch as pl
+from jsonargparse.typing import NonNegativeInt, PositiveInt
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger
 
@@ -44,23 +45,23 @@ class AgentflyTrainer(pl.Trainer):
         *,
         project_name: str = "agentfly",
         experiment_name: str = "default",
-        logger: list[str | Logger] | None = None,
+        logger: list[Literal["console", "wandb", "tensorboard", "csv"] | Logger] | None = None,
         callbacks: list[Callback] | None = None,
-        n_gpus_per_node: int = 8,
-        nnodes: int = 1,
-        device: str = "auto",
-        total_training_steps: int | None = None,
-        total_epochs: int = 30,
+        n_gpus_per_node: PositiveInt = 8,
+        nnodes: PositiveInt = 1,
+        device: Literal["auto", "cuda", "gpu", "cpu"] = "auto",
+        total_training_steps: PositiveInt | None = None,
+        total_epochs: PositiveInt = 30,
         save_freq: int = -1,
         test_freq: int = -1,
         val_before_train: bool = True,
-        critic_warmup: int = 0,
-        resume_mode: str = "auto",
+        critic_warmup: NonNegativeInt = 0,
+        resume_mode: Literal["auto", "disable", "resume_path"] = "auto",
         resume_from_path: str | None = None,
         default_local_dir: str = "checkpoints/${trainer.project_name}/${trainer.experiment_name}",
         seed: int = 42,
         print_config: bool = False,
-        num_threads: int | None = None,
+        num_threads: PositiveInt | None = None,
         **kwargs: Any,
     ) -> None:
         """The RL loop's settings and Lightning's.
@@ -75,7 +76,7 @@ class AgentflyTrainer(pl.Trainer):
                 own come first.
             n_gpus_per_node: devices per node (Lightning ``devices``).
             nnodes: nodes (Lightning ``num_nodes``).
-            device: ``auto`` (GPUs when present, else the CPU), ``cuda`` or ``cpu``.
+            device: ``auto`` (GPUs when present, else the CPU), ``cuda`` (= ``gpu``) or ``cpu``.
             total_training_steps: RL iterations (rollout + update), not optimizer steps;
                 ``None`` = ``total_epochs`` passes over the training set.
             total_epochs: passes over the training set when ``total_training_steps`` is ``None``.

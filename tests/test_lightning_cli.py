@@ -108,10 +108,12 @@ def test_help_lists_the_seed_keys_with_type_and_default(capsys, monkeypatch):
     assert exit_code(["fit", "--help"]) == 0
     entries = help_entries(capsys.readouterr().out)
     expected = {
-        "--actor_rollout_ref.actor.optim.lr": "(type: float, default: 1e-06)",
+        "--actor_rollout_ref.actor.optim.lr": "(type: NonNegativeFloat, default: 1e-06)",
+        "--critic.optim.lr": "(type: NonNegativeFloat, default: 1e-05)",
         "--trainer.save_freq": "(type: int, default: -1)",
-        "--agent.run_config.max_turns": "(type: int, default: 3)",
+        "--agent.run_config.max_turns": "(type: PositiveInt, default: 3)",
         "--algorithm.adv_estimator": "(type: str, default: gae)",
+        "--algorithm.kl_ctrl.type": "(type: Literal['fixed', 'adaptive'], default: fixed)",
         "--trainer.seed": "(type: int, default: 42)",
     }
     for key, type_and_default in expected.items():

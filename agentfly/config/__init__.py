@@ -7,8 +7,7 @@ seeds' words, spellings and YAML files into LightningCLI arguments
 :mod:`~agentfly.config.overrides`), and composing the parsed result into the tree a run reads,
 with the checks that need several keys (:mod:`~agentfly.config.load`,
 :mod:`~agentfly.config.validate`, :mod:`~agentfly.config.inactive`), the registries
-(:mod:`~agentfly.config.plugins`), the model files (:mod:`~agentfly.config.model_paths`) or
-the machine (:mod:`~agentfly.config.topology`).
+(:mod:`~agentfly.config.plugins`).
 
 >>> from agentfly.config import config_to_yaml, load_config
 >>> cfg = load_config(
@@ -18,20 +17,17 @@ the machine (:mod:`~agentfly.config.topology`).
 >>> cfg.agent.run_config.max_turns
 5
 
-``load_config`` returns a read-only OmegaConf ``DictConfig`` backed by :class:`AgentflyConfig`
-(``OmegaConf.to_object(cfg)`` gives the dataclass instances).
+``load_config`` returns a read-only OmegaConf ``DictConfig``.
 """
 
 from agentfly.config.aliases import ALIASES, canonical_key
 from agentfly.config.errors import ConfigError
 from agentfly.config.load import config_to_yaml, load_config
 from agentfly.config.overrides import Override, parse_overrides
-from agentfly.config.schema import AgentflyConfig
 from agentfly.config.validate import validate
 
 __all__ = [
     "ALIASES",
-    "AgentflyConfig",
     "ConfigError",
     "Override",
     "canonical_key",

@@ -41,28 +41,10 @@ def _no_critic(cfg: Any) -> str | None:
     return f"algorithm.adv_estimator={cfg.algorithm.adv_estimator} trains no critic"
 
 
-def _no_kl_in_reward(cfg: Any) -> str | None:
-    return None if cfg.algorithm.use_kl_in_reward else "algorithm.use_kl_in_reward=False"
-
-
-def _no_kl_loss(cfg: Any) -> str | None:
-    return None if cfg.actor_rollout_ref.actor.use_kl_loss else "actor_rollout_ref.actor.use_kl_loss=False"
-
-
 def _no_reference(cfg: Any) -> str | None:
     if cfg.actor_rollout_ref.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward:
         return None
     return "no KL term (use_kl_loss and use_kl_in_reward are off), so no reference model is loaded"
-
-
-def _not_fsdp(cfg: Any) -> str | None:
-    strategy = cfg.actor_rollout_ref.actor.strategy
-    return None if strategy == "fsdp" else f"actor_rollout_ref.actor.strategy={strategy} does not shard (fsdp does)"
-
-
-def _not_vllm(cfg: Any) -> str | None:
-    name = cfg.actor_rollout_ref.rollout.name
-    return None if name == "vllm" else f"actor_rollout_ref.rollout.name={name} (only vLLM engines use it)"
 
 
 def _greedy_validation(cfg: Any) -> str | None:
@@ -80,11 +62,6 @@ def _no_validation(cfg: Any) -> str | None:
 def _steps_given(cfg: Any) -> str | None:
     steps = cfg.trainer.total_training_steps
     return None if steps is None else f"trainer.total_training_steps={steps} sets the run's length"
-
-
-def _not_resume_path(cfg: Any) -> str | None:
-    mode = cfg.trainer.resume_mode
-    return None if mode == "resume_path" else f"trainer.resume_mode={mode}"
 
 
 def _no_old_log_prob_pass(cfg: Any) -> str | None:
@@ -130,10 +107,6 @@ def _clip_sides_given(cfg: Any) -> str | None:
     return None
 
 
-def _no_shuffle(cfg: Any) -> str | None:
-    return None if cfg.data.shuffle else "data.shuffle=False"
-
-
 def _unused_by_estimator(setting: str, what: str) -> Cond:
     """Inactive when the estimator does not read ``setting`` (its registered ``uses``)."""
 
@@ -150,7 +123,6 @@ def _wandb_off(cfg: Any) -> str | None:
     return "no wandb logger, and trainer.default_local_dir is given (it names nothing else)"
 
 
-
 def _compatibility(cfg: Any) -> str | None:
     return "kept for the seeds' commands; its only value names what agentfly always does"
 
@@ -160,11 +132,11 @@ RULES: tuple[Rule, ...] = (
     Rule(("agent.use_agent", "agent.init_config.backend"), _compatibility),
     Rule(("critic",), _no_critic),
     Rule(("trainer.critic_warmup",), _no_critic),
-    Rule(("algorithm.kl_ctrl", "algorithm.kl_penalty"), _no_kl_in_reward),
-    Rule((A + "actor.kl_loss_coef", A + "actor.kl_loss_type"), _no_kl_loss),
+    Rule(("algorithm.kl_ctrl", "algorithm.kl_penalty"), _unless("algorithm.use_kl_in_reward", True)),
+    Rule((A + "actor.kl_loss_coef", A + "actor.kl_loss_type"), _unless(A + "actor.use_kl_loss", True)),
     Rule((A + "ref",), _no_reference),
-    Rule((A + "actor.fsdp_config", A + "ref.fsdp_config", "critic.model.fsdp_config"), _not_fsdp),
-    Rule((A + "rollout.gpu_memory_utilization", A + "rollout.enforce_eager"), _not_vllm),
+    Rule((A + "actor.fsdp_config", A + "ref.fsdp_config", "critic.model.fsdp_config"), _unless(A + "actor.strategy", "fsdp")),
+    Rule((A + "rollout.gpu_memory_utilization", A + "rollout.enforce_eager"), _unless(A + "rollout.name", "vllm")),
     Rule(
         tuple(A + "rollout.val_kwargs." + k for k in ("temperature", "top_p", "top_k", "n", "also_greedy")),
         _greedy_validation,
@@ -174,14 +146,14 @@ RULES: tuple[Rule, ...] = (
         _no_validation,
     ),
     Rule(("trainer.total_epochs",), _steps_given),
-    Rule(("trainer.resume_from_path",), _not_resume_path),
+    Rule(("trainer.resume_from_path",), _unless("trainer.resume_mode", "resume_path")),
     Rule((A + "rollout.log_prob_micro_batch_size_per_gpu",), _no_old_log_prob_pass),
     Rule((A + "actor.optim.min_lr_ratio", A + "actor.optim.num_cycles"), _unless(A + "actor.optim.warmup_style", "cosine")),
     Rule(("critic.optim.min_lr_ratio", "critic.optim.num_cycles"), _unless("critic.optim.warmup_style", "cosine")),
     Rule((A + "actor.optim.lr_warmup_steps_ratio",), _warmup_steps_given(A + "actor.optim")),
     Rule(("critic.optim.lr_warmup_steps_ratio",), _warmup_steps_given("critic.optim")),
     Rule((A + "actor.clip_ratio",), _clip_sides_given),
-    Rule(("data.seed",), _no_shuffle),
+    Rule(("data.seed",), _unless("data.shuffle", True)),
     Rule(("data.truncation",), _unless("data.filter_overlong_prompts", False)),  # filtered instead
     Rule(("algorithm.norm_adv_by_std_in_grpo",), _unused_by_estimator("norm_adv_by_std_in_grpo", "does not divide by a group std")),
     Rule(("algorithm.gamma",), _unused_by_estimator("gamma", "does not discount")),

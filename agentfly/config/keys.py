@@ -1,38 +1,95 @@
-"""Walk the schema's dataclasses: every leaf key with its type, every section key."""
+"""The seeds' keys, each with its type and default, read from where they are declared.
+
+``agent``, ``algorithm``, ``actor_rollout_ref`` and ``critic`` are the dataclasses of
+:mod:`agentfly.config.schema`; ``data.*`` are arguments of
+:class:`~agentfly.rollout.datamodule.RolloutDataModule` (:data:`DATA_KEYS`, the others are
+computed by the plan) and ``trainer.*`` the keyword arguments of
+:class:`~agentfly.trainer.AgentflyTrainer` (Lightning's own are not seed keys).
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import sys
 import types
 import typing
+from functools import cache
 from typing import Any
 
-from agentfly.config.schema import AgentflyConfig
+from agentfly.config.schema import (
+    ActorRolloutRefConfig,
+    AgentConfig,
+    AlgorithmConfig,
+    CriticConfig,
+)
+
+GROUPS: dict[str, type] = {
+    "agent": AgentConfig,
+    "algorithm": AlgorithmConfig,
+    "actor_rollout_ref": ActorRolloutRefConfig,
+    "critic": CriticConfig,
+}
+#: the DataModule's arguments that are the seeds' ``data.*``
+DATA_KEYS = (
+    "train_files",
+    "val_files",
+    "train_batch_size",
+    "val_batch_size",
+    "prompt_key",
+    "shuffle",
+    "seed",
+    "max_prompt_length",
+    "filter_overlong_prompts",
+    "truncation",
+)
+#: defaults a signature spells as ``None`` (``trainer.logger=None`` is the console alone)
+_NONE_MEANS: dict[str, Any] = {"trainer.logger": ["console"], "data.train_files": [], "data.val_files": []}
 
 
-def _leaf_types(cls: type, prefix: str, out: dict[str, Any], nodes: set[str]) -> None:
-    hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        key = f"{prefix}{f.name}"
-        tp = hints[f.name]
-        if dataclasses.is_dataclass(tp):
+def _dataclass_keys(instance: Any, prefix: str, out: dict[str, tuple[Any, Any]], nodes: set[str]) -> None:
+    hints = typing.get_type_hints(type(instance))
+    for f in dataclasses.fields(instance):
+        key, value = f"{prefix}{f.name}", getattr(instance, f.name)
+        if dataclasses.is_dataclass(value):
             nodes.add(key)
-            _leaf_types(tp, f"{key}.", out, nodes)
+            _dataclass_keys(value, f"{key}.", out, nodes)
         else:
-            out[key] = tp
+            out[key] = (hints[f.name], value)
 
 
-def schema_keys(cls: type = AgentflyConfig) -> tuple[dict[str, Any], set[str]]:
-    """Every leaf key of the schema with its type, and every section (node) key.
+def _argument_keys(fn: Any, prefix: str, names: tuple[str, ...], out: dict[str, tuple[Any, Any]]) -> None:
+    params = inspect.signature(fn).parameters
+    scope = vars(sys.modules[fn.__module__])
+    for name in names:
+        p = params[name]
+        tp = eval(p.annotation, scope) if isinstance(p.annotation, str) else p.annotation
+        key = f"{prefix}{name}"
+        out[key] = (tp, _NONE_MEANS.get(key, p.default) if p.default is None else p.default)
 
-    Returns:
-        ``(leaves, sections)``: ``{"data.train_batch_size": int, ...}`` and
-        ``{"data", "agent.run_config", ...}``, all as dotted paths.
-    """
-    leaves: dict[str, Any] = {}
-    sections: set[str] = set()
-    _leaf_types(cls, "", leaves, sections)
-    return leaves, sections
+
+@cache
+def seed_key_table() -> tuple[dict[str, tuple[Any, Any]], frozenset[str]]:
+    """``({key: (type, default)}, sections)`` for every seed key, as dotted paths."""
+    from agentfly.rollout.datamodule import RolloutDataModule
+    from agentfly.trainer import AgentflyTrainer
+
+    leaves: dict[str, tuple[Any, Any]] = {}
+    sections = {"data", "trainer", *GROUPS}
+    for name, cls in GROUPS.items():
+        _dataclass_keys(cls(), f"{name}.", leaves, sections)
+    _argument_keys(RolloutDataModule.__init__, "data.", DATA_KEYS, leaves)
+    trainer = inspect.signature(AgentflyTrainer.__init__).parameters
+    names = tuple(n for n, p in trainer.items() if p.kind is p.KEYWORD_ONLY and n != "callbacks")  # Lightning's
+    _argument_keys(AgentflyTrainer.__init__, "trainer.", names, leaves)
+    return leaves, frozenset(sections)
+
+
+def schema_keys() -> tuple[dict[str, Any], set[str]]:
+    """Every leaf key with its type (``{"data.train_batch_size": PositiveInt, ...}``) and every
+    section key (``{"data", "agent.run_config", ...}``)."""
+    leaves, sections = seed_key_table()
+    return {k: tp for k, (tp, _) in leaves.items()}, set(sections)
 
 
 def is_dict_type(tp: Any) -> bool:

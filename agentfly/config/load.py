@@ -3,7 +3,7 @@
 ``agentfly fit`` parses with LightningCLI (:mod:`agentfly.cli`, the seeds' words translated by
 :mod:`agentfly.config.seed_args`). :func:`compose` turns the parsed namespace into the tree the
 run reads (``data``, ``agent``, ``algorithm``, ``actor_rollout_ref``, ``critic``, ``trainer``): a
-read-only OmegaConf ``DictConfig`` typed by :class:`~agentfly.config.schema.AgentflyConfig`, its
+read-only OmegaConf ``DictConfig`` of the values LightningCLI checked, its
 ``${...}`` interpolations resolved (``trainer.default_local_dir``), the defaults that follow other
 keys filled (``data.seed`` = ``trainer.seed``; the critic's batch, epochs and loss aggregation =
 the actor's; the clip sides = ``clip_ratio``) and the cross-key checks run
@@ -16,21 +16,22 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from agentfly.config.errors import ConfigError
-from agentfly.config.schema import AgentflyConfig, DataConfig, TrainerConfig
-from agentfly.config.seed_args import CONF_DIR, seed_keys, typed_tree
+from agentfly.config.keys import DATA_KEYS, GROUPS, seed_key_table
+from agentfly.config.seed_args import CONF_DIR, seed_keys
 from agentfly.config.validate import validate
 
 __all__ = ["CONF_DIR", "compose", "config_to_yaml", "load_config"]
 
-SEED_GROUPS = ("agent", "algorithm", "actor_rollout_ref", "critic")
-_DATA_KEYS = tuple(DataConfig.__dataclass_fields__)
-_TRAINER_KEYS = tuple(k for k in TrainerConfig.__dataclass_fields__ if k not in ("lightning", "callbacks"))
+
+
+def _trainer_keys() -> list[str]:
+    return [k.split(".", 1)[1] for k in seed_key_table()[0] if k.startswith("trainer.")]
 
 
 def _plain(value: Any) -> Any:
@@ -42,25 +43,28 @@ def _plain(value: Any) -> Any:
         return [_plain(v) for v in value]
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (int, float)) and not isinstance(value, bool):  # PositiveInt... as int
+        return type(value).__mro__[-2](value)
     return value
 
 
 def seed_tree(ns: Any, trainer_defaults: dict[str, Any]) -> dict[str, Any]:
     """The seeds' tree from a parsed LightningCLI namespace (one subcommand's)."""
-    tree = {g: _plain(ns[g]) for g in SEED_GROUPS}
+    tree = {g: _plain(ns[g]) for g in GROUPS}
     data = ns.get("data")
     init = _plain(data.get("init_args")) if data is not None and "init_args" in data else _plain(data) or {}
-    tree["data"] = {k: init[k] for k in _DATA_KEYS if k in init}
+    tree["data"] = {k: init[k] for k in DATA_KEYS if k in init}
     for k in ("train_files", "val_files"):
         tree["data"][k] = tree["data"].get(k) or []
     trainer = _plain(ns.trainer)
-    tree["trainer"] = {k: trainer[k] for k in _TRAINER_KEYS if k in trainer}
+    keys = _trainer_keys()
+    tree["trainer"] = {k: trainer[k] for k in keys if k in trainer}
     logger = trainer.get("logger")
     tree["trainer"]["logger"] = ["console"] if logger is None else logger
     tree["trainer"]["callbacks"] = trainer.get("callbacks") or []
     tree["trainer"]["lightning"] = {
         k: v for k, v in trainer.items()
-        if k not in _TRAINER_KEYS and k not in ("logger", "callbacks") and v != trainer_defaults.get(k)
+        if k not in keys and k != "callbacks" and v != trainer_defaults.get(k)
     }
     return tree
 
@@ -81,16 +85,15 @@ def _derive(cfg: DictConfig) -> None:
             critic[key] = actor[key]
 
 
-def compose(tree: dict[str, Any], *, check_required: bool = True, explicit: set[str] | None = None) -> AgentflyConfig:
+def compose(tree: dict[str, Any], *, check_required: bool = True, explicit: set[str] | None = None) -> DictConfig:
     """The run's config from the seeds' tree: typed, resolved, derived, validated, read-only.
 
     Raises:
-        ConfigError: a value of the wrong type, an unresolvable interpolation, or what
+        ConfigError: an unresolvable interpolation, or what
             :func:`~agentfly.config.validate.validate` finds.
     """
-    cfg = typed_tree()
     try:
-        cfg.merge_with(tree)
+        cfg = OmegaConf.create(tree)
         OmegaConf.resolve(cfg)
     except OmegaConfBaseException as exc:
         raise ConfigError(f"{exc.full_key if hasattr(exc, 'full_key') else ''}: {str(exc).splitlines()[0]}") from None
@@ -98,7 +101,7 @@ def compose(tree: dict[str, Any], *, check_required: bool = True, explicit: set[
     validate(cfg, check_required=check_required)
     OmegaConf.set_readonly(cfg, True)
     _say_inactive(cfg, explicit)
-    return cast(AgentflyConfig, cfg)
+    return cfg
 
 
 def _say_inactive(cfg: DictConfig, explicit: set[str] | None) -> None:
@@ -119,7 +122,7 @@ def load_config(
     *,
     check_required: bool = True,
     default_task: bool = False,
-) -> AgentflyConfig:
+) -> DictConfig:
     """Parse ``overrides`` (the seeds' words or LightningCLI flags) over ``config_file`` as
     ``agentfly fit`` would, and compose the run's config.
 
@@ -142,7 +145,5 @@ def load_config(
 
 
 def config_to_yaml(cfg: Any) -> str:
-    """The composed config as YAML; takes a DictConfig or the dataclass."""
-    if not isinstance(cfg, DictConfig):
-        cfg = OmegaConf.structured(cfg)
+    """The composed config as YAML."""
     return OmegaConf.to_yaml(cfg, resolve=True)

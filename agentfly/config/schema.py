@@ -1,72 +1,44 @@
-"""Typed dataclasses for the whole config tree (an OmegaConf structured config).
+"""The seeds' ``agent``, ``algorithm``, ``actor_rollout_ref`` and ``critic`` sections, typed.
 
-The tree keeps verl's Hydra namespaces (``data``, ``agent``, ``algorithm``,
-``actor_rollout_ref``, ``critic``, ``trainer``) so the seeds' command lines work unchanged.
-Defaults are verl's ``ppo_trainer.yaml`` where the AgentFly documents are silent, and the
-AgentFly documents' where they state one. Departures from verl, each on purpose:
+Each dataclass is a group of ``agentfly fit`` (LightningCLI parses and checks them: a field's type
+states its range or its choices, its docstring line is the key's help). ``data.*`` are the
+arguments of :class:`~agentfly.rollout.datamodule.RolloutDataModule` and ``trainer.*`` those of
+:class:`~agentfly.trainer.AgentflyTrainer`. Defaults are verl's ``ppo_trainer.yaml`` where the
+AgentFly documents are silent, and the AgentFly documents' where they state one. Departures from
+verl, each on purpose:
 
 - ``actor.use_kl_loss=True``, ``actor.entropy_coeff=0.001``,
   ``model.enable_gradient_checkpointing=False``, ``trainer.logger=['console']``: the AgentFly
   training guide's stated defaults.
 - ``rollout.name='hf'`` (verl: required): the embedded transformers engine, so a CPU run needs
   no vLLM; ``rollout.tensor_model_parallel_size=1`` (verl: 2), so one GPU works.
-- ``actor.strategy='auto'`` (verl: ``fsdp``): a Lightning strategy name, ``fsdp`` on request.
-- ``trainer.device='auto'`` (verl: ``cuda``): CUDA when present, else CPU.
-- ``data.train_files``/``val_files`` are lists (a single path is accepted and wrapped).
-- ``data.filter_overlong_prompts=True`` (verl: False): a row whose rendered prompt leaves no
-  room in the context is dropped, counted and named, rather than left to fail in training;
-  ``data.max_prompt_length`` defaults to the context less one token (verl: 512).
-- Model paths default to ``None`` (verl: a placeholder path); ``critic.model.path`` must be set
-  when the estimator needs a critic.
-- Batch semantics: ``ppo_mini_batch_size`` counts *trajectories* (after the ``num_chains``
-  expansion), see :mod:`agentfly.config.validate`.
-
-Choices (``rollout.name``, ``resume_mode``...) are plain ``str`` fields checked by
-:func:`agentfly.config.validate.validate`; aliases of keys live in :mod:`agentfly.config.aliases`.
+- ``actor.strategy='auto'`` (verl: ``fsdp``) and ``trainer.device='auto'`` (verl: ``cuda``).
+- ``data.filter_overlong_prompts=True`` (verl: False) and ``data.max_prompt_length`` = the
+  context less one token (verl: 512): a row whose prompt leaves no room is dropped and counted.
+- Model paths default to ``None`` (verl: a placeholder path).
+- ``ppo_mini_batch_size`` counts *trajectories* (after the ``num_chains`` expansion; see
+  :mod:`agentfly.config.validate`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
-# --------------------------------------------------------------------------------------- data
+from jsonargparse.typing import (
+    ClosedUnitInterval,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    restricted_number_type,
+)
 
+from agentfly.modules.loss_modes import LOSS_AGG_MODES
 
-@dataclass
-class DataConfig:
-    """Task files and batch sizes.
-
-    Attributes:
-        train_files: training task files (JSON, JSONL or parquet rows); one path or a list.
-        val_files: validation task files.
-        train_batch_size: prompts drawn per RL iteration (before ``num_chains`` expansion).
-        val_batch_size: prompts per validation batch; ``None`` = the whole validation set.
-        prompt_key: row field holding the user message; ``None`` = the first present of
-            ``question``, ``prompt``, ``problem``, ``instruction``.
-        shuffle: shuffle the training rows every epoch.
-        seed: seed of the shuffling sampler (defaults to ``trainer.seed``).
-        max_prompt_length: longest rendered prompt in tokens (system prompt, tools' schemas and
-            chat template included); ``None`` = the rollout's ``max_model_len`` less one token
-            (room for one generated token). Must be below ``agent.init_config.max_model_len``.
-        filter_overlong_prompts: drop (count and name once) the rows whose prompt is longer,
-            when the data is loaded, training and validation alike.
-        truncation: what to do with a longer prompt when filtering is off: ``error`` (stop,
-            naming the file, the row and the length), or cut the question's tokens on the
-            ``left``, the ``right`` or in the ``middle`` until the prompt fits.
-    """
-
-    train_files: list[str] = field(default_factory=list)
-    val_files: list[str] = field(default_factory=list)
-    train_batch_size: int = 1024
-    val_batch_size: int | None = None
-    prompt_key: str | None = None
-    shuffle: bool = True
-    seed: int | None = None
-    max_prompt_length: int | None = None
-    filter_overlong_prompts: bool = True
-    truncation: str = "error"
-
+#: a fraction in (0, 1]: a nucleus mass, a share of GPU memory
+UnitFraction = restricted_number_type("UnitFraction", float, [(">", 0), ("<=", 1)])
+LossAggMode = Literal[LOSS_AGG_MODES]  # type: ignore[valid-type]
 
 # -------------------------------------------------------------------------------------- agent
 
@@ -107,11 +79,11 @@ class AgentInitConfig:
     reward_name: str | None = None
     backend: str = "async_verl"
     tool_parser_name: str | None = None
-    max_model_len: int | None = None
+    max_model_len: PositiveInt | None = None
     system_prompt: str | None = None
     tool_config: dict[str, Any] = field(default_factory=dict)
     plugins: list[str] = field(default_factory=list)
-    reward_timeout: float | None = None
+    reward_timeout: PositiveFloat | None = None
 
 
 @dataclass
@@ -125,7 +97,7 @@ class GenerationConfig:
     of ``actor_rollout_ref.rollout.temperature``/``top_p``: one sampling setting, one key.
     """
 
-    max_tokens: int = 512
+    max_tokens: PositiveInt = 512
 
 
 @dataclass
@@ -136,7 +108,7 @@ class ContextConfig:
         resource_backend: ``local`` (in-process) or ``ray`` (Ray actors).
     """
 
-    resource_backend: str = "local"
+    resource_backend: Literal["local", "ray"] = "local"
 
 
 @dataclass
@@ -154,9 +126,9 @@ class WorkersConfig:
             rollout stops with an error naming what failed.
     """
 
-    num_workers: int | None = None
-    memory_mb: int = 4096
-    start_timeout: float = 60.0
+    num_workers: PositiveInt | None = None
+    memory_mb: NonNegativeInt = 4096
+    start_timeout: PositiveFloat = 60.0
 
 
 @dataclass
@@ -172,9 +144,9 @@ class AgentRunConfig:
         workers: the worker processes of sync tools and rewards.
     """
 
-    max_turns: int = 3
-    num_chains: int = 1
-    max_concurrent_chains: int | None = None
+    max_turns: PositiveInt = 3
+    num_chains: PositiveInt = 1
+    max_concurrent_chains: PositiveInt | None = None
     generation_config: GenerationConfig = field(default_factory=GenerationConfig)
     context_config: ContextConfig = field(default_factory=ContextConfig)
     workers: WorkersConfig = field(default_factory=WorkersConfig)
@@ -212,10 +184,10 @@ class KLControlConfig:
         horizon: horizon of the adaptive controller, in samples.
     """
 
-    type: str = "fixed"
-    kl_coef: float = 0.001
+    type: Literal["fixed", "adaptive"] = "fixed"
+    kl_coef: NonNegativeFloat = 0.001
     target_kl: float = 0.1
-    horizon: int = 10000
+    horizon: PositiveInt = 10000
 
 
 @dataclass
@@ -233,8 +205,8 @@ class AlgorithmConfig:
     """
 
     adv_estimator: str = "gae"
-    gamma: float = 1.0
-    lam: float = 1.0
+    gamma: ClosedUnitInterval = 1.0
+    lam: ClosedUnitInterval = 1.0
     norm_adv_by_std_in_grpo: bool = True
     use_kl_in_reward: bool = False
     kl_penalty: str = "kl"
@@ -259,14 +231,14 @@ class OptimConfig:
         num_cycles: cosine cycles over the run.
     """
 
-    lr: float = 1e-6
-    lr_warmup_steps_ratio: float = 0.0
+    lr: NonNegativeFloat = 1e-6
+    lr_warmup_steps_ratio: ClosedUnitInterval = 0.0
     lr_warmup_steps: int = -1
-    weight_decay: float = 0.01
+    weight_decay: NonNegativeFloat = 0.01
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
-    warmup_style: str = "constant"
-    min_lr_ratio: float = 0.0
-    num_cycles: float = 0.5
+    warmup_style: Literal["constant", "cosine"] = "constant"
+    min_lr_ratio: ClosedUnitInterval = 0.0
+    num_cycles: NonNegativeFloat = 0.5
 
 
 @dataclass
@@ -319,20 +291,20 @@ class ActorConfig:
         fsdp_config: FSDP settings.
     """
 
-    strategy: str = "auto"
-    ppo_mini_batch_size: int = 256
-    ppo_micro_batch_size_per_gpu: int | None = None
-    ppo_epochs: int = 1
+    strategy: Literal["auto", "ddp", "fsdp"] = "auto"
+    ppo_mini_batch_size: PositiveInt = 256
+    ppo_micro_batch_size_per_gpu: PositiveInt | None = None
+    ppo_epochs: PositiveInt = 1
     shuffle: bool = False
-    clip_ratio: float = 0.2
-    clip_ratio_low: float | None = None
-    clip_ratio_high: float | None = None
+    clip_ratio: NonNegativeFloat = 0.2
+    clip_ratio_low: NonNegativeFloat | None = None
+    clip_ratio_high: NonNegativeFloat | None = None
     clip_ratio_c: float = 3.0
-    loss_agg_mode: str = "token-mean"
-    loss_scale_factor: float | None = None
-    grad_clip: float = 1.0
+    loss_agg_mode: LossAggMode = "token-mean"
+    loss_scale_factor: PositiveFloat | None = None
+    grad_clip: NonNegativeFloat = 1.0
     use_kl_loss: bool = True
-    kl_loss_coef: float = 0.001
+    kl_loss_coef: NonNegativeFloat = 0.001
     kl_loss_type: str = "low_var_kl"
     entropy_coeff: float = 0.001
     ulysses_sequence_parallel_size: int = 1
@@ -375,11 +347,11 @@ class SamplingConfig:
             as ``val_greedy/...`` beside the sampled ``val/...`` (agentfly's addition).
     """
 
-    temperature: float = 0.0
-    top_p: float = 1.0
+    temperature: NonNegativeFloat = 0.0
+    top_p: UnitFraction = 1.0
     top_k: int = -1
     do_sample: bool = False
-    n: int = 1
+    n: PositiveInt = 1
     also_greedy: bool = False
 
 
@@ -405,7 +377,7 @@ class RolloutConfig:
         num_engines: engines in the pool (Ray actors); 0 = one engine in this process, no Ray
             (debugging); ``None`` resolves to what the machine holds: on GPUs
             ``max(1, n_gpus_per_node * nnodes // tensor_model_parallel_size)``, on the CPU 1
-            (see :mod:`agentfly.config.topology`).
+            (see :mod:`agentfly.topology`).
         dtype: engine weights dtype on GPUs (``bfloat16``, ``float16``, ``float32``, ``auto``);
             engines on the CPU run in float32, as training does.
         enforce_eager: disable CUDA graphs and compilation in vLLM; ``None`` = eager on the
@@ -414,16 +386,16 @@ class RolloutConfig:
     """
 
     name: str = "hf"
-    temperature: float = 1.0
-    top_p: float = 1.0
+    temperature: NonNegativeFloat = 1.0
+    top_p: UnitFraction = 1.0
     top_k: int = -1
-    response_length: int = 512
-    gpu_memory_utilization: float = 0.5
-    tensor_model_parallel_size: int = 1
-    log_prob_micro_batch_size_per_gpu: int | None = None
+    response_length: PositiveInt = 512
+    gpu_memory_utilization: UnitFraction = 0.5
+    tensor_model_parallel_size: PositiveInt = 1
+    log_prob_micro_batch_size_per_gpu: PositiveInt | None = None
     n: int = 1
-    num_engines: int | None = None
-    dtype: str = "bfloat16"
+    num_engines: NonNegativeInt | None = None
+    dtype: Literal["bfloat16", "float16", "float32", "auto"] = "bfloat16"
     enforce_eager: bool | None = None
     val_kwargs: SamplingConfig = field(default_factory=SamplingConfig)
 
@@ -442,7 +414,7 @@ class RefConfig:
     """
 
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
-    log_prob_micro_batch_size_per_gpu: int | None = None
+    log_prob_micro_batch_size_per_gpu: PositiveInt | None = None
     ulysses_sequence_parallel_size: int | None = None
 
 
@@ -497,83 +469,11 @@ class CriticConfig:
 
     model: CriticModelConfig = field(default_factory=CriticModelConfig)
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-5))
-    ppo_mini_batch_size: int | None = None
-    ppo_micro_batch_size_per_gpu: int | None = None
-    ppo_epochs: int | None = None
-    cliprange_value: float = 0.5
-    grad_clip: float = 1.0
-    loss_agg_mode: str | None = None
-    loss_scale_factor: float | None = None
+    ppo_mini_batch_size: PositiveInt | None = None
+    ppo_micro_batch_size_per_gpu: PositiveInt | None = None
+    ppo_epochs: PositiveInt | None = None
+    cliprange_value: NonNegativeFloat = 0.5
+    grad_clip: NonNegativeFloat = 1.0
+    loss_agg_mode: LossAggMode | None = None
+    loss_scale_factor: PositiveFloat | None = None
     ulysses_sequence_parallel_size: int = 1
-
-
-# ------------------------------------------------------------------------------------ trainer
-
-
-@dataclass
-class TrainerConfig:
-    """The outer loop: topology, length, logging, checkpoints.
-
-    Attributes:
-        project_name: logger project.
-        experiment_name: logger run name.
-        logger: any of ``console``, ``wandb``, ``tensorboard``, ``csv``.
-        n_gpus_per_node: devices per node (Lightning ``devices``).
-        nnodes: nodes (Lightning ``num_nodes``).
-        device: ``auto``, ``cuda`` or ``cpu``.
-        total_training_steps: RL iterations (rollout + update), not optimizer steps;
-            ``None`` = ``total_epochs`` passes over the training set.
-        total_epochs: passes over the training set when ``total_training_steps`` is ``None``.
-        save_freq: checkpoint every N iterations; ``-1`` = never.
-        test_freq: validate every N iterations; ``-1`` = never.
-        val_before_train: validate once before the first update.
-        critic_warmup: iterations that update only the critic.
-        resume_mode: ``auto`` (latest checkpoint in ``default_local_dir``), ``disable`` or
-            ``resume_path`` (``resume_from_path``).
-        resume_from_path: checkpoint to resume from.
-        default_local_dir: checkpoint directory.
-        seed: global seed.
-        print_config: print the resolved config before training.
-        num_threads: torch threads in each training process (``torch.set_num_threads``);
-            ``None`` = torch's default (one per core). Fewer avoid oversubscription when the
-            machine is shared or small (the demo uses 1 on two cores).
-        lightning: the ``lightning.pytorch.Trainer`` arguments given away from their defaults
-            (``--trainer.precision bf16-true``), as LightningCLI parsed them.
-        callbacks: further Lightning callbacks, ``{class_path: ..., init_args: {...}}``.
-    """
-
-    project_name: str = "agentfly"
-    experiment_name: str = "default"
-    logger: list[Any] = field(default_factory=lambda: ["console"])
-    n_gpus_per_node: int = 8
-    nnodes: int = 1
-    device: str = "auto"
-    total_training_steps: int | None = None
-    total_epochs: int = 30
-    save_freq: int = -1
-    test_freq: int = -1
-    val_before_train: bool = True
-    critic_warmup: int = 0
-    resume_mode: str = "auto"
-    resume_from_path: str | None = None
-    default_local_dir: str = "checkpoints/${trainer.project_name}/${trainer.experiment_name}"
-    seed: int = 42
-    print_config: bool = False
-    num_threads: int | None = None
-    lightning: dict[str, Any] = field(default_factory=dict)
-    callbacks: list[Any] = field(default_factory=list)
-
-
-# --------------------------------------------------------------------------------------- root
-
-
-@dataclass
-class AgentflyConfig:
-    """The whole resolved config (see each namespace's class)."""
-
-    data: DataConfig = field(default_factory=DataConfig)
-    agent: AgentConfig = field(default_factory=AgentConfig)
-    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
-    actor_rollout_ref: ActorRolloutRefConfig = field(default_factory=ActorRolloutRefConfig)
-    critic: CriticConfig = field(default_factory=CriticConfig)
-    trainer: TrainerConfig = field(default_factory=TrainerConfig)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import typing
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -35,9 +36,8 @@ from omegaconf import OmegaConf
 
 from agentfly.config.aliases import canonical_key, is_alias_prefix, spellings
 from agentfly.config.errors import ConfigError
-from agentfly.config.keys import is_dict_type, is_list_type, schema_keys, strip_optional
+from agentfly.config.keys import is_dict_type, is_list_type, seed_key_table, strip_optional
 from agentfly.config.overrides import parse_override
-from agentfly.config.schema import AgentflyConfig
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 DEFAULT_TASK_FILE = CONF_DIR / "examples" / "demo_calculator.yaml"
@@ -48,20 +48,17 @@ if not OmegaConf.has_resolver("pkg"):
 
 #: Keys the seeds pass that have no job here (``+hydra.job.chdir=False``): accepted, unused.
 IGNORED_NAMESPACES = ("hydra",)
-#: agentfly's internal trainer keys: not settable (Lightning's own arguments are ``trainer.<arg>``).
-_INTERNAL = ("trainer.lightning", "trainer.callbacks")
 _RESET = object()
 
 
 class _Keys:
-    """The seed schema's keys (canonical), their types and defaults."""
+    """The seed keys (canonical), their types and defaults, and the names to suggest."""
 
     def __init__(self) -> None:
-        leaves, sections = schema_keys(AgentflyConfig)
-        self.leaves = {k: tp for k, tp in leaves.items() if k not in _INTERNAL}
-        self.sections = sections
+        table, self.sections = seed_key_table()
+        self.leaves = {k: tp for k, (tp, _) in table.items()}
+        self.defaults = {k: default for k, (_, default) in table.items()}
         self.open_nodes = {k for k, tp in self.leaves.items() if is_dict_type(tp)}
-        self.defaults = OmegaConf.to_container(OmegaConf.structured(AgentflyConfig), resolve=False)
         import lightning.pytorch as pl
 
         from agentfly.trainer import MANAGED, PLANNED_TRAINER_ARGS
@@ -82,10 +79,7 @@ class _Keys:
         return None
 
     def default(self, key: str) -> Any:
-        node: Any = self.defaults
-        for part in key.split("."):
-            node = node[part]
-        return node
+        return self.defaults[key]
 
     def unknown(self, spelling: str, origin: str) -> str:
         parent, _, last = spelling.rpartition(".")
@@ -97,18 +91,6 @@ class _Keys:
         hint = [k for k in dict.fromkeys(hint) if k != spelling][:3]
         did_you_mean = f"; did you mean {' or '.join(map(repr, hint))}?" if hint else ""
         return f"unknown key {spelling!r} ({origin}){did_you_mean}"
-
-
-@cache
-def _typed_template() -> Any:
-    return OmegaConf.structured(AgentflyConfig)
-
-
-def typed_tree() -> Any:
-    """A fresh typed tree of the defaults (a copy: building one from the dataclasses is slower)."""
-    import copy
-
-    return copy.deepcopy(_typed_template())
 
 
 @cache
@@ -150,7 +132,6 @@ class _Source:
         self.values: dict[str, Any] = {}
         self.spelled: dict[str, str] = {}
         self.errors: list[str] = []
-        self.scratch = typed_tree()  # for type checks
 
     def set(self, spelling: str, value: Any, keys: _Keys) -> None:
         key = canonical_key(spelling)
@@ -178,9 +159,10 @@ class _Source:
                 return
         elif value is not _RESET:
             value = _typed_for(key, value, keys)
-            problem = _type_problem(self.scratch, key, value)
-            if problem:
-                self.errors.append(f"{spelling}={value!r} ({self.origin}): {problem}")
+            tp = keys.leaves.get(key, Any)
+            if value is None and tp is not Any and type(None) not in typing.get_args(tp):
+                # a null in a config file skips jsonargparse's type check: refused here
+                self.errors.append(f"{spelling}=null ({self.origin}): {key} takes a {tp.__name__ if isinstance(tp, type) else tp}, not null")
                 return
         earlier = self.spelled.get(key)
         if earlier is not None and earlier != spelling and self.values[key] != value:
@@ -191,20 +173,6 @@ class _Source:
         self.values.pop(key, None)  # a later setting comes later in the order
         self.values[key] = value
         self.spelled[key] = spelling
-
-
-def _type_problem(scratch: Any, key: str, value: Any) -> str | None:
-    """Why ``value`` does not fit ``key``'s type (None: it does), as OmegaConf will judge it when
-    the tree is composed; checked here so that every problem is reported at once, by key."""
-    from omegaconf.errors import OmegaConfBaseException
-
-    if isinstance(value, str) and "${" in value:
-        return None  # an interpolation, resolved when the tree is composed
-    try:
-        OmegaConf.update(scratch, key, value, merge=False)
-    except OmegaConfBaseException as exc:
-        return str(exc).splitlines()[0]
-    return None
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:

@@ -29,10 +29,11 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import lightning.pytorch as pl
 import torch
+from jsonargparse.typing import PositiveInt
 from torch.utils.data import DataLoader
 
 from agentfly.rollout.collate import collate_baselines, collate_trajectories
@@ -147,7 +148,7 @@ class RolloutDataModule(pl.LightningDataModule):
     Args:
         session_factory: builds the :class:`~agentfly.rollout.runner.RolloutSession` (engine
             pool + agent loop); called once, in ``setup``.
-        train_files: training task files.
+        train_files: training task files (JSON, JSONL or parquet rows).
         val_files: validation task files (may be empty).
         train_batch_size: prompts per iteration, all ranks together (each draws its share).
         val_batch_size: prompts per validation batch (None: all).
@@ -167,10 +168,13 @@ class RolloutDataModule(pl.LightningDataModule):
         trajectory_dir: where validation trajectories are written as JSONL, and each rank's
             record of its training rollouts (``rollouts_rank{r}.jsonl``); None: nowhere.
         num_val_samples: trajectories kept per validation in that file.
-        max_prompt_length: longest rendered prompt in tokens (None: the context less one).
-        filter_overlong_prompts: drop the rows whose prompt is longer (else ``truncation``).
-        truncation: ``error``, ``left``, ``right`` or ``middle`` (see
-            :func:`~agentfly.rollout.prompt_fit.fit_prompts`).
+        max_prompt_length: longest rendered prompt in tokens (system prompt, tools' schemas and
+            chat template included); None: ``agent.init_config.max_model_len`` less one token.
+        filter_overlong_prompts: drop (count and name once) the rows whose prompt is longer,
+            training and validation alike (else ``truncation``).
+        truncation: what to do with a longer prompt when filtering is off: ``error`` (stop,
+            naming the file, the row and the length), or cut the question's tokens on the
+            ``left``, the ``right`` or in the ``middle`` until it fits.
         renderer_factory: builds the prompt renderer without an engine, so that prompts are
             measured before the engines start (None, or a renderer with no ``max_model_len``:
             measured with the session's agent loop once it is built).
@@ -182,8 +186,8 @@ class RolloutDataModule(pl.LightningDataModule):
         *,
         train_files: list[str] | None = None,
         val_files: list[str] | None = None,
-        train_batch_size: int = 1024,
-        val_batch_size: int | None = None,
+        train_batch_size: PositiveInt = 1024,
+        val_batch_size: PositiveInt | None = None,
         prompt_key: str | None = None,
         shuffle: bool = True,
         seed: int | None = None,
@@ -195,9 +199,9 @@ class RolloutDataModule(pl.LightningDataModule):
         greedy_baselines: bool = False,
         trajectory_dir: str | None = None,
         num_val_samples: int = 16,
-        max_prompt_length: int | None = None,
+        max_prompt_length: PositiveInt | None = None,
         filter_overlong_prompts: bool = True,
-        truncation: str = "error",
+        truncation: Literal["error", "left", "right", "middle"] = "error",
         renderer_factory: Callable[[], PromptRenderer] | None = None,
     ) -> None:
         super().__init__()

@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentfly.config.topology import Hardware, resolve_topology
 from agentfly.plan import RolloutPlan, plan_rollout
 from agentfly.plugins import load_plugins
 from agentfly.rollout.agent_loop import AgentLoop
 from agentfly.rollout.summary import summarize, trajectory_record
 from agentfly.rollout.workers import WorkerPool
+from agentfly.topology import Hardware, resolve_topology
 
 logger = logging.getLogger(__name__)
 

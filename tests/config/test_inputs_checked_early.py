@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from agentfly.config import ConfigError, load_config
-from agentfly.config.topology import Hardware
+from agentfly.topology import Hardware
 
 CPU = Hardware(gpus=0, cpus=2)
 
@@ -74,13 +74,13 @@ def test_the_critic_path_is_checked_when_a_critic_is_trained(task, nothing_may_s
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # named as having no effect: grpo trains no critic
         cfg = load_config(args(task, "critic.model.path=./no/critic"))
-    from agentfly.config.model_paths import check_model_paths
+    from agentfly.models.paths import check_model_paths
 
     check_model_paths(cfg, needs_critic=False)
 
 
 def test_a_repo_id_offline_must_be_in_the_local_cache(task, monkeypatch):
-    from agentfly.config.model_paths import model_path_problem
+    from agentfly.models.paths import model_path_problem
 
     monkeypatch.setenv("HF_HUB_CACHE", str(task / "hub"))  # empty: nothing cached
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
@@ -113,6 +113,6 @@ def test_a_batch_larger_than_the_rows_names_both_numbers(task, nothing_may_start
 def test_a_prompt_budget_that_leaves_no_room_is_refused_when_composed(task):
     with pytest.raises(ConfigError, match=r"data.max_prompt_length=80 leaves no room"):
         load_config(args(task, "agent.init_config.max_model_len=80", "data.max_prompt_length=80"))
-    with pytest.raises(ConfigError, match=r"data.truncation='both' is not one of"):
+    with pytest.raises(ConfigError, match=r"data.truncation: Expected a typing.Literal\['error', 'left', 'right', 'middle'\]. Got value: both"):
         load_config(args(task, "data.truncation=both"))
     load_config(args(task, "agent.init_config.max_model_len=80", "data.max_prompt_length=79"))
