@@ -161,9 +161,9 @@ def bench_generate(w, reps: int, rev: str) -> None:
         {"agentfly.rollout.engines.sampling": "agentfly.rollout.engines._old_sampling",
          '@register_engine("hf", aliases=("transformers",))': ""},
     )
-    from agentfly.rollout.engines.hf import HFEngine
+    from agentfly.rollout.engines.transformers_engine import TransformersEngine
 
-    engines = {"before": old.HFEngine(model_path(w), device="cpu"), "after": HFEngine(model_path(w), device="cpu")}
+    engines = {"before": old.HFEngine(model_path(w), device="cpu"), "after": TransformersEngine(model_path(w), device="cpu")}
     requests, params = seeded_requests(w, engines["after"].tokenizer)
     torch.manual_seed(0)
     compare_generation(reps, lambda name: engines[name].generate, requests, params)
@@ -174,10 +174,10 @@ def bench_gqa(w, reps: int) -> None:
     from transformers import AutoModelForCausalLM
 
     from agentfly.models.attention import use_grouped_sdpa
-    from agentfly.rollout.engines.hf import HFEngine
+    from agentfly.rollout.engines.transformers_engine import TransformersEngine
 
     path = model_path(w)
-    engines = {"before": HFEngine(path, device="cpu", attn_implementation="sdpa"), "after": HFEngine(path, device="cpu")}
+    engines = {"before": TransformersEngine(path, device="cpu", attn_implementation="sdpa"), "after": TransformersEngine(path, device="cpu")}
     tokenizer = engines["after"].tokenizer
     requests, params = seeded_requests(w, tokenizer)
     compare_generation(reps, lambda name: engines[name].generate, requests, params)
@@ -201,21 +201,21 @@ def bench_gqa(w, reps: int) -> None:
 def bench_kvcache(w, reps: int) -> None:
     from transformers import DynamicCache
 
-    from agentfly.rollout.engines import hf
+    from agentfly.rollout.engines import transformers_engine
 
-    engine = hf.HFEngine(model_path(w), device="cpu")
-    growing = hf._growing_cache
+    engine = transformers_engine.TransformersEngine(model_path(w), device="cpu")
+    growing = transformers_engine._growing_cache
     caches = {"before": lambda model, reserve: DynamicCache(config=model.config), "after": growing}
     requests, params = seeded_requests(w, engine.tokenizer)
 
     def generate(name: str):
-        hf._growing_cache = caches[name]
+        transformers_engine._growing_cache = caches[name]
         return engine.generate
 
     try:
         compare_generation(reps, generate, requests, params)
     finally:
-        hf._growing_cache = growing
+        transformers_engine._growing_cache = growing
 
 
 def bench_thread(w, reps: int) -> None:

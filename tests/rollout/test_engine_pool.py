@@ -11,8 +11,8 @@ import pytest
 from safetensors.torch import load_file
 
 from agentfly.rollout.engines import EnginePool, SamplingParams
-from agentfly.rollout.engines.hf import HFEngine
 from agentfly.rollout.engines.pool import run_sync
+from agentfly.rollout.engines.transformers_engine import TransformersEngine
 from agentfly.testing import build_tiny_model
 
 GREEDY = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
@@ -43,7 +43,7 @@ def test_local_pool_batches_concurrent_requests(model_dirs):
     pool = EnginePool("hf", num_engines=0, engine_kwargs=kwargs)
     assert pool.backend == "local"
     prompts = _prompts(pool.tokenizer)
-    expected = _greedy_ids(HFEngine(a, device="cpu").generate(prompts, GREEDY))
+    expected = _greedy_ids(TransformersEngine(a, device="cpu").generate(prompts, GREEDY))
 
     async def run():
         return await asyncio.gather(*(pool.generate([p], GREEDY) for p in prompts))
@@ -55,7 +55,7 @@ def test_local_pool_batches_concurrent_requests(model_dirs):
 
     pool.update_weights(b)
     assert _greedy_ids(pool.generate_sync(prompts, GREEDY)) == _greedy_ids(
-        HFEngine(b, device="cpu").generate(prompts, GREEDY)
+        TransformersEngine(b, device="cpu").generate(prompts, GREEDY)
     )
 
     async def one_bad_request():
@@ -166,7 +166,7 @@ def test_ray_pool_spreads_requests_and_updates_every_actor(model_dirs):
     try:
         prompts = _prompts(pool.tokenizer)
         reference = {
-            str(d): _greedy_ids(HFEngine(d, device="cpu").generate(prompts, GREEDY)) for d in (a, b)
+            str(d): _greedy_ids(TransformersEngine(d, device="cpu").generate(prompts, GREEDY)) for d in (a, b)
         }
 
         async def burst(n: int):

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 
 @register_engine("hf", aliases=("transformers",))
-class HFEngine(Engine):
+class TransformersEngine(Engine):
     """Serve a Hugging Face causal LM with plain PyTorch.
 
     Args:
@@ -259,7 +259,6 @@ class HFEngine(Engine):
                 token_ids=r.tokens,
                 logprobs=r.logprobs,
                 finish_reason=r.finish or "length",
-                text=self._tokenizer.decode(r.tokens, skip_special_tokens=False),
             )
             for r in rows
         ]
