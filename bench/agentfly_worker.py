@@ -82,7 +82,7 @@ class IterationProfile:
     """
 
     def __init__(self, spec: str) -> None:
-        from agentfly.rollout.engines.pool import EngineHost
+        from agentfly.rollout.engines.host import EngineHost
 
         k, self.path = spec.split(":", 1)
         self.k, self.prof, self.calls = int(k), None, []

@@ -225,7 +225,7 @@ def bench_thread(w, reps: int) -> None:
     from transformers import AutoModelForCausalLM
 
     from agentfly.rollout.engines import EnginePool
-    from agentfly.rollout.engines.pool import run_sync
+    from agentfly.rollout.engines.caller_thread import run_sync
 
     pool = EnginePool("hf", num_engines=0, engine_kwargs={"model": model_path(w), "device": "cpu"})
     requests, params = seeded_requests(w, pool.tokenizer)

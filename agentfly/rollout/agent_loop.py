@@ -30,7 +30,7 @@ from typing import Any
 from agentfly.rollout.agents.base import Agent, ToolCallRequest
 from agentfly.rollout.data import question_of
 from agentfly.rollout.engines.base import SamplingParams
-from agentfly.rollout.engines.pool import run_sync
+from agentfly.rollout.engines.caller_thread import run_sync
 from agentfly.rollout.prompt import render_prompt
 from agentfly.rollout.rewards import ascore_trajectory
 from agentfly.rollout.templates.base import ChatTemplate

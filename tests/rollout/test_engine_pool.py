@@ -11,7 +11,7 @@ import pytest
 from safetensors.torch import load_file
 
 from agentfly.rollout.engines import EnginePool, SamplingParams
-from agentfly.rollout.engines.pool import run_sync
+from agentfly.rollout.engines.caller_thread import run_sync
 from agentfly.rollout.engines.transformers_engine import TransformersEngine
 from agentfly.testing import build_tiny_model
 
@@ -143,7 +143,7 @@ def test_run_sync_errors_interrupts_and_nesting(model_dirs):
     with pytest.raises(KeyboardInterrupt):
         run_sync(pool, chains())
     assert not [t for t in threading.enumerate() if t.name == "agentfly-rollout-loop"]
-    assert pool._caller is None  # the pool serves the next rollout
+    assert pool.in_process_calls.caller is None  # the pool serves the next rollout
     pool._hosts[0].engine.generate = lambda p, s: [["fine"] for _ in p]
     assert run_sync(pool, pool.generate(prompts, GREEDY)) == [["fine"]] * 3
     pool.shutdown()
