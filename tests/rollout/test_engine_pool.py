@@ -102,7 +102,7 @@ def test_run_sync_generates_on_the_calling_thread(model_dirs):
     assert seen["engine"] == [here] and seen["rows"] == [3]
     assert seen["loop"][0] != here
     assert [pool.tokenizer.decode(o[0][0].token_ids) for o in outputs] == ["ok<|im_end|>"] * 3
-    # outside run_sync the engine runs in a worker thread, as before
+    # outside run_sync the engine runs on a daemon thread
     seen["engine"].clear()
     asyncio.run(pool.generate(prompts, GREEDY))
     assert seen["engine"] and seen["engine"][0] != here
@@ -120,8 +120,8 @@ def test_run_sync_errors_interrupts_and_nesting(model_dirs):
     with pytest.raises(ValueError, match="chain bug"):
         run_sync(pool, fails())
 
-    # per-prompt parameters are the engine's interface, not the pool's: refused at once (they
-    # used to kill the batching worker and leave every caller waiting forever)
+    # per-prompt parameters are the engine's interface, not the pool's: refused at once (a
+    # batching worker could not merge them, and every caller would wait forever)
     with pytest.raises(TypeError, match="one SamplingParams"):
         run_sync(pool, pool.generate(prompts, [GREEDY] * len(prompts)))
 
