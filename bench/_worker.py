@@ -29,9 +29,8 @@ def wait_go() -> bool:
 
     ``trim``, sent when this worker's turn ends and before another system runs, hands freed heap
     back to the OS (answered by a ``trimmed`` event) so idle workers do not hold memory the
-    running one needs. It is not done before every iteration: the next iteration would page
-    that memory back in, a cost no training run pays (measured on W3: TRL 0.174 -> 0.154 s per
-    iteration without it).
+    running one needs. It is not done between iterations: the next iteration would page that
+    memory back in, a cost no training run pays (figures in bench/README.md).
     """
     while True:
         word = sys.stdin.readline().strip()

@@ -75,14 +75,13 @@ class IterationProfile:
     every engine call of it (rows, seconds), written to ``path``: where an iteration's time goes.
 
     The in-process engine generates on the training thread (``run_sync``), so its operators are
-    in the table with the update's (W3 on the CPU: 255 ``aten::linear`` calls in an iteration,
-    ~15 of them the update's); the engine calls' wall times are listed beside it. Before
-    ``run_sync`` it generated in a worker thread that the profiler did not record (seen on the
-    H100), and py-spy (``--native``) is what found the cause there.
+    in the table with the update's; the engine calls' wall times are listed beside it. An
+    engine on another thread or in another process is not in the table: py-spy (``--native``)
+    sees it.
     """
 
     def __init__(self, spec: str) -> None:
-        from agentfly.rollout.engines.pool import EngineHost
+        from agentfly.rollout.engines.host import EngineHost
 
         k, self.path = spec.split(":", 1)
         self.k, self.prof, self.calls = int(k), None, []

@@ -4,20 +4,20 @@
     bench/.venv/bin/python bench/micro.py --what generate --model demo --reps 5
 
 ``update``: one forward + backward of the policy loss on a W1-shaped batch (8 prompts x 4
-chains, the workload's prompt lengths, 64 response tokens): the old path (full logits, entropy in
-the graph) against :func:`agentfly.modules.response_logits.response_logits` (LM head on response
+chains, the workload's prompt lengths, 64 response tokens): full logits with the entropy in the
+graph against :func:`agentfly.modules.response_logits.response_logits` (LM head on response
 positions only, each prompt encoded once, entropy without gradient).
-``generate``: the transformers engine before this work (``git show <rev>:...hf.py``) against
-the current one, on 8 prompts x 4 chains sent as 32 separate seeded requests (as the agent
-loop sends them).
+``generate``: the transformers engine at revision ``--rev`` (``git show
+<rev>:agentfly/rollout/engines/hf.py``, its file name there) against the current one, on 8
+prompts x 4 chains sent as 32 separate seeded requests (as the agent loop sends them).
 ``gqa``: transformers' ``sdpa`` attention (grouped K/V copied to every head under a mask) against
 :mod:`agentfly.models.attention`'s ``agentfly_sdpa`` (kept grouped), with the current engine and
 update path: generation of the workload's 32 requests, then the update's forward + backward.
 ``kvcache``: the engine with transformers' ``DynamicCache`` (a ``torch.cat`` of the whole cache
 per layer per step) against its growing cache (one column written in place), same requests.
-``thread``: an in-process engine pool generating in a worker thread (``asyncio.run``: the path
-before ``run_sync``) against generating on the calling thread (``run_sync``), each generation
-right after an update step on the calling thread, as in training; the generation is timed.
+``thread``: an in-process engine pool generating on a daemon thread (``asyncio.run``) against
+generating on the calling thread (``run_sync``), each generation right after an update step on
+the calling thread, as in training; the generation is timed.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def update_step(model, batch, new: bool) -> float:
         logits = model(input_ids=ids, attention_mask=att, position_ids=pos, use_cache=False).logits
         logits = logits[:, p - 1 : p - 1 + t].float() / 1.0
         logp = logprobs_from_logits(logits, ids[:, p:])
-        entropy_from_logits(logits)  # in the graph, as before
+        entropy_from_logits(logits)  # in the graph
     mask = att[:, p:].float()
     loss = -(logp * mask).sum() / mask.sum()
     loss.backward()
@@ -161,9 +161,9 @@ def bench_generate(w, reps: int, rev: str) -> None:
         {"agentfly.rollout.engines.sampling": "agentfly.rollout.engines._old_sampling",
          '@register_engine("hf", aliases=("transformers",))': ""},
     )
-    from agentfly.rollout.engines.hf import HFEngine
+    from agentfly.rollout.engines.transformers_engine import TransformersEngine
 
-    engines = {"before": old.HFEngine(model_path(w), device="cpu"), "after": HFEngine(model_path(w), device="cpu")}
+    engines = {"before": old.HFEngine(model_path(w), device="cpu"), "after": TransformersEngine(model_path(w), device="cpu")}
     requests, params = seeded_requests(w, engines["after"].tokenizer)
     torch.manual_seed(0)
     compare_generation(reps, lambda name: engines[name].generate, requests, params)
@@ -174,10 +174,10 @@ def bench_gqa(w, reps: int) -> None:
     from transformers import AutoModelForCausalLM
 
     from agentfly.models.attention import use_grouped_sdpa
-    from agentfly.rollout.engines.hf import HFEngine
+    from agentfly.rollout.engines.transformers_engine import TransformersEngine
 
     path = model_path(w)
-    engines = {"before": HFEngine(path, device="cpu", attn_implementation="sdpa"), "after": HFEngine(path, device="cpu")}
+    engines = {"before": TransformersEngine(path, device="cpu", attn_implementation="sdpa"), "after": TransformersEngine(path, device="cpu")}
     tokenizer = engines["after"].tokenizer
     requests, params = seeded_requests(w, tokenizer)
     compare_generation(reps, lambda name: engines[name].generate, requests, params)
@@ -201,21 +201,21 @@ def bench_gqa(w, reps: int) -> None:
 def bench_kvcache(w, reps: int) -> None:
     from transformers import DynamicCache
 
-    from agentfly.rollout.engines import hf
+    from agentfly.rollout.engines import transformers_engine
 
-    engine = hf.HFEngine(model_path(w), device="cpu")
-    growing = hf._growing_cache
+    engine = transformers_engine.TransformersEngine(model_path(w), device="cpu")
+    growing = transformers_engine._growing_cache
     caches = {"before": lambda model, reserve: DynamicCache(config=model.config), "after": growing}
     requests, params = seeded_requests(w, engine.tokenizer)
 
     def generate(name: str):
-        hf._growing_cache = caches[name]
+        transformers_engine._growing_cache = caches[name]
         return engine.generate
 
     try:
         compare_generation(reps, generate, requests, params)
     finally:
-        hf._growing_cache = growing
+        transformers_engine._growing_cache = growing
 
 
 def bench_thread(w, reps: int) -> None:
@@ -225,7 +225,7 @@ def bench_thread(w, reps: int) -> None:
     from transformers import AutoModelForCausalLM
 
     from agentfly.rollout.engines import EnginePool
-    from agentfly.rollout.engines.pool import run_sync
+    from agentfly.rollout.engines.caller_thread import run_sync
 
     pool = EnginePool("hf", num_engines=0, engine_kwargs={"model": model_path(w), "device": "cpu"})
     requests, params = seeded_requests(w, pool.tokenizer)

@@ -106,7 +106,7 @@ def main() -> None:
     import trl.trainer.utils as trl_utils
 
     # TRL scores every position in tiles of 32768 rows on CPU: a (32768, 49152) fp32 tile is
-    # 6.4 GB, which ran the machine out of memory on W2; smaller tiles give the same numbers
+    # 6.4 GB, more than W2's machine holds; smaller tiles give the same numbers
     trl_utils._CHUNKED_LOGPROB_CHUNK_SIZE = 4096
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     config = GRPOConfig(

@@ -104,8 +104,8 @@ def model_path(w: Workload) -> str:
 
 def render_prompts(w: Workload, tokenizer: Any) -> list[str]:
     """Each row's prompt text as agentfly renders it (template, system prompt, tool catalogue)."""
-    from agentfly.rollout.agent_loop import question_of
     from agentfly.rollout.agents import get_agent
+    from agentfly.rollout.data import question_of
     from agentfly.rollout.templates import get_template
     from agentfly.rollout.tools import get_tool
 

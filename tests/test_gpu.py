@@ -44,9 +44,9 @@ def test_hf_engine_on_cuda_logprobs_equal_a_forward_pass(gqa_model_dir):
     """Rows leaving at 3, 7 and 12 tokens shrink the batch and its growing KV cache twice; every
     sampled token's log-prob still equals a plain forward pass of the same model on the GPU."""
     from agentfly.rollout.engines import SamplingParams
-    from agentfly.rollout.engines.hf import HFEngine
+    from agentfly.rollout.engines.transformers_engine import TransformersEngine
 
-    engine = HFEngine(gqa_model_dir, seed=0, device="cuda")
+    engine = TransformersEngine(gqa_model_dir, seed=0, device="cuda")
     assert engine.model.device.type == "cuda"
     reference = AutoModelForCausalLM.from_pretrained(gqa_model_dir, dtype=torch.float32).cuda().eval()
     texts = ["hello", "What is 12*34? Use the calculator", "The quick brown fox jumps over"]
@@ -90,9 +90,9 @@ def test_grouped_sdpa_on_cuda_equals_eager_attention(gqa_model_dir):
 def test_generation_keeps_cudnn_attention_off_and_restores_it(gqa_model_dir):
     """cuDNN attention compiles a graph per key length (every decode step): the engine turns it
     off while it generates and leaves the process's setting as it found it."""
-    from agentfly.rollout.engines import SamplingParams, hf
+    from agentfly.rollout.engines import SamplingParams, transformers_engine
 
-    engine = hf.HFEngine(gqa_model_dir, seed=0, device="cuda", dtype="bfloat16")
+    engine = transformers_engine.TransformersEngine(gqa_model_dir, seed=0, device="cuda", dtype="bfloat16")
     seen = []
     real = engine._generate_rows
     engine._generate_rows = lambda rows: seen.append(torch.backends.cuda.cudnn_sdp_enabled()) or real(rows)

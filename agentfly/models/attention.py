@@ -6,8 +6,7 @@ every decode step of a ragged batch, the update's padded sequences) it first cop
 every query head (``repeat_kv``): on SmolLM2 (9 query heads on 3 K/V heads) that is three times
 the KV cache copied per layer per decode step. On CUDA the copy buys the fused kernels (they take
 a mask only without ``enable_gqa``); on CPU the kernel takes both, so the copy is pure cost
-(measured, B=32 rows, 500 cached tokens, one decode step of one layer: 30.7 ms with the copy,
-2.4 ms without; ``bench/README.md``).
+(its share of a decode step and of an update: ``bench/README.md``).
 
 :func:`use_grouped_sdpa` switches a model that runs transformers' ``sdpa`` to ``agentfly_sdpa``:
 the same function, except that on CPU a masked call keeps K/V grouped. Outputs and gradients

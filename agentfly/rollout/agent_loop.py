@@ -28,8 +28,9 @@ from dataclasses import replace
 from typing import Any
 
 from agentfly.rollout.agents.base import Agent, ToolCallRequest
+from agentfly.rollout.data import question_of
 from agentfly.rollout.engines.base import SamplingParams
-from agentfly.rollout.engines.pool import run_sync
+from agentfly.rollout.engines.caller_thread import run_sync
 from agentfly.rollout.prompt import render_prompt
 from agentfly.rollout.rewards import ascore_trajectory
 from agentfly.rollout.templates.base import ChatTemplate
@@ -39,25 +40,6 @@ from agentfly.rollout.trajectory import ToolCallRecord, Trajectory
 from agentfly.rollout.workers import WorkerPool, WorkerStartError
 
 logger = logging.getLogger(__name__)
-
-PROMPT_KEYS = ("question", "prompt", "problem", "instruction")
-
-
-def question_of(
-    row: dict[str, Any], prompt_key: str | None = None, row_index: int | None = None
-) -> str:
-    """The user message of a data row: ``prompt_key``, else the first of :data:`PROMPT_KEYS`."""
-    keys = (prompt_key,) if prompt_key else PROMPT_KEYS
-    for key in keys:
-        value = row.get(key)
-        if isinstance(value, str) and value.strip():
-            return value
-    where = f"data row {row_index}" if row_index is not None else "a data row"
-    raise ValueError(
-        f"{where} has no question field: expected one of {', '.join(keys)} holding text; "
-        f"the row has fields {sorted(row)}"
-    )
-
 
 class PhaseTimer:
     """Wall time during which at least one chain is in a phase (generation, tools, reward).

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from agentfly.rollout.agent_loop import question_of
+PROMPT_KEYS = ("question", "prompt", "problem", "instruction")
 
 
 class DataError(ValueError):
@@ -49,6 +49,22 @@ def load_rows(path: str | Path, prompt_key: str | None = None) -> list[dict[str,
         except ValueError as e:
             raise DataError(f"{p}: {e}") from None
     return rows
+
+
+def question_of(
+    row: dict[str, Any], prompt_key: str | None = None, row_index: int | None = None
+) -> str:
+    """The user message of a data row: ``prompt_key``, else the first of :data:`PROMPT_KEYS`."""
+    keys = (prompt_key,) if prompt_key else PROMPT_KEYS
+    for key in keys:
+        value = row.get(key)
+        if isinstance(value, str) and value.strip():
+            return value
+    where = f"data row {row_index}" if row_index is not None else "a data row"
+    raise ValueError(
+        f"{where} has no question field: expected one of {', '.join(keys)} holding text; "
+        f"the row has fields {sorted(row)}"
+    )
 
 
 def _text(p: Path) -> str:

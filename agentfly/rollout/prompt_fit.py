@@ -20,8 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentfly.rollout.agent_loop import PROMPT_KEYS
-from agentfly.rollout.data import DataError
+from agentfly.rollout.data import PROMPT_KEYS, DataError
 from agentfly.rollout.prompt import render_text
 
 logger = logging.getLogger(__name__)

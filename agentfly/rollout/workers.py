@@ -1,4 +1,4 @@
-"""Where user code (tools, rewards) runs: a pool of worker processes, and daemon threads.
+"""Where sync user code (tools, rewards) runs: a pool of worker processes.
 
 :class:`WorkerPool` runs sync user code in persistent worker processes (started on first use,
 reused across rollouts), one call per worker at a time. Each call has a deadline counted from
@@ -14,9 +14,8 @@ One manager thread per pool does all the I/O with ``select`` and a timeout, so i
 a worker; calls return ``concurrent.futures.Future`` (``asyncio.wrap_future`` from any loop).
 The child side is :mod:`agentfly.rollout.worker_main`.
 
-:class:`DaemonThreads` runs code declared safe to share the trainer's process (``runs_in="thread"``)
-and stateful tools' calls on reusable daemon threads: a hung call keeps its thread, but never
-blocks the interpreter's exit or ``asyncio.run``'s shutdown (asyncio's default executor would).
+Code declared safe to share the trainer's process (``runs_in="thread"``) runs on
+:data:`agentfly.rollout.daemon_threads.THREADS` instead.
 """
 
 from __future__ import annotations
@@ -31,7 +30,6 @@ import json
 import logging
 import os
 import pickle
-import queue
 import select
 import signal
 import subprocess
@@ -59,7 +57,6 @@ _STDERR_FORWARD_BYTES = 64 * 1024  # a worker's stderr passed on per call at mos
 _GRACE_S = 5.0  # callers' own wait beyond a deadline, should the manager thread be gone
 
 __all__ = [
-    "DaemonThreads",
     "NotPicklable",
     "PoolClosed",
     "RemoteError",
@@ -702,59 +699,3 @@ def result_of(future: concurrent.futures.Future[Any], timeout: float, *, pool: b
 
 def _grace(pool: bool) -> float:
     return _GRACE_S if pool else 0.0
-
-
-# ---------------------------------------------------------------------------- daemon threads
-
-_Task = tuple[concurrent.futures.Future[Any], Callable[..., Any], tuple[Any, ...], dict[str, Any]]
-
-
-class DaemonThreads:
-    """Reusable daemon threads: a call takes an idle thread or starts one.
-
-    A thread stuck in a call that never returns stays stuck (its caller has had its timeout)
-    and is not reused. After a fork the child starts afresh (threads do not survive a fork).
-    """
-
-    def __init__(self, name: str = "agentfly-call") -> None:
-        self._name = name
-        self._lock = threading.Lock()
-        self._reset()
-
-    def _reset(self) -> None:
-        self._pid = os.getpid()
-        self._tasks: queue.SimpleQueue[_Task] = queue.SimpleQueue()
-        self._idle = 0  # threads waiting for a task and not yet promised one
-
-    def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
-        """Run ``fn(*args, **kwargs)`` on a thread; the future holds its result or exception."""
-        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        with self._lock:
-            if self._pid != os.getpid():
-                self._reset()
-            start = self._idle == 0
-            if not start:
-                self._idle -= 1  # that thread is now promised this task
-            self._tasks.put((future, fn, args, kwargs))
-        if start:
-            threading.Thread(target=self._work, name=self._name, daemon=True).start()
-        return future
-
-    def _work(self) -> None:
-        tasks = self._tasks
-        while True:
-            future, fn, args, kwargs = tasks.get()
-            if future.set_running_or_notify_cancel():
-                try:
-                    future.set_result(fn(*args, **kwargs))
-                except BaseException as exc:  # reported through the future, never lost
-                    future.set_exception(exc)
-            del future, fn, args, kwargs
-            with self._lock:
-                if tasks is not self._tasks:  # a fork replaced the queue: this thread is stale
-                    return
-                self._idle += 1
-
-
-THREADS = DaemonThreads()
-"""The package's daemon threads for user code that runs in the trainer's process."""

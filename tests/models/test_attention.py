@@ -112,11 +112,11 @@ def test_cached_decoding_equals_eager(gqa_model_dir):
 
 
 def test_hf_engine_uses_it_unless_told_otherwise(gqa_model_dir):
-    from agentfly.rollout.engines.hf import HFEngine
+    from agentfly.rollout.engines.transformers_engine import TransformersEngine
 
-    assert HFEngine(gqa_model_dir, device="cpu").model.config._attn_implementation == NAME
+    assert TransformersEngine(gqa_model_dir, device="cpu").model.config._attn_implementation == NAME
     assert (
-        HFEngine(
+        TransformersEngine(
             gqa_model_dir, device="cpu", attn_implementation="eager"
         ).model.config._attn_implementation
         == "eager"

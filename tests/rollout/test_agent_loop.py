@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from agentfly.rollout.agent_loop import AgentLoop, question_of
+from agentfly.rollout.agent_loop import AgentLoop
 from agentfly.rollout.agents import get_agent
+from agentfly.rollout.data import question_of
 from agentfly.rollout.engines import EnginePool
 from agentfly.rollout.engines import scripted as _scripted  # noqa: F401  (registers "scripted")
 from agentfly.rollout.templates import get_template

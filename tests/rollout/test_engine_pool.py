@@ -11,8 +11,8 @@ import pytest
 from safetensors.torch import load_file
 
 from agentfly.rollout.engines import EnginePool, SamplingParams
-from agentfly.rollout.engines.hf import HFEngine
-from agentfly.rollout.engines.pool import run_sync
+from agentfly.rollout.engines.caller_thread import run_sync
+from agentfly.rollout.engines.transformers_engine import TransformersEngine
 from agentfly.testing import build_tiny_model
 
 GREEDY = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
@@ -43,7 +43,7 @@ def test_local_pool_batches_concurrent_requests(model_dirs):
     pool = EnginePool("hf", num_engines=0, engine_kwargs=kwargs)
     assert pool.backend == "local"
     prompts = _prompts(pool.tokenizer)
-    expected = _greedy_ids(HFEngine(a, device="cpu").generate(prompts, GREEDY))
+    expected = _greedy_ids(TransformersEngine(a, device="cpu").generate(prompts, GREEDY))
 
     async def run():
         return await asyncio.gather(*(pool.generate([p], GREEDY) for p in prompts))
@@ -55,7 +55,7 @@ def test_local_pool_batches_concurrent_requests(model_dirs):
 
     pool.update_weights(b)
     assert _greedy_ids(pool.generate_sync(prompts, GREEDY)) == _greedy_ids(
-        HFEngine(b, device="cpu").generate(prompts, GREEDY)
+        TransformersEngine(b, device="cpu").generate(prompts, GREEDY)
     )
 
     async def one_bad_request():
@@ -102,7 +102,7 @@ def test_run_sync_generates_on_the_calling_thread(model_dirs):
     assert seen["engine"] == [here] and seen["rows"] == [3]
     assert seen["loop"][0] != here
     assert [pool.tokenizer.decode(o[0][0].token_ids) for o in outputs] == ["ok<|im_end|>"] * 3
-    # outside run_sync the engine runs in a worker thread, as before
+    # outside run_sync the engine runs on a daemon thread
     seen["engine"].clear()
     asyncio.run(pool.generate(prompts, GREEDY))
     assert seen["engine"] and seen["engine"][0] != here
@@ -120,8 +120,8 @@ def test_run_sync_errors_interrupts_and_nesting(model_dirs):
     with pytest.raises(ValueError, match="chain bug"):
         run_sync(pool, fails())
 
-    # per-prompt parameters are the engine's interface, not the pool's: refused at once (they
-    # used to kill the batching worker and leave every caller waiting forever)
+    # per-prompt parameters are the engine's interface, not the pool's: refused at once (a
+    # batching worker could not merge them, and every caller would wait forever)
     with pytest.raises(TypeError, match="one SamplingParams"):
         run_sync(pool, pool.generate(prompts, [GREEDY] * len(prompts)))
 
@@ -143,7 +143,7 @@ def test_run_sync_errors_interrupts_and_nesting(model_dirs):
     with pytest.raises(KeyboardInterrupt):
         run_sync(pool, chains())
     assert not [t for t in threading.enumerate() if t.name == "agentfly-rollout-loop"]
-    assert pool._caller is None  # the pool serves the next rollout
+    assert pool.in_process_calls.caller is None  # the pool serves the next rollout
     pool._hosts[0].engine.generate = lambda p, s: [["fine"] for _ in p]
     assert run_sync(pool, pool.generate(prompts, GREEDY)) == [["fine"]] * 3
     pool.shutdown()
@@ -166,7 +166,7 @@ def test_ray_pool_spreads_requests_and_updates_every_actor(model_dirs):
     try:
         prompts = _prompts(pool.tokenizer)
         reference = {
-            str(d): _greedy_ids(HFEngine(d, device="cpu").generate(prompts, GREEDY)) for d in (a, b)
+            str(d): _greedy_ids(TransformersEngine(d, device="cpu").generate(prompts, GREEDY)) for d in (a, b)
         }
 
         async def burst(n: int):

@@ -139,7 +139,6 @@ def test_greedy_matches_transformers(engine, reference, prompts):
         assert again == out and again is not out
         assert out.token_ids == greedy_reference(reference, prompt)
         assert out.finish_reason == "length"
-        assert out.text == engine.tokenizer.decode(out.token_ids, skip_special_tokens=False)
         assert logprob_gap(reference, prompt, out, 1.0) < LOGPROB_ATOL
 
 

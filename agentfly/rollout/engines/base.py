@@ -76,7 +76,7 @@ class SamplingParams:
 
 @dataclass
 class GenerationOutput:
-    """One sample.
+    """One sample, as token ids: whoever needs its text (the agent loop) decodes them.
 
     Shapes (G = generated length):
         token_ids: (G,) the sampled ids, a stop token or stop-completing token included.
@@ -86,7 +86,6 @@ class GenerationOutput:
     token_ids: list[int]
     logprobs: list[float]
     finish_reason: FinishReason
-    text: str | None = None
     extras: dict[str, Any] = field(default_factory=dict)
 
 

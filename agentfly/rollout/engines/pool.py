@@ -1,10 +1,7 @@
 """A pool of generation engines: Ray actors (or one in-process engine) behind ``await generate``.
 
-Created once and reused every training step. Requests wait in one queue; each engine has a
-worker coroutine that takes every queued request, oldest first, up to ``max_batch_size`` rows,
-and runs them as one batch (each prompt with its own sampling parameters), so many concurrent
-agent chains asking for one turn each are batched, and an idle engine always takes the next
-requests (the least-loaded engine serves them). A request with a ``seed`` samples from its own
+Created once and reused every training step. Concurrent requests are merged into batches
+(:mod:`agentfly.rollout.engines.batching`); a request with a ``seed`` samples from its own
 generator, so its output does not depend on what else shares the batch.
 
 ``update_weights`` reaches every engine; an engine applies it after the batch it is running
@@ -13,44 +10,28 @@ generator, so its output does not depend on what else shares the batch.
 Ray: started on demand (``ray.init(num_cpus=..., _temp_dir=...)``) unless already initialised or
 ``RAY_ADDRESS`` names a cluster to join. The engines are created only if the cluster can hold
 them, and every wait on them has a deadline (:mod:`agentfly.rollout.engines.actors`).
-``num_engines=0`` or ``backend="local"`` keeps one engine in this process. Under :func:`run_sync`
-(how the agent loop runs a rollout) it generates on the calling thread, the one that also
-trains, while the event loop runs in a helper thread; otherwise in a worker thread.
+``num_engines=0`` or ``backend="local"`` keeps one engine in this process; under
+:func:`~agentfly.rollout.engines.caller_thread.run_sync` (how the agent loop runs a rollout) it
+generates on the calling thread, otherwise on a daemon thread.
 """
 
 from __future__ import annotations
 
-import asyncio
-import collections
-import concurrent.futures
-import contextlib
-import functools
 import os
-import queue
-import threading
-from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 from agentfly.rollout.engines.actors import Deadlines, RayEngines
 from agentfly.rollout.engines.base import GenerationOutput, SamplingParams
+from agentfly.rollout.engines.batching import RequestBatcher
+from agentfly.rollout.engines.caller_thread import InProcessCalls, run_sync
 from agentfly.rollout.engines.capacity import check_local_capacity
-from agentfly.rollout.engines.errors import EngineLostError
 from agentfly.rollout.engines.host import EngineHost, ensure_ray
 
 if TYPE_CHECKING:
     from agentfly.rollout.engines.base import Weights
 
-__all__ = ["EngineHost", "EnginePool", "ensure_ray", "run_sync"]
-
-T = TypeVar("T")
-
-
-@dataclass
-class _Request:
-    prompts: list[list[int]]
-    sampling: SamplingParams
-    future: asyncio.Future = field(repr=False)
+__all__ = ["EnginePool"]
 
 
 class EnginePool:
@@ -129,7 +110,6 @@ class EnginePool:
             shutdown_timeout_s=shutdown_timeout_s,
         )
         self.backend = "local" if num_engines == 0 else backend
-        self.max_batch_size = max_batch_size
         kwargs = dict(engine_kwargs or {})
         self._started_ray = False
         self._shutdown_timeout_s = shutdown_timeout_s
@@ -166,13 +146,17 @@ class EnginePool:
             self._hosts = self._ray.hosts
         else:
             raise ValueError(f"backend must be 'ray' or 'local', got {backend!r}")
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._pending: collections.deque[_Request] = collections.deque()
-        self._wakeup: asyncio.Event | None = None
-        self._workers: list[asyncio.Task] = []
         self._tokenizer: Any = None
-        self._caller: _CallerThread | None = None  # set by run_sync: the thread that generates
-        self._caller_lock = threading.Lock()
+        #: where the in-process engine's calls run (None with Ray), see run_sync
+        self.in_process_calls = InProcessCalls() if self._ray is None else None
+        ray_engines = self._ray
+        self._batcher = RequestBatcher(
+            self._generate_on,
+            self._live,
+            max_batch_size,
+            lose=ray_engines.lose if ray_engines is not None else None,
+            none_left=ray_engines.none_left if ray_engines is not None else None,
+        )
 
     @property
     def num_engines(self) -> int:
@@ -215,12 +199,7 @@ class EnginePool:
             return await self._call(engine, "generate", prompts, sampling)
         if self._ray is not None and not self._ray.live():
             raise self._ray.none_left()
-        self._ensure_workers()
-        assert self._loop is not None and self._wakeup is not None
-        request = _Request(prompts, sampling, self._loop.create_future())
-        self._pending.append(request)
-        self._wakeup.set()
-        return await request.future
+        return await self._batcher.submit(prompts, sampling)
 
     def generate_sync(
         self, prompts: list[list[int]], sampling: SamplingParams
@@ -277,9 +256,7 @@ class EnginePool:
 
     def shutdown(self) -> None:
         """Stop the workers and the engines; stop Ray if this pool started it."""
-        for task in self._workers:
-            task.cancel()
-        self._workers = []
+        self._batcher.cancel()
         try:
             if self._ray is not None:
                 ray_engines, self._ray = self._ray, None
@@ -311,11 +288,13 @@ class EnginePool:
     async def _call(self, index: int, method: str, *args: Any) -> Any:
         if self._ray is not None:
             return await self._ray.call(index, method, *args)
-        host = self._hosts[index]
-        caller = self._caller
-        if caller is not None:
-            return await asyncio.wrap_future(caller.submit(getattr(host, method), *args))
-        return await asyncio.to_thread(getattr(host, method), *args)
+        assert self.in_process_calls is not None
+        return await self.in_process_calls.call(getattr(self._hosts[index], method), *args)
+
+    async def _generate_on(
+        self, index: int, prompts: list[list[int]], sampling: SamplingParams | list[SamplingParams]
+    ) -> list[list[GenerationOutput]]:
+        return await self._call(index, "generate", prompts, sampling)
 
     def _broadcast(self, method: str) -> None:
         if self._ray is None:
@@ -323,197 +302,8 @@ class EnginePool:
             return
         self._ray.call_all(method)
 
-    def _ensure_workers(self) -> None:
-        """Start one worker per live engine on the running loop (again if the loop changed)."""
-        loop = asyncio.get_running_loop()
-        if loop is self._loop and self._workers:
-            return
-        self._loop, self._wakeup, self._pending = loop, asyncio.Event(), collections.deque()
-        self._workers = []
-        for i in self._live():
-            task = loop.create_task(self._worker(i))
-            task.add_done_callback(functools.partial(self._worker_ended, i))
-            self._workers.append(task)
-
-    def _take_batch(self) -> list[_Request]:
-        """Queued requests, oldest first, up to ``max_batch_size`` rows (at least one)."""
-        batch: list[_Request] = []
-        rows = 0
-        while self._pending:
-            r = self._pending[0]
-            if r.future.done():  # cancelled by its caller
-                self._pending.popleft()
-                continue
-            extra = len(r.prompts) * r.sampling.n
-            if batch and rows + extra > self.max_batch_size:
-                break
-            batch.append(self._pending.popleft())
-            rows += extra
-        return batch
-
-    async def _worker(self, index: int) -> None:
-        """Serve batches on engine ``index`` until it leaves the pool."""
-        assert self._wakeup is not None
-        while index in self._live():
-            batch = self._take_batch()
-            if not batch:
-                self._wakeup.clear()
-                await self._wakeup.wait()
-                continue
-            try:
-                await self._serve(index, batch)
-            except Exception as exc:  # a fault of the pool itself: fail the batch, serve on
-                for r in batch:
-                    _resolve(r, exc=exc)
-
-    async def _serve(self, index: int, batch: list[_Request]) -> None:
-        """Run ``batch`` as one call on engine ``index`` and hand each request its outputs."""
-        prompts = [p for r in batch for p in r.prompts]
-        params = [r.sampling for r in batch for _ in r.prompts]
-        try:
-            outputs = await self._call(index, "generate", prompts, params)
-        except EngineLostError as exc:  # the engine is gone: rerunning on it cannot help
-            for r in batch:
-                _resolve(r, exc=exc)
-            return
-        except Exception as exc:
-            if len(batch) == 1:
-                _resolve(batch[0], exc=exc)
-                return
-            for r in batch:  # rerun one by one so only the offending request fails
-                try:
-                    _resolve(r, await self._call(index, "generate", r.prompts, r.sampling))
-                except Exception as single_exc:
-                    _resolve(r, exc=single_exc)
-            return
-        at = 0
-        for r in batch:
-            _resolve(r, outputs[at : at + len(r.prompts)])
-            at += len(r.prompts)
-
-    def _worker_ended(self, index: int, task: asyncio.Task) -> None:
-        """A worker ends when its engine leaves the pool; the last one fails the queue."""
-        if task.cancelled() or self._ray is None or task.get_loop() is not self._loop:
-            return
-        exc = task.exception()
-        if exc is not None:  # it cannot: _worker catches what _serve raises
-            self._ray.lose(index, f"the pool's worker for engine {index} failed: {exc!r}")
-        if not self._ray.live():
-            error = self._ray.none_left()
-            while self._pending:
-                _resolve(self._pending.popleft(), exc=error)
-
 
 def _ray_is_initialized() -> bool:
     import ray
 
     return ray.is_initialized()
-
-
-def _resolve(request: _Request, result: Any = None, exc: BaseException | None = None) -> None:
-    """Hand a result or an error to a request's caller (unless it gave up waiting)."""
-    if request.future.done():
-        return
-    if exc is not None:
-        request.future.set_exception(exc)
-    else:
-        request.future.set_result(result)
-
-
-class _CallerThread:
-    """Calls handed over by other threads, run one at a time on the thread that calls :meth:`serve`."""
-
-    def __init__(self) -> None:
-        self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._open = True
-
-    def submit(self, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future[Any]:
-        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        with self._lock:
-            if self._open:
-                self._jobs.put((future, fn, args))
-                return future
-        future.set_exception(RuntimeError("the thread that ran the engine has stopped serving it"))
-        return future
-
-    def close(self) -> None:
-        """Let :meth:`serve` return once the calls queued so far have run."""
-        self._jobs.put(None)
-
-    def abandon(self) -> None:
-        """Fail every queued and later call: the serving thread is leaving (an interrupt)."""
-        with self._lock:
-            self._open = False
-        while True:
-            try:
-                job = self._jobs.get_nowait()
-            except queue.Empty:
-                return
-            if job is not None and job[0].set_running_or_notify_cancel():
-                job[0].set_exception(RuntimeError("the rollout was interrupted"))
-
-    def serve(self) -> None:
-        """Run submitted calls until :meth:`close`; their results and errors go to their futures."""
-        while (job := self._jobs.get()) is not None:
-            future, fn, args = job
-            if future.set_running_or_notify_cancel():
-                try:
-                    future.set_result(fn(*args))
-                except Exception as exc:
-                    future.set_exception(exc)
-            del job, future, fn, args
-
-
-def run_sync(engine: Any, coro: Coroutine[Any, Any, T]) -> T:
-    """``asyncio.run(coro)`` for code that calls ``engine``; an in-process engine generates here.
-
-    With an in-process pool the event loop runs in a helper thread while this thread runs the
-    engine's calls, so all torch work of a training process (rollout and update) stays on one
-    thread. Generating on a second thread gave torch a second OpenMP thread team; with more
-    OpenMP threads than cores libgomp stops spinning between parallel regions and wakes its
-    threads through the kernel for each one, which a small model's decode step is made of:
-    measured on the W3 benchmark (2 cores), the engine's time 0.075 -> 0.047 s per rollout.
-
-    Engines in other processes (Ray), or a pool already serving another call of this function,
-    are called from the loop's own thread as usual (``asyncio.run``).
-    """
-    if not isinstance(engine, EnginePool) or engine.backend != "local":
-        return asyncio.run(coro)
-    with engine._caller_lock:
-        if engine._caller is not None:
-            caller = None
-        else:
-            caller = engine._caller = _CallerThread()
-    if caller is None:
-        return asyncio.run(coro)
-    box: dict[str, Any] = {}
-
-    async def main() -> T:
-        box["loop"], box["task"] = asyncio.get_running_loop(), asyncio.current_task()
-        return await coro
-
-    def loop_thread() -> None:
-        try:
-            box["result"] = asyncio.run(main())
-        except BaseException as exc:  # handed to the calling thread
-            box["error"] = exc
-        finally:
-            caller.close()
-
-    thread = threading.Thread(target=loop_thread, name="agentfly-rollout-loop", daemon=True)
-    thread.start()
-    try:
-        caller.serve()
-    except BaseException:  # e.g. KeyboardInterrupt: end the rollout, then pass it on
-        caller.abandon()
-        with contextlib.suppress(RuntimeError, KeyError):  # no loop yet, or already closed
-            box["loop"].call_soon_threadsafe(box["task"].cancel)
-        thread.join(timeout=30)
-        raise
-    finally:
-        engine._caller = None
-    thread.join()
-    if "error" in box:
-        raise box["error"]
-    return box["result"]

@@ -308,7 +308,6 @@ class VLLMEngine(Engine):
             token_ids=token_ids,
             logprobs=logprobs,
             finish_reason="stop" if completion.finish_reason == "stop" else "length",
-            text=self._tokenizer.decode(token_ids, skip_special_tokens=False),
             extras=extras,
         )
 

@@ -39,8 +39,8 @@ from typing import TYPE_CHECKING, Any
 
 from agentfly.plugins import PLUGIN_PREFIX
 from agentfly.registry import Registry
+from agentfly.rollout.daemon_threads import THREADS
 from agentfly.rollout.workers import (
-    THREADS,
     ReplyTooLarge,
     WorkerDied,
     WorkerPool,

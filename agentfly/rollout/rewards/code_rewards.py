@@ -26,10 +26,10 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from agentfly.rollout.daemon_threads import THREADS
 from agentfly.rollout.rewards.base import reward
 from agentfly.rollout.sandbox_isolation import Isolation, SandboxUnavailableError, use_bwrap
 
@@ -164,8 +164,9 @@ def pass_fraction(
         SandboxUnavailableError: ``isolation`` cannot run here (before any case runs).
     """
     use_bwrap(isolation)
-    with ThreadPoolExecutor(max_workers=max(1, min(max_parallel, len(cases)))) as pool:
-        passed = list(pool.map(lambda case: run_test_case(case, isolation=isolation), cases))
+    passed = THREADS.map(
+        lambda case: run_test_case(case, isolation=isolation), cases, max_parallel=max_parallel
+    )
     return sum(passed) / len(passed)
 
 

@@ -12,7 +12,7 @@ Where a call runs:
   huge return value never reaches the trainer;
 - a sync tool declared ``runs_in="thread"``, or a stateful one (its resource lives in the
   trainer: ``code_interpreter`` runs its code in a process of its own, with its own limits): a
-  daemon thread of the package (:data:`~agentfly.rollout.workers.THREADS`); a call past its
+  daemon thread of the package (:data:`~agentfly.rollout.daemon_threads.THREADS`); a call past its
   timeout is abandoned, its thread runs on, but nothing waits for it;
 - an async tool: awaited on the event loop under ``asyncio.wait_for``. It must not block the
   loop (no ``time.sleep``, no blocking I/O): a blocked loop stalls every chain, and
@@ -28,6 +28,7 @@ from typing import Any
 
 from agentfly.plugins import is_object_spec
 from agentfly.registry import UnknownNameError
+from agentfly.rollout.daemon_threads import THREADS
 from agentfly.rollout.tools.base import (
     EXCEPTION,
     INVALID_ARGUMENTS,
@@ -43,7 +44,6 @@ from agentfly.rollout.tools.base import (
 )
 from agentfly.rollout.tools.schema import validate_arguments
 from agentfly.rollout.workers import (
-    THREADS,
     ReplyTooLarge,
     WorkerDied,
     WorkerPool,

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from agentfly.rollout.engines import ENGINES, SamplingParams, create_engine
-from agentfly.rollout.engines.hf import HFEngine
 from agentfly.rollout.engines.sampling import draw_uniforms, sample_tokens
+from agentfly.rollout.engines.transformers_engine import TransformersEngine
 from agentfly.testing import build_tiny_model
 
 TEXTS = [
@@ -24,8 +24,8 @@ def model_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def engine(model_dir) -> HFEngine:
-    return HFEngine(model_dir, seed=0, device="cpu")
+def engine(model_dir) -> TransformersEngine:
+    return TransformersEngine(model_dir, seed=0, device="cpu")
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +79,6 @@ def test_logprobs_equal_a_plain_forward_pass(engine, reference, prompts, samplin
             assert torch.allclose(torch.tensor(out.logprobs), expected, atol=1e-4)
             if sampling.greedy:
                 assert out.token_ids == logits[positions].argmax(-1).tolist()
-            assert out.text == engine.tokenizer.decode(out.token_ids, skip_special_tokens=False)
 
 
 def test_samples_differ_and_a_seed_reproduces_them(engine, prompts):
@@ -92,8 +91,8 @@ def test_samples_differ_and_a_seed_reproduces_them(engine, prompts):
 
 def test_engine_seed_makes_unseeded_runs_reproducible(model_dir, engine, prompts):
     sampling = SamplingParams(n=2, max_tokens=6)
-    again = HFEngine(model_dir, seed=0, device="cpu")
-    fresh = HFEngine(model_dir, seed=0, device="cpu")
+    again = TransformersEngine(model_dir, seed=0, device="cpu")
+    fresh = TransformersEngine(model_dir, seed=0, device="cpu")
     assert [[o.token_ids for o in p] for p in again.generate(prompts, sampling)] == [
         [o.token_ids for o in p] for p in fresh.generate(prompts, sampling)
     ]
@@ -115,7 +114,8 @@ def test_stop_string_keeps_the_completing_token(engine, prompts):
     out = out[0][0]
     assert out.finish_reason == "stop"
     assert out.token_ids == free.token_ids[:first_hit]
-    assert stop in out.text and stop not in tokenizer.decode(out.token_ids[:-1])
+    text = tokenizer.decode(out.token_ids, skip_special_tokens=False)
+    assert stop in text and stop not in tokenizer.decode(out.token_ids[:-1])
 
 
 def test_stop_token_ids_and_eos(engine, prompts):
@@ -129,7 +129,7 @@ def test_stop_token_ids_and_eos(engine, prompts):
 
 
 def test_max_tokens_and_max_model_len(model_dir, prompts):
-    short = HFEngine(model_dir, max_model_len=len(prompts[0]) + 3, device="cpu")
+    short = TransformersEngine(model_dir, max_model_len=len(prompts[0]) + 3, device="cpu")
     out = short.generate(prompts[:1], SamplingParams(max_tokens=50, ignore_eos=True))[0][0]
     assert (len(out.token_ids), out.finish_reason) == (3, "length")
     with pytest.raises(ValueError, match="max_model_len"):
@@ -143,7 +143,7 @@ def test_load_weights_changes_outputs(tmp_path, model_dir, reference, prompts):
     other_dir = build_tiny_model(tmp_path / "other", initializer_range=0.2, seed=1)
     other = AutoModelForCausalLM.from_pretrained(other_dir, dtype=torch.float32).eval()
     greedy = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
-    engine = HFEngine(model_dir, device="cpu")
+    engine = TransformersEngine(model_dir, device="cpu")
     before = [p[0].token_ids for p in engine.generate(prompts, greedy)]
     assert before == [greedy_reference(reference, p, 8) for p in prompts]
     expected = [greedy_reference(other, p, 8) for p in prompts]
@@ -162,7 +162,7 @@ def test_load_weights_changes_outputs(tmp_path, model_dir, reference, prompts):
 
 
 def test_registry_and_no_op_sleep(model_dir):
-    assert ENGINES.get("hf") is HFEngine and ENGINES.get("transformers") is HFEngine
+    assert ENGINES.get("hf") is TransformersEngine and ENGINES.get("transformers") is TransformersEngine
     engine = create_engine("hf", model=model_dir, max_model_len=64, device="cpu")
     assert engine.max_model_len == 64
     engine.sleep()
@@ -221,16 +221,16 @@ def test_rows_leaving_at_different_steps_keep_exact_logprobs(tmp_path_factory, p
     (4 query heads on 2 K/V heads) every log-prob still equals a plain forward pass."""
     from transformers import AutoModelForCausalLM
 
-    from agentfly.rollout.engines import hf
+    from agentfly.rollout.engines import transformers_engine
 
     path = build_tiny_model(
         tmp_path_factory.mktemp("gqa"), num_heads=4, num_kv_heads=2, initializer_range=0.2
     )
-    engine = HFEngine(path, seed=0, device="cpu")
+    engine = TransformersEngine(path, seed=0, device="cpu")
     reference = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     caches = []
-    real = hf._growing_cache
-    hf._growing_cache = lambda *a, **k: caches.append(real(*a, **k)) or caches[-1]
+    real = transformers_engine._growing_cache
+    transformers_engine._growing_cache = lambda *a, **k: caches.append(real(*a, **k)) or caches[-1]
     try:
         sampling = [
             SamplingParams(n=2, temperature=1.0, max_tokens=m, ignore_eos=True, seed=s)
@@ -238,7 +238,7 @@ def test_rows_leaving_at_different_steps_keep_exact_logprobs(tmp_path_factory, p
         ]
         outputs = engine.generate(prompts, sampling)
     finally:
-        hf._growing_cache = real
+        transformers_engine._growing_cache = real
     assert all(type(layer).__name__ == "GrowingLayer" for layer in caches[0].layers)
     for prompt, per_prompt, sp in zip(prompts, outputs, sampling, strict=True):
         for out in per_prompt:

@@ -4,8 +4,8 @@ The embedded default and the test engine. Prompts are left-padded into one batch
 per prompt; each prompt may bring its own sampling parameters); position ids come from the
 attention mask (cumulative sum − 1) so padding does not shift positions. Identical prompts (a
 request's ``n`` rows, GRPO's chains of one task) are prefilled once and their KV cache gathered
-to every row; a row that finishes leaves the batch (and the cache) at once, so one long row no
-longer drags finished ones through every step. A hand-written loop rather than
+to every row; a row that finishes leaves the batch (and the cache) at once, so the steps after it
+compute only the rows still generating. A hand-written loop rather than
 ``model.generate`` gives the exact log-probabilities defined in
 :mod:`agentfly.rollout.engines.base` and stop strings that keep the completing token.
 """
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 
 @register_engine("hf", aliases=("transformers",))
-class HFEngine(Engine):
+class TransformersEngine(Engine):
     """Serve a Hugging Face causal LM with plain PyTorch.
 
     Args:
@@ -259,7 +259,6 @@ class HFEngine(Engine):
                 token_ids=r.tokens,
                 logprobs=r.logprobs,
                 finish_reason=r.finish or "length",
-                text=self._tokenizer.decode(r.tokens, skip_special_tokens=False),
             )
             for r in rows
         ]
@@ -332,8 +331,7 @@ def _growing_layer_class() -> type:
         """transformers' ``DynamicLayer`` with room to grow.
 
         ``DynamicLayer.update`` concatenates, copying the whole cache into fresh memory every
-        decode step (measured on the W2 benchmark: generation 1.21x faster without it). Here
-        keys and values are views into buffers with ``reserve`` spare positions, so a step
+        decode step (its cost on the benchmarks: bench/README.md). Here keys and values are views into buffers with ``reserve`` spare positions, so a step
         writes its one column in place; the buffers are reallocated only when full or when
         something replaced the tensors (``crop``, ``batch_select_indices``). ``reorder_cache``
         (rows leaving the batch) selects rows of the buffers themselves.
@@ -396,12 +394,9 @@ def _no_cudnn_attention(device: Any) -> Any:
     """On CUDA, SDPA without its cuDNN backend for the duration (elsewhere: nothing).
 
     Decoding changes the key length every step, and cuDNN attention builds (NVRTC-compiles) a
-    graph for each new shape. Measured on an H100, bf16 engine, 2-layer demo model, 32 rows x 64
-    tokens: the first rollout took 10.97 s (0.26 s once the shapes were built); inside the trainer,
-    whose engine then ran in a fresh thread every rollout, every rollout took 1.2-2.2 s, the engine
-    thread sampled in NVRTC. Without cuDNN: 0.29 s from the first call. Flash and
-    memory-efficient attention build nothing per shape. (SDPA's backend flags are process-wide:
-    a training step running meanwhile would not use cuDNN either.)
+    graph for each new shape, so a rollout with cuDNN spends most of its time compiling (figures
+    in bench/README.md); flash and memory-efficient attention build nothing per shape. SDPA's
+    backend flags are process-wide: a training step running meanwhile does not use cuDNN either.
     """
     import contextlib
 
