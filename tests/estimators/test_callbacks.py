@@ -89,3 +89,10 @@ def test_an_unknown_kl_kind_fails_when_the_callback_is_built():
 def test_advantage_callback_reports_critic_need():
     assert AdvantageCallback("gae").needs_critic
     assert not AdvantageCallback("grpo").needs_critic
+
+
+def test_the_update_needs_a_callback_that_writes_the_advantages():
+    batch = make_batch()
+    trainer = SimpleNamespace(callbacks=[KLRewardCallback("kl", "fixed", 0.1)])
+    with pytest.raises(RuntimeError, match="AdvantageCallback"):
+        apply_rollout_callbacks(trainer, None, batch)

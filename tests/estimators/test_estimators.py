@@ -280,3 +280,14 @@ def test_a_user_estimator_is_picked_up_by_name():
         token_level_rewards=torch.zeros(1, 2), response_mask=torch.tensor([[1.0, 0.0]])
     )
     assert adv.tolist() == [[1.0, 0.0]]
+
+
+def test_an_estimator_must_take_one_advantage_input():
+    from agentfly.estimators import register_estimator
+
+    with pytest.raises(TypeError, match="AdvantageInput"):
+
+        @register_estimator("test_keywords_only")
+        def keywords(*, token_level_rewards, response_mask, **_):  # pragma: no cover
+            raise AssertionError
+    assert "test_keywords_only" not in ESTIMATORS
