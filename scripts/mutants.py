@@ -79,8 +79,8 @@ MUTATIONS = [
     Mutation(
         "critic optimizer step skipped (an optimizer that does not move)",
         "agentfly/modules/rl_module.py",
-        "                    optimizers[1], schedulers[1],\n",
-        "                    torch.optim.SGD(self.critic.parameters(), lr=0.0), schedulers[1],\n",
+        "metrics.update(self._update(*critic, batch, optimizers[1], schedulers[1]))",
+        "metrics.update(self._update(*critic, batch, torch.optim.SGD(self.critic.parameters(), lr=0.0), schedulers[1]))",
         (f"{LEARNING}::test_one_critic_update_moves_the_values_toward_the_returns",),
     ),
     Mutation(

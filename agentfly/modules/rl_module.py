@@ -380,21 +380,13 @@ class AgentRLModule(pl.LightningModule):
         schedulers = schedulers if isinstance(schedulers, list) else [schedulers]
         if self.critic is not None:
             start = clock()
-            metrics.update(
-                self._update(
-                    self.critic, self._critic_settings(), self._critic_loss, batch,
-                    optimizers[1], schedulers[1],
-                )
-            )
+            critic = (self.critic, self._critic_settings(), self._critic_loss)
+            metrics.update(self._update(*critic, batch, optimizers[1], schedulers[1]))
             metrics["timing/critic_update_s"] = clock() - start
         if self.iteration >= h.critic_warmup:
             start = clock()
-            metrics.update(
-                self._update(
-                    self.actor, self._actor_settings(), self._actor_loss, batch,
-                    optimizers[0], schedulers[0],
-                )
-            )
+            actor = (self.actor, self._actor_settings(), self._actor_loss)
+            metrics.update(self._update(*actor, batch, optimizers[0], schedulers[0]))
             metrics["timing/update_s"] = clock() - start
             self.weights_version += 1  # on every rank alike: the engines' sync gathers collectively
         metrics.update(self._batch_metrics(batch))
