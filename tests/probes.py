@@ -29,6 +29,7 @@ chain, so groups of chains have a best and a worst one from the first iteration 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from typing import Any
 
@@ -46,40 +47,32 @@ def probe_even_token_share(trajectory: Any = None) -> float:
     return sum(1 for i in ids if i % 2 == 0) / len(ids) if ids else 0.0
 
 
-def _positions(batch: dict[str, Any]) -> tuple[int, int]:
-    return int(batch["prompt_length"]), batch["responses"].shape[1]
+def _positions(batch: Any) -> tuple[int, int]:
+    return batch.prompt_length, batch.response_length
 
 
-def _logprobs_with_grad(model: Any, batch: dict[str, Any]) -> torch.Tensor:
+def _logprobs_with_grad(model: Any, batch: Any) -> torch.Tensor:
     """log p of every response token, from one plain forward of the padded batch. (B, T)."""
     p, t = _positions(batch)
     logits = (
-        model(
-            input_ids=batch["input_ids"],
-            attention_mask=batch["attention_mask"],
-            position_ids=batch["position_ids"],
-        )
+        model(**batch.model_inputs())
         .logits[:, p - 1 : p - 1 + t]
         .float()
     )  # (B, T, V): position P-1+t predicts response t
-    return logits.log_softmax(-1).gather(-1, batch["responses"].unsqueeze(-1)).squeeze(-1)
+    return logits.log_softmax(-1).gather(-1, batch.responses.unsqueeze(-1)).squeeze(-1)
 
 
 @torch.no_grad()
-def sampled_logprobs(model: Any, batch: dict[str, Any]) -> torch.Tensor:
+def sampled_logprobs(model: Any, batch: Any) -> torch.Tensor:
     """:func:`_logprobs_with_grad` without the graph. (B, T)."""
     return _logprobs_with_grad(model, batch)
 
 
 @torch.no_grad()
-def critic_values(critic: Any, batch: dict[str, Any]) -> torch.Tensor:
+def critic_values(critic: Any, batch: Any) -> torch.Tensor:
     """The critic's value at the positions predicting the response tokens. (B, T)."""
     p, t = _positions(batch)
-    out = critic(
-        input_ids=batch["input_ids"],
-        attention_mask=batch["attention_mask"],
-        position_ids=batch["position_ids"],
-    ).logits  # (B, P + T, 1)
+    out = critic(**batch.model_inputs()).logits  # (B, P + T, 1)
     return out[:, p - 1 : p - 1 + t, 0].float()
 
 
@@ -116,32 +109,34 @@ class UpdateProbe(pl.Callback):
     def __init__(self, path: str) -> None:
         self.path = path
         self._before: dict[str, Any] = {}
+        self._values_before: torch.Tensor | None = None
 
     def on_train_batch_start(
         self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int
     ) -> None:
-        keys = ("input_ids", "attention_mask", "position_ids", "responses", "response_mask")
-        self._before = {k: batch[k].detach().clone() for k in keys}
-        self._before["prompt_length"] = batch["prompt_length"]
+        keys = ("input_ids", "attention_mask", "position_ids", "response_mask")
+        frozen = {k: getattr(batch, k).detach().clone() for k in keys}
+        self._before = {"batch": dataclasses.replace(batch, **frozen)}
         self._before["actor"] = copy.deepcopy(pl_module.actor)
+        self._values_before = None
         if pl_module.critic is not None:
-            self._before["values"] = critic_values(pl_module.critic, batch)
+            self._values_before = critic_values(pl_module.critic, batch)
 
     def on_train_batch_end(
         self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         from agentfly.callbacks import AdvantageCallback
 
-        b, snapshot = self._before, self._before.pop("actor")
+        b, snapshot, values = self._before["batch"], self._before.pop("actor"), self._values_before
         [adv_cb] = [cb for cb in trainer.callbacks if isinstance(cb, AdvantageCallback)]
-        mask = b["response_mask"].float()
-        rewards = batch.get("token_level_rewards", batch["token_level_scores"]).detach().float()
+        mask = b.response_mask.float()
+        rewards = batch.token_level_rewards.detach().float()
         advantages, returns = reference_advantages(
             adv_cb.estimator.name,
             rewards,
             mask,
-            batch["index"].tolist(),
-            b.get("values"),
+            batch.index.tolist(),
+            values,
             adv_cb.gamma,
             adv_cb.lam,
             adv_cb.norm_adv_by_std_in_grpo,
@@ -173,16 +168,16 @@ class UpdateProbe(pl.Callback):
                 (adv * mask).sum(-1) / count
             ).tolist(),  # mean over each row's sampled tokens
             "row_delta": (delta.sum(-1) / count).tolist(),
-            "scores": (batch["token_level_scores"] * mask).sum(-1).tolist(),
+            "scores": (batch.token_level_scores * mask).sum(-1).tolist(),
             "even_share": [
                 float(((row % 2 == 0).float() * m).sum() / m.sum()) if m.sum() else 0.0
-                for row, m in zip(b["responses"], mask, strict=True)
+                for row, m in zip(b.responses, mask, strict=True)
             ],
         }
-        if "values" in b:
+        if values is not None:
             target = torch.tensor(returns)
             total = mask.sum()
-            record["value_error_before"] = float(((b["values"] - target) ** 2 * mask).sum() / total)
+            record["value_error_before"] = float(((values - target) ** 2 * mask).sum() / total)
             after = critic_values(pl_module.critic, b)
             record["value_error_after"] = float(((after - target) ** 2 * mask).sum() / total)
         with open(f"{self.path}.rank{trainer.global_rank}", "a") as f:

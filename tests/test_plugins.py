@@ -97,14 +97,14 @@ def scored(prediction, trajectory):
 reward(name="plugtest_reward")(lambda prediction, trajectory: scored(prediction, trajectory))
 
 
-def centered(*, token_level_rewards, response_mask, **_):
-    scores = token_level_rewards.sum(-1)  # (B,)
+def centered(x):
+    scores = x.token_level_rewards.sum(-1)  # (B,)
     log("estimator", rows=int(scores.shape[0]))
-    advantages = (scores - scores.mean())[:, None] * response_mask  # (B, T)
+    advantages = (scores - scores.mean())[:, None] * x.response_mask  # (B, T)
     return advantages, advantages
 
 
-register_estimator("plugtest_centered")(lambda **kw: centered(**kw))
+register_estimator("plugtest_centered")(lambda x: centered(x))
 
 
 class StubEngine(Engine):

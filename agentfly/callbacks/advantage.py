@@ -4,18 +4,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from lightning.pytorch.callbacks import Callback
-
-from agentfly.callbacks.batch_hooks import Batch, to_float
-from agentfly.estimators.base import get_estimator
+from agentfly.batch import RolloutBatch
+from agentfly.callbacks.batch_hooks import RolloutBatchCallback, to_float
+from agentfly.estimators.base import AdvantageInput, get_estimator
 from agentfly.ops import masked_mean
 
 
-class AdvantageCallback(Callback):
-    """Writes ``advantages`` and ``returns`` into the batch with the named estimator.
+class AdvantageCallback(RolloutBatchCallback):
+    """Writes the batch's ``advantages`` and ``returns`` with the named estimator.
+
+    Reads ``token_level_rewards`` (after any reward shaping), ``response_mask``, ``index``,
+    ``values`` and ``reward_baselines``; the estimator uses what it declares.
 
     Args:
-        adv_estimator: a name registered in :data:`agentfly.estimators.ESTIMATORS`.
+        adv_estimator: a name registered in :data:`agentfly.estimators.ESTIMATORS` (or a
+            ``module:attr`` spec), resolved here, once.
         gamma: discount factor.
         lam: GAE lambda.
         norm_adv_by_std_in_grpo: GRPO's std normalisation.
@@ -39,22 +42,23 @@ class AdvantageCallback(Callback):
     def needs_critic(self) -> bool:
         return self.estimator.needs_critic
 
-    def on_rollout_batch(self, trainer: Any, pl_module: Any, batch: Batch) -> dict[str, float]:
-        rewards = batch.get("token_level_rewards", batch.get("token_level_scores"))
-        if rewards is None:
-            raise KeyError("rollout batch has neither token_level_rewards nor token_level_scores")
+    def on_rollout_batch(
+        self, trainer: Any, pl_module: Any, batch: RolloutBatch
+    ) -> dict[str, float]:
         advantages, returns = self.estimator(
-            token_level_rewards=rewards,
-            response_mask=batch["response_mask"],
-            index=batch.get("index"),
-            values=batch.get("values"),
-            reward_baselines=batch.get("reward_baselines"),
-            gamma=self.gamma,
-            lam=self.lam,
-            norm_adv_by_std_in_grpo=self.norm_adv_by_std_in_grpo,
+            AdvantageInput(
+                token_level_rewards=batch.token_level_rewards,
+                response_mask=batch.response_mask,
+                index=batch.index,
+                values=batch.values,
+                reward_baselines=batch.reward_baselines,
+                gamma=self.gamma,
+                lam=self.lam,
+                norm_adv_by_std_in_grpo=self.norm_adv_by_std_in_grpo,
+            )
         )
-        batch["advantages"], batch["returns"] = advantages, returns
-        mask = batch["response_mask"].to(advantages.dtype)
+        batch.advantages, batch.returns = advantages, returns
+        mask = batch.response_mask.to(advantages.dtype)
         sampled = mask.bool()
         metrics = {
             "critic/advantages/mean": to_float(masked_mean(advantages, mask)),

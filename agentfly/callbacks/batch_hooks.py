@@ -1,47 +1,62 @@
-"""The hook through which callbacks edit a rollout batch, and the batch keys they use.
+"""The rollout-batch hook: where swappable callbacks shape the rewards and write the advantages.
 
-Batch keys (all tensors; B rows, T response tokens):
-    response_mask (B, T): 1 on sampled tokens, 0 on observations and padding.
-    token_level_scores (B, T): the reward function's score, at the last sampled token.
-    token_level_rewards (B, T): scores after reward shaping (e.g. minus a KL penalty).
-    index (B,): group id of the prompt each row answers.
-    values (B, T): critic values at rollout time (GAE).
-    reward_baselines (B,): reward of the greedy chain of the row's prompt (an estimator that
-        ``needs_baselines``, e.g. ReMax).
-    old_log_probs (B, T), ref_log_probs (B, T): policy and reference log-probabilities.
-    full_kl (B, T): full-vocabulary KL(old policy ‖ reference) per position (``kl_penalty=full``
-        in the reward).
-    advantages (B, T), returns (B, T): written by the advantage callback.
+A :class:`RolloutBatchCallback` is a Lightning callback with one more hook,
+:meth:`~RolloutBatchCallback.on_rollout_batch`. Its one call site is
+:func:`apply_rollout_callbacks`, which ``AgentRLModule.training_step`` calls once per iteration,
+after the module has filled in the batch's no-grad passes (``old_log_probs``, ``ref_log_probs``,
+``full_kl``, ``values``) and before the update reads ``advantages``. The callbacks are the
+trainer's callbacks of that type (found by type, as Lightning finds its checkpoint callbacks),
+run in ``stage`` order whatever the list order: reward shaping (:class:`KLRewardCallback`,
+stage 0) before the advantages (:class:`AdvantageCallback`, stage 10). Swapping a callback, or the
+config key that builds it, swaps the algorithm; the math stays in :mod:`agentfly.estimators`.
+
+The fields each callback reads and writes are those of :class:`~agentfly.batch.RolloutBatch`.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Iterable
+from typing import Any
 
 import torch
+from lightning.pytorch.callbacks import Callback
 
-Batch = dict[str, Any]
-
-
-@runtime_checkable
-class BatchHook(Protocol):
-    """A callback that edits a rollout batch; lower ``stage`` runs first."""
-
-    stage: int
-
-    def on_rollout_batch(self, trainer: Any, pl_module: Any, batch: Batch) -> dict[str, float]:
-        """Edit ``batch`` in place and return metrics to log."""
-        ...
+from agentfly.batch import RolloutBatch
 
 
-def run_batch_hooks(trainer: Any, pl_module: Any, batch: Batch) -> dict[str, float]:
-    """Run every ``BatchHook`` among ``trainer.callbacks`` in stage order; merge their metrics."""
-    hooks = [cb for cb in getattr(trainer, "callbacks", []) if isinstance(cb, BatchHook)]
+class RolloutBatchCallback(Callback):
+    """A Lightning callback that edits each training batch before the update; lower ``stage``
+    runs first."""
+
+    stage: int = 0
+
+    def on_rollout_batch(
+        self, trainer: Any, pl_module: Any, batch: RolloutBatch
+    ) -> dict[str, float]:
+        """Edit ``batch``'s fields in place and return metrics to log."""
+        return {}
+
+
+def rollout_batch_callbacks(callbacks: Iterable[Any]) -> list[RolloutBatchCallback]:
+    """The :class:`RolloutBatchCallback` among ``callbacks``, in stage order."""
+    found = [cb for cb in callbacks if isinstance(cb, RolloutBatchCallback)]
+    return sorted(found, key=lambda cb: cb.stage)
+
+
+def apply_rollout_callbacks(trainer: Any, pl_module: Any, batch: RolloutBatch) -> dict[str, float]:
+    """Run the trainer's rollout-batch callbacks on ``batch``; merge their metrics.
+
+    Raises:
+        RuntimeError: no callback wrote ``advantages`` (the update cannot run without them).
+    """
     metrics: dict[str, float] = {}
-    for hook in sorted(hooks, key=lambda h: h.stage):
-        metrics.update(hook.on_rollout_batch(trainer, pl_module, batch))
-    if "token_level_rewards" not in batch and "token_level_scores" in batch:
-        batch["token_level_rewards"] = batch["token_level_scores"]
+    for callback in rollout_batch_callbacks(getattr(trainer, "callbacks", [])):
+        metrics.update(callback.on_rollout_batch(trainer, pl_module, batch))
+    if batch.advantages is None:
+        raise RuntimeError(
+            "no callback wrote the batch's advantages: add AdvantageCallback (algorithm."
+            "adv_estimator) to the trainer's callbacks"
+        )
     return metrics
 
 

@@ -23,6 +23,9 @@ from typing import Any
 
 from lightning.pytorch.callbacks import Callback
 
+from agentfly.batch import RolloutBatch
+from agentfly.weights import full_state
+
 
 def replace_durably(tmp: str | Path, dst: str | Path) -> None:
     """Move the complete file ``tmp`` to ``dst`` atomically, its bytes and the rename on disk."""
@@ -88,8 +91,7 @@ class IterationCallback(Callback):
         if self._last_end is None:
             return
         seconds = time.perf_counter() - self._last_end
-        mask = batch.get("attention_mask") if isinstance(batch, dict) else None
-        tokens = float(mask.sum()) if mask is not None else 0.0
+        tokens = float(batch.attention_mask.sum()) if isinstance(batch, RolloutBatch) else 0.0
         metrics = {"timing/iteration_s": seconds, "timing/tokens_per_s": tokens / seconds if seconds > 0 else 0.0}
         pl_module.log_dict(metrics, on_step=True, batch_size=1)
         bar = {"s/it": seconds, "tok/s": metrics["timing/tokens_per_s"]}
@@ -101,8 +103,6 @@ class IterationCallback(Callback):
             self.save(trainer, k)  # the end is always checkpointed
         if self.hf_dir is None:
             return
-        from agentfly.modules.fsdp import full_state
-
         state = full_state(pl_module.actor)  # every rank: a collective under FSDP
         if trainer.is_global_zero:
             self.hf_dir.mkdir(parents=True, exist_ok=True)

@@ -5,15 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from lightning.pytorch.callbacks import Callback
 
-from agentfly.callbacks.batch_hooks import Batch, to_float
+from agentfly.batch import RolloutBatch
+from agentfly.callbacks.batch_hooks import RolloutBatchCallback, to_float
 from agentfly.estimators import kl as kl_math
 from agentfly.estimators.kl_controller import get_kl_controller
 from agentfly.ops import masked_mean
 
 
-class KLRewardCallback(Callback):
+class KLRewardCallback(RolloutBatchCallback):
     """``token_level_rewards = token_level_scores - β · KL(old ‖ ref)`` per sampled token.
 
     β comes from the controller, which is updated after each batch with the batch's mean
@@ -47,20 +47,28 @@ class KLRewardCallback(Callback):
         self.kind = kl_penalty
         self.controller = get_kl_controller(kl_ctrl_type, kl_coef, target_kl, horizon)
 
-    def on_rollout_batch(self, trainer: Any, pl_module: Any, batch: Batch) -> dict[str, float]:
-        mask = batch["response_mask"].to(batch["token_level_scores"].dtype)
+    def on_rollout_batch(
+        self, trainer: Any, pl_module: Any, batch: RolloutBatch
+    ) -> dict[str, float]:
+        mask = batch.response_mask.to(batch.token_level_scores.dtype)
         if self.kind == "full":
-            if "full_kl" not in batch:
+            if batch.full_kl is None:
                 raise KeyError(
                     "kl_penalty='full' shapes the reward with the batch's `full_kl`, which "
                     "AgentRLModule computes only when built with kl_penalty='full'"
                 )
-            kld = batch["full_kl"] * mask
+            kld = batch.full_kl * mask
         else:
-            kld = kl_math.kl_penalty(batch["old_log_probs"], batch["ref_log_probs"], self.kind)
+            if batch.old_log_probs is None or batch.ref_log_probs is None:
+                raise KeyError(
+                    f"kl_penalty={self.kind!r} in the reward reads the batch's `old_log_probs` "
+                    "and `ref_log_probs`, which AgentRLModule computes only when built with "
+                    "use_reference=True and use_kl_in_reward=True"
+                )
+            kld = kl_math.kl_penalty(batch.old_log_probs, batch.ref_log_probs, self.kind)
             kld = kld * mask
         beta = self.controller.value
-        batch["token_level_rewards"] = batch["token_level_scores"] - beta * kld
+        batch.token_level_rewards = batch.token_level_scores - beta * kld
         current_kl = to_float(masked_mean(kld, mask, dim=-1).mean())
         self.controller.update(current_kl=current_kl, n_steps=mask.shape[0])
         return {"actor/reward_kl_penalty": current_kl, "actor/reward_kl_penalty_coeff": beta}

@@ -2,13 +2,17 @@
 
 >>> from agentfly.estimators import get_estimator
 >>> grpo = get_estimator("grpo")
->>> adv, ret = grpo(token_level_rewards=r, response_mask=m, index=uids)
+>>> adv, ret = grpo(AdvantageInput(token_level_rewards=r, response_mask=m, index=uids))
+
+An estimator is ``fn(x: AdvantageInput) -> (advantages, returns)``, registered with
+:func:`register_estimator` (see :mod:`agentfly.estimators.base`).
 """
 
 from agentfly.estimators import gae, grpo, opo, reinforce_plus_plus, remax, rloo  # noqa: F401
 from agentfly.estimators.base import (
     ESTIMATORS,
     AdvantageEstimator,
+    AdvantageInput,
     get_estimator,
     register_estimator,
 )
@@ -25,6 +29,7 @@ __all__ = [
     "KL_PENALTIES",
     "AdaptiveKLController",
     "AdvantageEstimator",
+    "AdvantageInput",
     "FixedKLController",
     "KLController",
     "get_estimator",

@@ -1,16 +1,19 @@
-"""The advantage-estimator registry and the one call signature every estimator shares.
+"""The advantage-estimator registry and the one input every estimator reads.
 
-Every estimator is a pure function with the keyword-only signature of :func:`estimator_signature`
-and returns ``(advantages, returns)``, both (B, T) and zero wherever ``response_mask`` is zero. It
-is registered with what it needs (a critic's ``values``, group ``index``, greedy
-``reward_baselines``, at least ``min_chains`` chains per prompt), so callers ask the registry
+An estimator is a pure function ``fn(x: AdvantageInput) -> (advantages, returns)``, both (B, T)
+and zero wherever ``x.response_mask`` is zero; it reads only the fields it needs. It is registered
+with what it needs (a critic's ``values``, group ``index``, greedy ``reward_baselines``, at least
+``min_chains`` chains per prompt) and which scalar settings it reads, so callers ask the registry
 entry instead of branching on names: config validation refuses a setting the estimator cannot
 work with, the module loads a critic when ``needs_critic``, and the rollout adds one greedy chain
-per prompt, scored but not trained on, when ``needs_baselines``.
+per prompt, scored but not trained on, when ``needs_baselines``. The entry checks the shapes and
+the needs once, before the function runs.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,44 +23,47 @@ import torch
 from agentfly.ops import group_ids
 from agentfly.registry import Registry
 
-EstimatorFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
+SETTINGS = ("gamma", "lam", "norm_adv_by_std_in_grpo")
+"""The scalar settings of :class:`AdvantageInput` an estimator may declare it ``uses``."""
 
 
-def estimator_signature(
-    *,
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    index: torch.Tensor | None = None,
-    values: torch.Tensor | None = None,
-    reward_baselines: torch.Tensor | None = None,
-    gamma: float = 1.0,
-    lam: float = 1.0,
-    norm_adv_by_std_in_grpo: bool = True,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The signature shared by every estimator (documentation only).
+@dataclass(frozen=True)
+class AdvantageInput:
+    """What an advantage estimator may read: the batch's tensors and the scalar settings.
 
-    Args:
+    Attributes:
         token_level_rewards: reward per token, usually the outcome reward at the last sampled
             token (minus a KL penalty where one is in the reward). Shape: (B, T).
-        response_mask: 1 on tokens the model sampled, 0 on observations and padding. Shape: (B, T).
-        index: group id per row, contiguous ``0..G-1`` (the registry entry converts labels).
-            Shape: (B,).
+        response_mask: 1 on tokens the model sampled, 0 on observations and padding; the
+            estimator sees it in the rewards' dtype. Shape: (B, T).
+        index: group label per row (chains of one prompt share it); any labels, the estimator
+            sees contiguous ids ``0..G-1`` (a long tensor). Shape: (B,).
         values: critic values per token. Shape: (B, T).
         reward_baselines: reward of a greedy rollout per row (ReMax). Shape: (B,).
         gamma: discount per sampled token.
         lam: GAE lambda.
         norm_adv_by_std_in_grpo: divide group-relative advantages by the group's std.
-
-    Returns:
-        ``(advantages, returns)``, both (B, T), zero where ``response_mask`` is zero.
     """
-    raise NotImplementedError
+
+    token_level_rewards: torch.Tensor
+    response_mask: torch.Tensor
+    index: Sequence[Any] | torch.Tensor | None = None
+    values: torch.Tensor | None = None
+    reward_baselines: torch.Tensor | None = None
+    gamma: float = 1.0
+    lam: float = 1.0
+    norm_adv_by_std_in_grpo: bool = True
+
+
+EstimatorFn = Callable[[AdvantageInput], tuple[torch.Tensor, torch.Tensor]]
 
 
 @dataclass(frozen=True)
 class AdvantageEstimator:
     """A registered estimator, what it needs from the batch, and which of the scalar settings it
     reads.
+
+    Call it with an :class:`AdvantageInput`, or with that class's fields as keywords.
 
     Attributes:
         needs_critic: reads critic ``values`` (the module trains a critic).
@@ -66,9 +72,8 @@ class AdvantageEstimator:
             (the rollout produces it).
         min_chains: chains per prompt below which the estimator is undefined (refused when the
             config is composed).
-        uses: the scalar settings it reads, among ``gamma``, ``lam`` and
-            ``norm_adv_by_std_in_grpo``; one it does not read is named as having no effect when
-            a user sets it (:mod:`agentfly.config.inactive`).
+        uses: the scalar settings it reads, among :data:`SETTINGS`; one it does not read is named
+            as having no effect when a user sets it (:mod:`agentfly.config.inactive`).
     """
 
     name: str
@@ -80,62 +85,64 @@ class AdvantageEstimator:
     uses: tuple[str, ...] = ()
 
     def __call__(
-        self,
-        *,
-        token_level_rewards: torch.Tensor,
-        response_mask: torch.Tensor,
-        index: Sequence[Any] | torch.Tensor | None = None,
-        values: torch.Tensor | None = None,
-        reward_baselines: torch.Tensor | None = None,
-        gamma: float = 1.0,
-        lam: float = 1.0,
-        norm_adv_by_std_in_grpo: bool = True,
+        self, x: AdvantageInput | None = None, /, **fields: Any
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        if token_level_rewards.shape != response_mask.shape or token_level_rewards.dim() != 2:
+        if x is None:
+            x = AdvantageInput(**fields)
+        elif fields:
+            raise TypeError("pass an AdvantageInput or its fields as keywords, not both")
+        rewards = x.token_level_rewards
+        if rewards.shape != x.response_mask.shape or rewards.dim() != 2:
             raise ValueError(
-                f"token_level_rewards {tuple(token_level_rewards.shape)} and response_mask "
-                f"{tuple(response_mask.shape)} must both be (B, T)"
+                f"token_level_rewards {tuple(rewards.shape)} and response_mask "
+                f"{tuple(x.response_mask.shape)} must both be (B, T)"
             )
-        batch = token_level_rewards.shape[0]
-        if self.needs_critic and values is None:
+        batch = rewards.shape[0]
+        if self.needs_critic and x.values is None:
             raise ValueError(f"estimator {self.name!r} needs critic `values` (B, T)")
-        if values is not None and values.shape != token_level_rewards.shape:
-            raise ValueError(f"values {tuple(values.shape)} must match rewards (B, T)")
-        if self.needs_baselines and reward_baselines is None:
+        if x.values is not None and x.values.shape != rewards.shape:
+            raise ValueError(f"values {tuple(x.values.shape)} must match rewards (B, T)")
+        if self.needs_baselines and x.reward_baselines is None:
             raise ValueError(f"estimator {self.name!r} needs `reward_baselines` (B,)")
-        if reward_baselines is not None and reward_baselines.shape != (batch,):
+        if x.reward_baselines is not None and x.reward_baselines.shape != (batch,):
             raise ValueError(
-                f"reward_baselines {tuple(reward_baselines.shape)} must be ({batch},), one per row"
+                f"reward_baselines {tuple(x.reward_baselines.shape)} must be ({batch},), one per row"
             )
         gid = None
-        if index is not None:
-            gid = group_ids(index, device=token_level_rewards.device)
+        if x.index is not None:
+            gid = group_ids(x.index, device=rewards.device)
             if gid.numel() != batch:
                 raise ValueError(f"index has {gid.numel()} entries for a batch of {batch}")
         elif self.needs_groups:
             raise ValueError(f"estimator {self.name!r} needs a group `index` (B,)")
-        mask = response_mask.to(token_level_rewards.dtype)
+        checked = dataclasses.replace(x, index=gid, response_mask=x.response_mask.to(rewards.dtype))
         with torch.no_grad():
-            return self.fn(
-                token_level_rewards=token_level_rewards,
-                response_mask=mask,
-                index=gid,
-                values=values,
-                reward_baselines=reward_baselines,
-                gamma=gamma,
-                lam=lam,
-                norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
-            )
+            return self.fn(checked)
+
+
+def _check_fn(fn: Any, what: str) -> None:
+    """Refuse a function that cannot be called as ``fn(x: AdvantageInput)``."""
+    if not callable(fn) or isinstance(fn, type):
+        raise TypeError(f"{what}: expected a function fn(x: AdvantageInput), got {fn!r}")
+    try:
+        inspect.signature(fn).bind(None)
+    except TypeError:
+        raise TypeError(
+            f"{what}: an estimator takes one argument, an AdvantageInput "
+            f"(agentfly.estimators.AdvantageInput), and returns (advantages, returns); "
+            f"{getattr(fn, '__qualname__', fn)!r} has the signature {inspect.signature(fn)}"
+        ) from None
+    except ValueError:  # no signature to inspect (a builtin): trust it
+        pass
 
 
 def _as_estimator(obj: Any, spec: str) -> AdvantageEstimator:
     """A ``module:attr`` estimator: an ``AdvantageEstimator``, a function registered with
-    :func:`register_estimator`, or a plain function with the shared signature (its
-    ``needs_critic`` / ``needs_groups`` / ``needs_baselines`` attributes, False if absent)."""
+    :func:`register_estimator`, or a plain ``fn(x: AdvantageInput)`` (its ``needs_critic`` /
+    ``needs_groups`` / ``needs_baselines`` attributes, False if absent)."""
     if isinstance(obj, AdvantageEstimator):
         return obj
-    if not callable(obj) or isinstance(obj, type):
-        raise TypeError(f"expected a function with the estimator signature, got {obj!r}")
+    _check_fn(obj, f"estimator {spec!r}")
     registered = (ESTIMATORS.get(name) for name in ESTIMATORS)
     known = next((e for e in registered if e.fn is obj), None)
     if known is not None:
@@ -159,16 +166,17 @@ def register_estimator(
     uses: tuple[str, ...] = (),
     aliases: tuple[str, ...] = (),
 ) -> Callable[[EstimatorFn], EstimatorFn]:
-    """Register a function with the shared signature as an advantage estimator.
+    """Register ``fn(x: AdvantageInput) -> (advantages, returns)`` as an advantage estimator.
 
     The keyword flags declare what it needs and which scalar settings it reads (see
     :class:`AdvantageEstimator`).
     """
-    unknown = set(uses) - {"gamma", "lam", "norm_adv_by_std_in_grpo"}
+    unknown = set(uses) - set(SETTINGS)
     if unknown:
         raise ValueError(f"estimator {name!r}: unknown setting(s) in uses: {sorted(unknown)}")
 
     def decorator(fn: EstimatorFn) -> EstimatorFn:
+        _check_fn(fn, f"estimator {name!r}")
         ESTIMATORS.register(
             name,
             AdvantageEstimator(

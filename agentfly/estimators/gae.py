@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from agentfly.estimators.base import register_estimator
+from agentfly.estimators.base import AdvantageInput, register_estimator
 from agentfly.ops import masked_whiten
 
 
@@ -39,19 +39,10 @@ def gae_advantages(
 
 
 @register_estimator("gae", needs_critic=True, uses=("gamma", "lam"))
-def gae(
-    *,
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    index: torch.Tensor | None = None,
-    values: torch.Tensor | None = None,
-    reward_baselines: torch.Tensor | None = None,
-    gamma: float = 1.0,
-    lam: float = 1.0,
-    norm_adv_by_std_in_grpo: bool = True,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def gae(x: AdvantageInput) -> tuple[torch.Tensor, torch.Tensor]:
     """GAE with batch-whitened advantages. Shape: (B, T) in, (B, T) out."""
-    assert values is not None
-    advantages, returns = gae_advantages(token_level_rewards, values, response_mask, gamma, lam)
-    advantages = masked_whiten(advantages, response_mask) * response_mask
+    assert x.values is not None
+    mask = x.response_mask
+    advantages, returns = gae_advantages(x.token_level_rewards, x.values, mask, x.gamma, x.lam)
+    advantages = masked_whiten(advantages, mask) * mask
     return advantages, returns

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from agentfly.estimators.base import register_estimator
+from agentfly.estimators.base import AdvantageInput, register_estimator
 from agentfly.ops import group_stats
 
 EPSILON = 1e-6
@@ -34,63 +34,34 @@ def grpo_scores(scores: torch.Tensor, gid: torch.Tensor, norm_by_std: bool) -> t
 
 
 @register_estimator("grpo", needs_groups=True, uses=("norm_adv_by_std_in_grpo",))
-def grpo(
-    *,
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    index: torch.Tensor | None = None,
-    values: torch.Tensor | None = None,
-    reward_baselines: torch.Tensor | None = None,
-    gamma: float = 1.0,
-    lam: float = 1.0,
-    norm_adv_by_std_in_grpo: bool = True,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def grpo(x: AdvantageInput) -> tuple[torch.Tensor, torch.Tensor]:
     """GRPO: ``(r - mean_group) / (std_group + eps)``, or only centred when not normalising."""
-    assert index is not None
-    scores = outcome_scores(token_level_rewards, response_mask)
-    adv = grpo_scores(scores, index, norm_adv_by_std_in_grpo).unsqueeze(-1) * response_mask
+    assert isinstance(x.index, torch.Tensor)
+    scores = outcome_scores(x.token_level_rewards, x.response_mask)
+    adv = grpo_scores(scores, x.index, x.norm_adv_by_std_in_grpo).unsqueeze(-1) * x.response_mask
     return adv, adv
 
 
 @register_estimator("dr_grpo", needs_groups=True)
-def dr_grpo(
-    *,
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    index: torch.Tensor | None = None,
-    values: torch.Tensor | None = None,
-    reward_baselines: torch.Tensor | None = None,
-    gamma: float = 1.0,
-    lam: float = 1.0,
-    norm_adv_by_std_in_grpo: bool = True,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def dr_grpo(x: AdvantageInput) -> tuple[torch.Tensor, torch.Tensor]:
     """Dr. GRPO: GRPO without the std normalisation, whatever ``norm_adv_by_std_in_grpo`` says."""
-    assert index is not None
-    scores = outcome_scores(token_level_rewards, response_mask)
-    adv = grpo_scores(scores, index, norm_by_std=False).unsqueeze(-1) * response_mask
+    assert isinstance(x.index, torch.Tensor)
+    scores = outcome_scores(x.token_level_rewards, x.response_mask)
+    adv = grpo_scores(scores, x.index, norm_by_std=False).unsqueeze(-1) * x.response_mask
     return adv, adv
 
 
 @register_estimator("grpo_passk", needs_groups=True, min_chains=2, uses=("norm_adv_by_std_in_grpo",))
-def grpo_passk(
-    *,
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    index: torch.Tensor | None = None,
-    values: torch.Tensor | None = None,
-    reward_baselines: torch.Tensor | None = None,
-    gamma: float = 1.0,
-    lam: float = 1.0,
-    norm_adv_by_std_in_grpo: bool = True,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def grpo_passk(x: AdvantageInput) -> tuple[torch.Tensor, torch.Tensor]:
     """Pass@k GRPO (Thrampoulidis et al., 2025, https://arxiv.org/abs/2503.19595).
 
     Only the best response of each group gets a non-zero advantage: ``r_max - r_second``
     (divided by ``std_group + eps`` when normalising); ties for the best give 0. Groups of fewer
     than two responses raise ``ValueError``.
     """
-    assert index is not None
-    scores = outcome_scores(token_level_rewards, response_mask)
+    index = x.index
+    assert isinstance(index, torch.Tensor)
+    scores = outcome_scores(x.token_level_rewards, x.response_mask)
     counts, _, stds = group_stats(scores, index)
     if bool((counts < 2).any()):
         bad = index[counts < 2][0].item()
@@ -107,7 +78,7 @@ def grpo_passk(
     rest = torch.where(chosen, torch.full_like(scores, float("-inf")), scores)
     second = neg_inf.scatter_reduce(0, index, rest, reduce="amax")  # (G,)
     adv = best[index] - second[index]
-    if norm_adv_by_std_in_grpo:
+    if x.norm_adv_by_std_in_grpo:
         adv = adv / (stds + EPSILON)
-    adv = torch.where(chosen, adv, torch.zeros_like(adv)).unsqueeze(-1) * response_mask
+    adv = torch.where(chosen, adv, torch.zeros_like(adv)).unsqueeze(-1) * x.response_mask
     return adv, adv

@@ -9,31 +9,22 @@ from __future__ import annotations
 
 import torch
 
-from agentfly.estimators.base import register_estimator
+from agentfly.estimators.base import AdvantageInput, register_estimator
 from agentfly.estimators.grpo import outcome_scores
 
 
 @register_estimator("opo", needs_groups=True)
-def opo(
-    *,
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    index: torch.Tensor | None = None,
-    values: torch.Tensor | None = None,
-    reward_baselines: torch.Tensor | None = None,
-    gamma: float = 1.0,
-    lam: float = 1.0,
-    norm_adv_by_std_in_grpo: bool = True,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def opo(x: AdvantageInput) -> tuple[torch.Tensor, torch.Tensor]:
     """``r - baseline_group`` broadcast over sampled tokens. Shape: (B, T)."""
-    assert index is not None
-    scores = outcome_scores(token_level_rewards, response_mask)
-    lengths = response_mask.sum(dim=-1)  # (B,)
+    index = x.index
+    assert isinstance(index, torch.Tensor)
+    scores = outcome_scores(x.token_level_rewards, x.response_mask)
+    lengths = x.response_mask.sum(dim=-1)  # (B,)
     num_groups = int(index.max().item()) + 1
     zeros = scores.new_zeros(num_groups)
     weighted = zeros.index_add(0, index, lengths * scores)
     total_len = zeros.index_add(0, index, lengths)
     counts = zeros.index_add(0, index, torch.ones_like(scores))
     baseline = torch.where(counts > 1, weighted / total_len.clamp(min=1e-8), zeros)
-    adv = (scores - baseline[index]).unsqueeze(-1) * response_mask
+    adv = (scores - baseline[index]).unsqueeze(-1) * x.response_mask
     return adv, adv

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from agentfly.estimators.base import register_estimator
+from agentfly.estimators.base import AdvantageInput, register_estimator
 from agentfly.estimators.grpo import outcome_scores
 from agentfly.ops import group_stats, masked_whiten
 
@@ -29,40 +29,21 @@ def discounted_returns(
 
 
 @register_estimator("reinforce_plus_plus", uses=("gamma",))
-def reinforce_plus_plus(
-    *,
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    index: torch.Tensor | None = None,
-    values: torch.Tensor | None = None,
-    reward_baselines: torch.Tensor | None = None,
-    gamma: float = 1.0,
-    lam: float = 1.0,
-    norm_adv_by_std_in_grpo: bool = True,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def reinforce_plus_plus(x: AdvantageInput) -> tuple[torch.Tensor, torch.Tensor]:
     """Discounted returns whitened over the batch's sampled tokens. Shape: (B, T)."""
-    returns = discounted_returns(token_level_rewards, response_mask, gamma)
-    advantages = masked_whiten(returns, response_mask) * response_mask
+    returns = discounted_returns(x.token_level_rewards, x.response_mask, x.gamma)
+    advantages = masked_whiten(returns, x.response_mask) * x.response_mask
     return advantages, returns
 
 
 @register_estimator("reinforce_plus_plus_baseline", needs_groups=True)
-def reinforce_plus_plus_baseline(
-    *,
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    index: torch.Tensor | None = None,
-    values: torch.Tensor | None = None,
-    reward_baselines: torch.Tensor | None = None,
-    gamma: float = 1.0,
-    lam: float = 1.0,
-    norm_adv_by_std_in_grpo: bool = True,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def reinforce_plus_plus_baseline(x: AdvantageInput) -> tuple[torch.Tensor, torch.Tensor]:
     """Outcome reward minus the group mean (singleton: mean 0), then whitened over the batch."""
-    assert index is not None
-    scores = outcome_scores(token_level_rewards, response_mask)
-    counts, means, _ = group_stats(scores, index)
+    assert isinstance(x.index, torch.Tensor)
+    mask = x.response_mask
+    scores = outcome_scores(x.token_level_rewards, mask)
+    counts, means, _ = group_stats(scores, x.index)
     centered = scores - torch.where(counts > 1, means, torch.zeros_like(means))
-    adv = centered.unsqueeze(-1) * response_mask
-    adv = masked_whiten(adv, response_mask) * response_mask
+    adv = centered.unsqueeze(-1) * mask
+    adv = masked_whiten(adv, mask) * mask
     return adv, adv

@@ -1,6 +1,6 @@
 """FSDP for the actor, critic and reference: the Lightning strategy from the seed keys, the
 sharding applied in ``configure_model``, and the actor's full weights gathered from the shards
-(for the engines and the Hugging Face export).
+(for the engines and the Hugging Face export, :mod:`agentfly.weights`).
 
 agentfly optimises manually (several forward passes and backward calls inside one
 ``training_step``), which Lightning's ``FSDPStrategy`` (FSDP1, one root wrapper) does not support
@@ -23,6 +23,13 @@ FSDP2 runs on CPU ranks too (gloo): the tests shard a tiny model over two CPU pr
 from __future__ import annotations
 
 from typing import Any
+
+from agentfly.weights import full_state, is_sharded
+
+__all__ = [
+    "block_classes", "fsdp_strategy", "full_state", "is_sharded", "shard_mesh", "shard_model",
+    "total_norm",
+]
 
 
 def block_classes(model: Any) -> tuple[type, ...]:
@@ -67,25 +74,6 @@ def shard_model(model: Any, mesh: Any, *, offload: bool = False, reshard_after_f
             fully_shard(module, **kwargs)
     fully_shard(model, **kwargs)
     return model
-
-
-def is_sharded(model: Any) -> bool:
-    from torch.distributed.fsdp import FSDPModule
-
-    return isinstance(model, FSDPModule)
-
-
-def full_state(model: Any, *, everywhere: bool = False) -> dict[str, Any] | None:
-    """A model's full state dict. Under FSDP2 every rank must call it (a collective): rank 0 gets it
-    on the CPU, every rank when ``everywhere`` (each rank has its own engine), the others ``None``."""
-    if not is_sharded(model):
-        return {k: v.detach() for k, v in model.state_dict().items()}
-    import torch.distributed as dist
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-    options = StateDictOptions(full_state_dict=True, cpu_offload=not everywhere)
-    state = get_model_state_dict(model, options=options)
-    return state if (everywhere or dist.get_rank() == 0) else None
 
 
 def total_norm(grad_norm: Any) -> float:

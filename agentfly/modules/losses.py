@@ -2,8 +2,9 @@
 
 Definitions follow verl's ``core_algos`` (PPO: Schulman et al. 2017, https://arxiv.org/abs/1707.06347;
 dual clip: Ye et al. 2020, https://arxiv.org/abs/1912.09729). Departures:
-- ``agg_loss`` takes optional global normalisers (``num_tokens``, ``num_seqs``) so that summing
-  micro-batch losses reproduces the mini-batch loss exactly in every mode, and
+- ``agg_loss`` takes optional global normalisers (``num_tokens``, ``num_seqs``; a mini-batch's
+  come from ``agg_norms``) so that summing micro-batch losses reproduces the mini-batch loss
+  exactly in every mode, and
   ``seq-mean-token-mean`` ignores sequences with no sampled token instead of dividing by zero.
 - ``policy_loss`` reports the clipped fraction split into its upper (ratio > 1 + ε_high, A > 0)
   and lower (ratio < 1 - ε_low, A < 0) parts; verl's ``pg_clipfrac_lower`` (the dual-clip
@@ -13,6 +14,8 @@ dual clip: Ye et al. 2020, https://arxiv.org/abs/1912.09729). Departures:
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 
@@ -70,6 +73,31 @@ def agg_loss(
     if mode == "seq-mean-token-sum-norm":
         denom = loss_mat.shape[0] if num_seqs is None else num_seqs
         return token_sums.sum() / denom / (loss_mat.shape[-1] if norm is None else norm)
+    raise ValueError(f"unknown loss_agg_mode {mode!r} (known: {', '.join(LOSS_AGG_MODES)})")
+
+
+def agg_norms(mode: str, mask: torch.Tensor, norm: float | None = None) -> dict[str, Any]:
+    """A mini-batch's normalisers for :func:`agg_loss`, so that the losses of its micro-batches
+    (the same rows, split) add up to the mini-batch's loss in every mode.
+
+    Args:
+        mode: one of :data:`LOSS_AGG_MODES`.
+        mask: the mini-batch's mask. Shape: (B, T).
+        norm: ``seq-mean-token-sum-norm``'s constant (None: the padded length T).
+
+    Returns:
+        The keyword arguments to pass to :func:`agg_loss` with each micro-batch.
+    """
+    if mode == "token-mean":
+        return {"num_tokens": mask.sum()}
+    if mode == "token-sum":
+        return {}
+    if mode == "seq-mean-token-sum":
+        return {"num_seqs": mask.shape[0]}
+    if mode == "seq-mean-token-mean":
+        return {"num_seqs": (mask.sum(-1) > 0).sum()}
+    if mode == "seq-mean-token-sum-norm":
+        return {"num_seqs": mask.shape[0], "norm": norm}
     raise ValueError(f"unknown loss_agg_mode {mode!r} (known: {', '.join(LOSS_AGG_MODES)})")
 
 

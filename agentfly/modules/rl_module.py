@@ -1,15 +1,16 @@
 """The LightningModule: actor, frozen reference, critic; PPO updates with manual optimisation.
 
-One ``training_step`` is one RL iteration on a collated rollout batch (see
-:mod:`agentfly.rollout.collate`): reference log-probabilities (only when a KL term is on), critic
-values (only when the estimator needs a critic), old log-probabilities (only when an update reuses
-the rollout: several PPO epochs or mini-batches, or a KL penalty in the reward), then the batch
-hooks (KL shaping, advantages), then ``ppo_epochs`` passes over mini-batches of
-``ppo_mini_batch_size`` trajectories, accumulating micro-batches, one optimizer step per
-mini-batch. The loss is the clipped policy loss + ``kl_loss_coef`` × KL − ``entropy_coeff`` ×
-entropy; the critic minimises the clipped value loss with its own epochs, mini- and
-micro-batches, gradient clip, loss aggregation, optimizer and schedule (the ``critic_*``
-arguments; each defaults to the actor's). Rollout is not done here.
+One ``training_step`` is one RL iteration on a :class:`~agentfly.batch.RolloutBatch`: reference
+log-probabilities (only when a KL term is on), critic values (only when the estimator needs a
+critic), old log-probabilities (only when an update reuses the rollout: several PPO epochs or
+mini-batches, or a KL penalty in the reward), then the rollout-batch callbacks (KL shaping,
+advantages: :func:`~agentfly.callbacks.batch_hooks.apply_rollout_callbacks`), then the updates.
+One loop (:meth:`AgentRLModule._update`) serves the critic and the actor: ``epochs`` passes over
+mini-batches, accumulating micro-batches, one optimizer step per mini-batch. The actor's loss is
+the clipped policy loss + ``kl_loss_coef`` × KL − ``entropy_coeff`` × entropy; the critic
+minimises the clipped value loss with its own epochs, mini- and micro-batches, gradient clip,
+loss aggregation, optimizer and schedule (the ``critic_*`` arguments; each defaults to the
+actor's). Rollout is not done here.
 
 Departure from verl: with one epoch and one mini-batch the old log-probabilities are the current
 ones detached (the ratio is exactly 1 at the only step), so the extra forward pass is skipped.
@@ -17,18 +18,24 @@ ones detached (the ratio is exactly 1 at the only step), so the extra forward pa
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import lightning.pytorch as pl
 import torch
 
-from agentfly.callbacks.batch_hooks import run_batch_hooks
+from agentfly import metric_sums
+from agentfly.batch import RolloutBatch
+from agentfly.callbacks.batch_hooks import apply_rollout_callbacks
 from agentfly.estimators.kl import full_kl_from_logits, kl_penalty
 from agentfly.modules.fsdp import total_norm
 from agentfly.modules.losses import (
     agg_loss,
+    agg_norms,
     entropy_from_logits,
     logprobs_from_logits,
     policy_loss,
@@ -37,30 +44,39 @@ from agentfly.modules.losses import (
 from agentfly.modules.response_logits import response_logits
 from agentfly.modules.schedule import lr_multiplier
 from agentfly.ops import masked_mean
-from agentfly.rollout.datamodule import val_means
 
-MODEL_KEYS = ("input_ids", "attention_mask", "position_ids")
 # Losses computed with the mini-batch's normalisers: each micro-batch holds a share of the
 # mini-batch's value, so they add up within a mini-batch (and average over mini-batches).
-ADDITIVE_METRICS = ("actor/pg_loss", "actor/kl_loss")
+ADDITIVE_METRICS = ("actor/pg_loss", "actor/kl_loss", "critic/vf_loss")
+
+# A micro-batch's loss: (micro-batch, loss_agg_mode, the mini-batch's normalisers) -> the loss to
+# back-propagate and its metrics.
+LossFn = Callable[[RolloutBatch, str, dict[str, Any]], tuple[torch.Tensor, dict[str, float]]]
 
 
-def _slice(batch: dict[str, Any], idx: torch.Tensor) -> dict[str, Any]:
-    return {k: (v[idx] if isinstance(v, torch.Tensor) and v.dim() > 0 and v.shape[0] == len(batch["index"]) else v) for k, v in batch.items()}
+@dataclass(frozen=True)
+class UpdateSettings:
+    """How one model is updated on a rollout batch (the actor's or the critic's settings).
 
+    Attributes:
+        name: the metrics' prefix (``actor``, ``critic``).
+        epochs: passes over the batch.
+        mini_batch_size: trajectories per optimizer step.
+        micro_batch_size: trajectories per forward/backward (None: the mini-batch).
+        grad_clip: max gradient norm.
+        loss_agg_mode: see :func:`agentfly.modules.losses.agg_loss`.
+        loss_scale_factor: ``seq-mean-token-sum-norm``'s constant (None: the padded length).
+        activation_offload: keep saved activations on the CPU during the backward pass.
+    """
 
-def agg_norms(mode: str, mask: torch.Tensor, scale: float | None) -> dict[str, Any]:
-    """A mini-batch's normalisers for :func:`agg_loss`, so its micro-batches add up to it."""
-    rows = mask.shape[0]
-    if mode == "token-mean":
-        return {"num_tokens": mask.sum()}
-    if mode == "seq-mean-token-mean":
-        return {"num_seqs": (mask.sum(-1) > 0).sum()}
-    if mode == "seq-mean-token-sum":
-        return {"num_seqs": rows}
-    if mode == "seq-mean-token-sum-norm":
-        return {"num_seqs": rows, "norm": scale}
-    return {}
+    name: str
+    epochs: int
+    mini_batch_size: int
+    micro_batch_size: int | None
+    grad_clip: float
+    loss_agg_mode: str
+    loss_scale_factor: float | None
+    activation_offload: bool
 
 
 class AgentRLModule(pl.LightningModule):
@@ -272,66 +288,55 @@ class AgentRLModule(pl.LightningModule):
 
     # ------------------------------------------------------------------ forward passes
 
-    def _model_inputs(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
-        return {k: batch[k] for k in MODEL_KEYS}
-
-    def _response_logits(self, model: Any, batch: dict[str, Any]) -> torch.Tensor:
+    def _response_logits(self, model: Any, batch: RolloutBatch) -> torch.Tensor:
         """Logits at the positions that predict response tokens, / temperature. (B, T, V).
 
         Only response positions reach the LM head, and chains sharing a prompt encode it once
         (:mod:`agentfly.modules.response_logits`)."""
         logits = response_logits(
-            model, batch["input_ids"], batch["attention_mask"], batch["position_ids"],
-            int(batch["prompt_length"]), batch["responses"].shape[1],
+            model, batch.input_ids, batch.attention_mask, batch.position_ids,
+            batch.prompt_length, batch.response_length,
         ).float()  # (B, T, V); no copy in fp32
         temperature = self.hparams.temperature
         return logits if temperature == 1.0 else logits / temperature
 
-    def log_probs(self, model: Any, batch: dict[str, Any], with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Log-probabilities of the response tokens (B, T), and their entropy when asked."""
-        logits = self._response_logits(model, batch)
-        logp = logprobs_from_logits(logits, batch["responses"])
-        return logp, (entropy_from_logits(logits) if with_entropy else None)
+    def log_probs(self, model: Any, batch: RolloutBatch) -> torch.Tensor:
+        """Log-probabilities of the response tokens. Shape: (B, T)."""
+        return logprobs_from_logits(self._response_logits(model, batch), batch.responses)
 
-    def values(self, batch: dict[str, Any]) -> torch.Tensor:
+    def values(self, batch: RolloutBatch) -> torch.Tensor:
         """Critic values at the positions that predict response tokens. (B, T)."""
-        p = int(batch["prompt_length"])
-        t = batch["responses"].shape[1]
-        out = self.critic(**self._model_inputs(batch)).logits  # (B, P + T, 1)
+        p, t = batch.prompt_length, batch.response_length
+        out = self.critic(**batch.model_inputs()).logits  # (B, P + T, 1)
         return out[:, p - 1 : p - 1 + t, 0].float()
 
     @torch.no_grad()
-    def full_kl_to_reference(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+    def full_kl_to_reference(
+        self, batch: RolloutBatch
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The rollout-time actor's (old policy's) and the reference's log-probabilities of the
         responses, and the full-vocabulary KL(old ‖ ref) per response position, Σ_v p(v)(log p(v)
         − log q(v)): one forward of each model per micro-batch, only that micro-batch's logits
-        held. Returns ``old_log_probs``, ``ref_log_probs`` and ``full_kl``, each (B, T)."""
-        keys = ("old_log_probs", "ref_log_probs", "full_kl")
-        parts: dict[str, list[torch.Tensor]] = {k: [] for k in keys}
+        held. Returns ``(old_log_probs, ref_log_probs, full_kl)``, each (B, T)."""
+        old, ref, full = [], [], []
         h = self.hparams
-        for idx in self._chunks(len(batch["index"]), h.log_prob_micro_batch_size or h.micro_batch_size):
-            micro = _slice(batch, idx)
+        for micro in batch.split(h.log_prob_micro_batch_size or h.micro_batch_size):
             logits = self._response_logits(self.actor, micro)  # (b, T, V)
             ref_logits = self._response_logits(self.reference, micro)  # (b, T, V)
-            parts["old_log_probs"].append(logprobs_from_logits(logits, micro["responses"]))
-            parts["ref_log_probs"].append(logprobs_from_logits(ref_logits, micro["responses"]))
-            parts["full_kl"].append(full_kl_from_logits(logits, ref_logits))
+            old.append(logprobs_from_logits(logits, micro.responses))
+            ref.append(logprobs_from_logits(ref_logits, micro.responses))
+            full.append(full_kl_from_logits(logits, ref_logits))
             del logits, ref_logits
-        return {k: torch.cat(v) for k, v in parts.items()}
-
-    def _chunks(self, size: int, chunk: int | None) -> list[torch.Tensor]:
-        idx = torch.arange(size, device=self.device)
-        return list(idx.split(chunk or size))
+        return torch.cat(old), torch.cat(ref), torch.cat(full)
 
     @torch.no_grad()
-    def _no_grad_pass(self, fn: Any, batch: dict[str, Any], chunk: int | None) -> torch.Tensor:
-        parts = [fn(_slice(batch, i)) for i in self._chunks(len(batch["index"]), chunk)]
-        return torch.cat(parts)
+    def _no_grad_pass(
+        self, fn: Callable[[RolloutBatch], torch.Tensor], batch: RolloutBatch, chunk: int | None
+    ) -> torch.Tensor:
+        return torch.cat([fn(micro) for micro in batch.split(chunk)])
 
     def _saved_activations(self, offload: bool) -> Any:
         """Where the backward pass keeps activations: on the CPU when offloading on a GPU."""
-        import contextlib
-
         if offload and self.device.type == "cuda":
             return torch.autograd.graph.save_on_cpu(pin_memory=True)
         return contextlib.nullcontext()
@@ -342,34 +347,32 @@ class AgentRLModule(pl.LightningModule):
         h = self.hparams
         return h.ppo_epochs > 1 or batch_size > h.ppo_mini_batch_size or h.use_kl_in_reward
 
-    def training_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+    def training_step(self, batch: RolloutBatch, batch_idx: int) -> None:
         h = self.hparams
-        size = len(batch["index"])
+        size = len(batch)
         metrics: dict[str, float] = {}
         clock = time.perf_counter
         if h.use_kl_in_reward and h.kl_penalty == "full":
             start = clock()
-            batch.update(self.full_kl_to_reference(batch))
+            batch.old_log_probs, batch.ref_log_probs, batch.full_kl = self.full_kl_to_reference(batch)
             metrics["timing/reference_s"] = clock() - start
-        if self._reuses_rollout(size) and "old_log_probs" not in batch:
+        if self._reuses_rollout(size) and batch.old_log_probs is None:
             start = clock()
             chunk = h.log_prob_micro_batch_size or h.micro_batch_size
-            batch["old_log_probs"] = self._no_grad_pass(lambda b: self.log_probs(self.actor, b)[0], batch, chunk)
+            batch.old_log_probs = self._no_grad_pass(lambda b: self.log_probs(self.actor, b), batch, chunk)
             metrics["timing/old_log_prob_s"] = clock() - start
         needs_ref = h.use_kl_in_reward or h.kl_loss_type != "full"
-        if self.reference is not None and needs_ref and "ref_log_probs" not in batch:
+        if self.reference is not None and needs_ref and batch.ref_log_probs is None:
             start = clock()
             chunk = h.ref_log_prob_micro_batch_size or h.micro_batch_size
-            batch["ref_log_probs"] = self._no_grad_pass(lambda b: self.log_probs(self.reference, b)[0], batch, chunk)
+            batch.ref_log_probs = self._no_grad_pass(lambda b: self.log_probs(self.reference, b), batch, chunk)
             metrics["timing/reference_s"] = clock() - start
         if self.critic is not None:
             start = clock()
-            batch["values"] = self._no_grad_pass(self.values, batch, self._critic_setting("micro_batch_size"))
+            batch.values = self._no_grad_pass(self.values, batch, self._critic_setting("micro_batch_size"))
             metrics["timing/critic_values_s"] = clock() - start
-        metrics.update(batch.get("metrics", {}))  # the rollout's own (reward, tools, timing)
-        metrics.update(run_batch_hooks(self.trainer, self, batch))
-        if "advantages" not in batch:
-            raise RuntimeError("no advantage callback ran: add AdvantageCallback to the trainer's callbacks")
+        metrics.update(batch.rollout_metrics)  # the rollout's own (reward, tools, timing)
+        metrics.update(apply_rollout_callbacks(self.trainer, self, batch))  # rewards, advantages
 
         optimizers = self.optimizers()
         optimizers = optimizers if isinstance(optimizers, list) else [optimizers]
@@ -377,11 +380,13 @@ class AgentRLModule(pl.LightningModule):
         schedulers = schedulers if isinstance(schedulers, list) else [schedulers]
         if self.critic is not None:
             start = clock()
-            metrics.update(self._update_critic(batch, optimizers[1], schedulers[1]))
+            critic = (self.critic, self._critic_settings(), self._critic_loss)
+            metrics.update(self._update(*critic, batch, optimizers[1], schedulers[1]))
             metrics["timing/critic_update_s"] = clock() - start
         if self.iteration >= h.critic_warmup:
             start = clock()
-            metrics.update(self._update_actor(batch, optimizers[0], schedulers[0]))
+            actor = (self.actor, self._actor_settings(), self._actor_loss)
+            metrics.update(self._update(*actor, batch, optimizers[0], schedulers[0]))
             metrics["timing/update_s"] = clock() - start
             self.weights_version += 1  # on every rank alike: the engines' sync gathers collectively
         metrics.update(self._batch_metrics(batch))
@@ -400,19 +405,39 @@ class AgentRLModule(pl.LightningModule):
             order = torch.randperm(size, generator=torch.Generator().manual_seed(seed))
         return list(order.to(self.device).split(min(mini_batch_size, size)))
 
-    def _update_actor(self, batch: dict[str, Any], opt: Any, scheduler: Any) -> dict[str, float]:
+    def _actor_settings(self) -> UpdateSettings:
         h = self.hparams
+        return UpdateSettings(
+            "actor", h.ppo_epochs, h.ppo_mini_batch_size, h.micro_batch_size, h.grad_clip,
+            h.loss_agg_mode, h.loss_scale_factor, h.activation_offload,
+        )
+
+    def _critic_settings(self) -> UpdateSettings:
+        critic = self._critic_setting
+        return UpdateSettings(
+            "critic", critic("ppo_epochs"), critic("ppo_mini_batch_size"),
+            critic("micro_batch_size"), critic("grad_clip"), critic("loss_agg_mode"),
+            critic("loss_scale_factor"), self.hparams.critic_activation_offload,
+        )
+
+    def _update(
+        self, model: Any, s: UpdateSettings, loss_fn: LossFn, batch: RolloutBatch, opt: Any,
+        scheduler: Any,
+    ) -> dict[str, float]:
+        """``s.epochs`` passes over ``batch`` in mini-batches, one optimizer step each, their
+        micro-batches' gradients accumulated. Returns the metrics averaged over the steps (an
+        additive loss summed over a mini-batch's micro-batches first)."""
         sums: dict[str, list[float]] = {}
-        for epoch in range(h.ppo_epochs):
-            for mini_idx in self._minibatches(len(batch["index"]), h.ppo_mini_batch_size, epoch):
-                mini = _slice(batch, mini_idx)
-                norms = agg_norms(h.loss_agg_mode, mini["response_mask"], h.loss_scale_factor)
+        for epoch in range(s.epochs):
+            for rows in self._minibatches(len(batch), s.mini_batch_size, epoch):
+                mini = batch.select(rows)
+                norms = agg_norms(s.loss_agg_mode, mini.response_mask, s.loss_scale_factor)
                 opt.zero_grad()
                 parts: dict[str, float] = {}
-                for micro_idx in self._chunks(len(mini_idx), h.micro_batch_size):
-                    micro = _slice(mini, micro_idx)
-                    with self._saved_activations(h.activation_offload):
-                        losses = self._actor_loss(micro, norms)
+                for micro in mini.split(s.micro_batch_size):
+                    with self._saved_activations(s.activation_offload):
+                        loss, losses = loss_fn(micro, s.loss_agg_mode, norms)
+                        self.manual_backward(loss)
                     for k, v in losses.items():
                         if k in ADDITIVE_METRICS:
                             parts[k] = parts.get(k, 0.0) + v
@@ -420,21 +445,23 @@ class AgentRLModule(pl.LightningModule):
                             sums.setdefault(k, []).append(v)
                 for k, v in parts.items():  # the mini-batch's loss: the sum of its micro-batch shares
                     sums.setdefault(k, []).append(v)
-                grad_norm = total_norm(torch.nn.utils.clip_grad_norm_(self.actor.parameters(), h.grad_clip))
-                sums.setdefault("actor/grad_norm", []).append(float(grad_norm))
+                grad_norm = total_norm(torch.nn.utils.clip_grad_norm_(model.parameters(), s.grad_clip))
+                sums.setdefault(f"{s.name}/grad_norm", []).append(float(grad_norm))
                 if math.isfinite(float(grad_norm)):
                     opt.step()
                 scheduler.step()
         out = {k: sum(v) / len(v) for k, v in sums.items()}
-        out["actor/lr"] = float(scheduler.get_last_lr()[0])
+        out[f"{s.name}/lr"] = float(scheduler.get_last_lr()[0])
         return out
 
-    def _actor_loss(self, micro: dict[str, Any], norms: dict[str, Any]) -> dict[str, float]:
+    def _actor_loss(
+        self, micro: RolloutBatch, mode: str, norms: dict[str, Any]
+    ) -> tuple[torch.Tensor, dict[str, float]]:
         h = self.hparams
-        mask = micro["response_mask"]
+        mask = micro.response_mask
         # entropy is logged either way; it joins the graph only when the bonus uses it
         logits = self._response_logits(self.actor, micro)  # (B, T, V)
-        logp = logprobs_from_logits(logits, micro["responses"])
+        logp = logprobs_from_logits(logits, micro.responses)
         if h.entropy_coeff:
             entropy = entropy_from_logits(logits)
         else:
@@ -447,16 +474,16 @@ class AgentRLModule(pl.LightningModule):
             full = full_kl_from_logits(logits, ref_logits)
             del ref_logits
         del logits
-        old = micro.get("old_log_probs", logp.detach())
+        old = logp.detach() if micro.old_log_probs is None else micro.old_log_probs
+        assert micro.advantages is not None
         pg, pg_metrics = policy_loss(
-            old, logp, micro["advantages"], mask, h.clip_ratio_low, h.clip_ratio_high, h.clip_ratio_c,
-            h.loss_agg_mode, **norms,
+            old, logp, micro.advantages, mask, h.clip_ratio_low, h.clip_ratio_high, h.clip_ratio_c,
+            mode, **norms,
         )
         loss = pg
         out = {"actor/pg_loss": float(pg.detach())}
         out.update({f"actor/{k}": float(v) for k, v in pg_metrics.items()})
-        assert entropy is not None
-        ent = agg_loss(entropy, mask, h.loss_agg_mode, **norms)
+        ent = agg_loss(entropy, mask, mode, **norms)
         out["actor/entropy"] = float(masked_mean(entropy.detach(), mask))
         if h.entropy_coeff:
             loss = loss - h.entropy_coeff * ent
@@ -464,70 +491,47 @@ class AgentRLModule(pl.LightningModule):
             if full is not None:
                 kl = full
             else:
-                kl = kl_penalty(logp, micro["ref_log_probs"], h.kl_loss_type)
-            kl_loss = agg_loss(kl, mask, h.loss_agg_mode, **norms)
+                if micro.ref_log_probs is None:
+                    raise ValueError("use_kl_loss needs the reference (use_reference=True)")
+                kl = kl_penalty(logp, micro.ref_log_probs, h.kl_loss_type)
+            kl_loss = agg_loss(kl, mask, mode, **norms)
             loss = loss + h.kl_loss_coef * kl_loss
             out["actor/kl_loss"] = float(kl_loss.detach())
             out["actor/kl_coef"] = h.kl_loss_coef
-        self.manual_backward(loss)
-        return out
+        return loss, out
 
-    def _update_critic(self, batch: dict[str, Any], opt: Any, scheduler: Any) -> dict[str, float]:
-        h = self.hparams
-        critic = self._critic_setting
-        mode = critic("loss_agg_mode")
-        sums: dict[str, list[float]] = {}
-        for epoch in range(critic("ppo_epochs")):
-            for mini_idx in self._minibatches(len(batch["index"]), critic("ppo_mini_batch_size"), epoch):
-                mini = _slice(batch, mini_idx)
-                norms = agg_norms(mode, mini["response_mask"], critic("loss_scale_factor"))
-                opt.zero_grad()
-                vf_loss = 0.0
-                for micro_idx in self._chunks(len(mini_idx), critic("micro_batch_size")):
-                    micro = _slice(mini, micro_idx)
-                    with self._saved_activations(h.critic_activation_offload):
-                        vpreds = self.values(micro)
-                        loss, m = value_loss(
-                            vpreds, micro["values"], micro["returns"], micro["response_mask"],
-                            h.cliprange_value, mode, **norms,
-                        )
-                        self.manual_backward(loss)
-                    vf_loss += float(loss.detach())  # a share of the mini-batch's loss
-                    sums.setdefault("critic/vf_clipfrac", []).append(float(m["vf_clipfrac"]))
-                sums.setdefault("critic/vf_loss", []).append(vf_loss)
-                grad_norm = total_norm(torch.nn.utils.clip_grad_norm_(self.critic.parameters(), critic("grad_clip")))
-                sums.setdefault("critic/grad_norm", []).append(float(grad_norm))
-                if math.isfinite(float(grad_norm)):
-                    opt.step()
-                scheduler.step()
-        out = {k: sum(v) / len(v) for k, v in sums.items()}
-        out["critic/lr"] = float(scheduler.get_last_lr()[0])
-        return out
+    def _critic_loss(
+        self, micro: RolloutBatch, mode: str, norms: dict[str, Any]
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        assert micro.values is not None and micro.returns is not None
+        loss, m = value_loss(
+            self.values(micro), micro.values, micro.returns, micro.response_mask,
+            self.hparams.cliprange_value, mode, **norms,
+        )
+        return loss, {"critic/vf_loss": float(loss.detach()), "critic/vf_clipfrac": float(m["vf_clipfrac"])}
 
-    def _batch_metrics(self, batch: dict[str, Any]) -> dict[str, float]:
-        mask = batch["response_mask"]
-        scores = batch["token_level_scores"].sum(-1)
+    def _batch_metrics(self, batch: RolloutBatch) -> dict[str, float]:
+        mask = batch.response_mask
+        scores = batch.token_level_scores.sum(-1)
         out = {
             "critic/score/mean": float(scores.mean()),
             "critic/score/max": float(scores.max()),
             "critic/score/min": float(scores.min()),
             "response_length/mean": float(mask.sum(-1).mean()),
         }
-        if "ref_log_probs" in batch and "old_log_probs" in batch:
-            out["actor/kl_to_ref"] = float(masked_mean(batch["old_log_probs"] - batch["ref_log_probs"], mask))
+        if batch.ref_log_probs is not None and batch.old_log_probs is not None:
+            out["actor/kl_to_ref"] = float(masked_mean(batch.old_log_probs - batch.ref_log_probs, mask))
         return out
 
     # ------------------------------------------------------------------ validation / checkpoint
 
     def on_validation_epoch_start(self) -> None:
-        self._val_sums: dict[str, list[float]] = {}
+        self._val_sums: metric_sums.Sums = {}
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
-        """Validation batches are scored rollouts: the data module hands over [sum, count] per metric."""
-        for name, (total, count) in batch.get("val_sums", {}).items():
-            entry = self._val_sums.setdefault(name, [0.0, 0.0])
-            entry[0] += total
-            entry[1] += count
+        """Validation batches are scored rollouts: the data module hands over ``val_sums``, the
+        [sum, count] per metric (:mod:`agentfly.metric_sums`)."""
+        metric_sums.merge([batch.get("val_sums", {})], into=self._val_sums)
 
     def on_validation_epoch_end(self) -> None:
         """Add every rank's sums and counts (each rank validated its own rows), then log the means."""
@@ -536,7 +540,7 @@ class AgentRLModule(pl.LightningModule):
             gathered: list[Any] = [None] * torch.distributed.get_world_size()
             torch.distributed.all_gather_object(gathered, parts[0])
             parts = gathered
-        metrics = val_means(parts)
+        metrics = metric_sums.means(parts)
         if metrics:
             self.log_dict(metrics, on_step=False, on_epoch=True, sync_dist=False)
         self._val_sums = {}

@@ -1,28 +1,22 @@
-"""Trajectories → one padded training batch.
+"""Trajectories → one padded :class:`~agentfly.batch.RolloutBatch` (its docstring gives the layout).
 
-Layout (B chains, P = longest prompt, T = longest response):
-    input_ids (B, P + T): prompts left-padded to P, responses right-padded to T.
-    attention_mask (B, P + T), position_ids (B, P + T): from the mask (cumulative sum - 1).
-    responses (B, T): the response ids (padding = pad id).
-    response_mask (B, T): the trajectories' loss masks (1 = sampled and trained on).
-    rollout_log_probs (B, T): the engine's log-probabilities (0 where the mask is 0).
-    token_level_scores (B, T): the chain's reward at its last sampled token, 0 elsewhere.
-    index (B,): group id (chains of one prompt share it).
-    reward_baselines (B,): with greedy baseline chains (:func:`collate_baselines`), the reward of
-        the greedy chain of each row's prompt.
-The position that predicts response token ``t`` is ``P - 1 + t``.
+The response mask is the trajectories' loss masks (1 = sampled and trained on); a chain's reward
+sits at its last sampled token; greedy baseline chains (an estimator that ``needs_baselines``)
+give each row the reward of its prompt's greedy chain and are not rows themselves.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
+from agentfly.batch import RolloutBatch
 from agentfly.rollout.trajectory import Trajectory
 
 
-def collate_trajectories(trajs: list[Trajectory], pad_id: int) -> dict[str, Any]:
+def collate_trajectories(
+    trajs: list[Trajectory], pad_id: int, baselines: list[Trajectory] | None = None
+) -> RolloutBatch:
+    """Pad ``trajs`` into a batch; with ``baselines`` (greedy chains), set ``reward_baselines``."""
     if not trajs:
         raise ValueError("cannot collate an empty list of trajectories")
     batch = len(trajs)
@@ -31,7 +25,6 @@ def collate_trajectories(trajs: list[Trajectory], pad_id: int) -> dict[str, Any]
     input_ids = torch.full((batch, p_len + t_len), pad_id, dtype=torch.long)
     attention = torch.zeros(batch, p_len + t_len, dtype=torch.long)
     response_mask = torch.zeros(batch, t_len)
-    rollout_lp = torch.zeros(batch, t_len)
     scores = torch.zeros(batch, t_len)
     for i, t in enumerate(trajs):
         p, r = len(t.prompt_ids), len(t.response_ids)
@@ -41,22 +34,21 @@ def collate_trajectories(trajs: list[Trajectory], pad_id: int) -> dict[str, Any]
             input_ids[i, p_len : p_len + r] = torch.tensor(t.response_ids, dtype=torch.long)
             attention[i, p_len : p_len + r] = 1
             response_mask[i, :r] = torch.tensor(t.loss_mask, dtype=torch.float32)
-            rollout_lp[i, :r] = torch.tensor(t.rollout_logprobs, dtype=torch.float32)
         sampled = response_mask[i].nonzero()
         if len(sampled) and t.reward is not None:
             scores[i, int(sampled[-1])] = float(t.reward)
     position_ids = (attention.cumsum(-1) - 1).clamp(min=0)
-    return {
-        "input_ids": input_ids,
-        "attention_mask": attention,
-        "position_ids": position_ids,
-        "responses": input_ids[:, p_len:],
-        "response_mask": response_mask,
-        "rollout_log_probs": rollout_lp,
-        "token_level_scores": scores,
-        "index": torch.tensor([t.group_id for t in trajs], dtype=torch.long),
-        "prompt_length": p_len,
-    }
+    return RolloutBatch(
+        input_ids=input_ids,
+        attention_mask=attention,
+        position_ids=position_ids,
+        response_mask=response_mask,
+        token_level_scores=scores,
+        token_level_rewards=scores.clone(),
+        index=torch.tensor([t.group_id for t in trajs], dtype=torch.long),
+        prompt_length=p_len,
+        reward_baselines=None if baselines is None else collate_baselines(trajs, baselines),
+    )
 
 
 def collate_baselines(trajs: list[Trajectory], baselines: list[Trajectory]) -> torch.Tensor:

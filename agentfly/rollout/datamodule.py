@@ -36,7 +36,10 @@ import torch
 from jsonargparse.typing import PositiveInt
 from torch.utils.data import DataLoader
 
-from agentfly.rollout.collate import collate_baselines, collate_trajectories
+from agentfly import metric_sums
+from agentfly.batch import RolloutBatch
+from agentfly.metric_sums import Sums
+from agentfly.rollout.collate import collate_trajectories
 from agentfly.rollout.data import DataError, load_rows
 from agentfly.rollout.prompt_fit import (
     PromptRenderer,
@@ -49,7 +52,7 @@ from agentfly.rollout.summary import summarize, trajectory_record
 logger = logging.getLogger(__name__)
 
 
-def _add_val_sums(sums: dict[str, list[float]], prefix: str, trajs: list[Any]) -> None:
+def _add_val_sums(sums: Sums, prefix: str, trajs: list[Any]) -> None:
     """Add one pass's reward, accuracy, tool-call rate and turns, per data source, as [sum, count]."""
     for t in trajs:
         source = str(t.row.get("data_source", "val"))
@@ -61,20 +64,7 @@ def _add_val_sums(sums: dict[str, list[float]], prefix: str, trajs: list[Any]) -
         if "acc" in t.reward_extras:
             values["accuracy"] = float(t.reward_extras["acc"])
         for name, value in values.items():
-            entry = sums.setdefault(f"{prefix}/{source}/{name}", [0.0, 0.0])
-            entry[0] += value
-            entry[1] += 1.0
-
-
-def val_means(parts: list[dict[str, list[float]]]) -> dict[str, float]:
-    """Means of validation metrics from each rank's ``{metric: [sum, count]}`` (exact for uneven ranks)."""
-    totals: dict[str, list[float]] = {}
-    for part in parts:
-        for name, (total, count) in part.items():
-            entry = totals.setdefault(name, [0.0, 0.0])
-            entry[0] += total
-            entry[1] += count
-    return {name: total / count for name, (total, count) in sorted(totals.items()) if count}
+            metric_sums.add(sums, f"{prefix}/{source}/{name}", value)
 
 
 def _rows_collate(items: list[tuple[int, dict[str, Any]]]) -> list[tuple[int, dict[str, Any]]]:
@@ -320,7 +310,7 @@ class RolloutDataModule(pl.LightningDataModule):
             return self.rollout(batch)
         return self.validate_rollout(batch)
 
-    def rollout(self, items: list[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
+    def rollout(self, items: list[tuple[int, dict[str, Any]]]) -> RolloutBatch:
         """Roll out one training batch and collate it (this is the on-policy point)."""
         loop = self.session.loop
         start = time.perf_counter()
@@ -334,7 +324,9 @@ class RolloutDataModule(pl.LightningDataModule):
         else:
             trajs = loop.run(rows, prompt_key=self.prompt_key, group_offset=offset)
         elapsed = time.perf_counter() - start
-        batch = collate_trajectories(trajs, self._pad_id())
+        batch = collate_trajectories(
+            trajs, self._pad_id(), baselines if self.greedy_baselines else None
+        )
         summary = summarize(trajs)
         tokens = sum(sum(t.loss_mask) for t in trajs + baselines)  # every token the engines sampled
         self.last_rollout = {
@@ -344,10 +336,9 @@ class RolloutDataModule(pl.LightningDataModule):
             **self.prompt_counts,
         }
         if self.greedy_baselines:
-            batch["reward_baselines"] = collate_baselines(trajs, baselines)
             rewards = [float(b.reward or 0.0) for b in baselines]
             self.last_rollout["rollout/reward_baseline/mean"] = sum(rewards) / len(rewards)
-        batch["metrics"] = self.last_rollout
+        batch.rollout_metrics = self.last_rollout
         self._write_rollout_record(items, trajs, baselines)
         return batch
 
@@ -373,7 +364,7 @@ class RolloutDataModule(pl.LightningDataModule):
     def validate_rollout(self, items: list[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
         """Roll out a validation batch: ``{"index": ..., "val_sums": {metric: [sum, count]}}``."""
         rows = [row for _, row in items]
-        sums: dict[str, list[float]] = {}
+        sums: Sums = {}
         passes = [("val", self.val_sampled)]
         if self.val_sampled and self.val_also_greedy:
             passes.append(("val_greedy", False))

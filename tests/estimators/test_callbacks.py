@@ -7,20 +7,27 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from agentfly.callbacks import AdvantageCallback, KLRewardCallback, run_batch_hooks
+from agentfly.batch import RolloutBatch
+from agentfly.callbacks import AdvantageCallback, KLRewardCallback, apply_rollout_callbacks
 from agentfly.estimators import get_estimator, kl_penalty
 
 
 def make_batch():
     scores = torch.zeros(4, 3)
     scores[:, -1] = torch.tensor([1.0, 0.0, 0.5, 0.5])
-    return {
-        "token_level_scores": scores,
-        "response_mask": torch.tensor([[1, 0, 1], [1, 1, 1], [1, 1, 1], [0, 1, 1]], dtype=torch.float32),
-        "index": [0, 0, 1, 1],
-        "old_log_probs": torch.tensor([[-1.0, -2.0, -0.5]] * 4),
-        "ref_log_probs": torch.tensor([[-1.5, -1.0, -0.5]] * 4),
-    }
+    ids = torch.ones(4, 1 + 3, dtype=torch.long)  # one prompt token, three response tokens
+    return RolloutBatch(
+        input_ids=ids,
+        attention_mask=ids,
+        position_ids=ids.cumsum(-1) - 1,
+        response_mask=torch.tensor([[1, 0, 1], [1, 1, 1], [1, 1, 1], [0, 1, 1]], dtype=torch.float32),
+        token_level_scores=scores,
+        token_level_rewards=scores.clone(),
+        index=torch.tensor([0, 0, 1, 1]),
+        prompt_length=1,
+        old_log_probs=torch.tensor([[-1.0, -2.0, -0.5]] * 4),
+        ref_log_probs=torch.tensor([[-1.5, -1.0, -0.5]] * 4),
+    )
 
 
 def test_hooks_run_kl_shaping_before_advantages_whatever_the_list_order():
@@ -28,15 +35,15 @@ def test_hooks_run_kl_shaping_before_advantages_whatever_the_list_order():
     kl_cb = KLRewardCallback(kl_penalty="kl", kl_ctrl_type="fixed", kl_coef=0.1)
     adv_cb = AdvantageCallback("grpo")
     trainer = SimpleNamespace(callbacks=[adv_cb, kl_cb])
-    metrics = run_batch_hooks(trainer, None, batch)
+    metrics = apply_rollout_callbacks(trainer, None, batch)
 
-    kl = kl_penalty(batch["old_log_probs"], batch["ref_log_probs"], "kl") * batch["response_mask"]
-    shaped = batch["token_level_scores"] - 0.1 * kl
-    assert torch.allclose(batch["token_level_rewards"], shaped)
+    kl = kl_penalty(batch.old_log_probs, batch.ref_log_probs, "kl") * batch.response_mask
+    shaped = batch.token_level_scores - 0.1 * kl
+    assert torch.allclose(batch.token_level_rewards, shaped)
     expected, _ = get_estimator("grpo")(
-        token_level_rewards=shaped, response_mask=batch["response_mask"], index=[0, 0, 1, 1]
+        token_level_rewards=shaped, response_mask=batch.response_mask, index=[0, 0, 1, 1]
     )
-    assert torch.allclose(batch["advantages"], expected)
+    assert torch.allclose(batch.advantages, expected)
     # per-sequence masked KL means: row0 (0.5 + 0)/2, others (0.5 - 1 + 0)/3 and (-1 + 0)/2
     current = (0.25 + (-0.5 / 3) * 2 + (-0.5)) / 4
     assert metrics["actor/reward_kl_penalty"] == pytest.approx(current, abs=1e-6)
@@ -45,12 +52,12 @@ def test_hooks_run_kl_shaping_before_advantages_whatever_the_list_order():
 
 def test_without_kl_callback_scores_are_the_rewards():
     batch = make_batch()
-    run_batch_hooks(SimpleNamespace(callbacks=[AdvantageCallback("rloo")]), None, batch)
+    apply_rollout_callbacks(SimpleNamespace(callbacks=[AdvantageCallback("rloo")]), None, batch)
     expected, _ = get_estimator("rloo")(
-        token_level_rewards=batch["token_level_scores"], response_mask=batch["response_mask"],
+        token_level_rewards=batch.token_level_scores, response_mask=batch.response_mask,
         index=[0, 0, 1, 1],
     )
-    assert torch.allclose(batch["advantages"], expected)
+    assert torch.allclose(batch.advantages, expected)
 
 
 def test_adaptive_kl_callback_state_survives_a_checkpoint():
@@ -64,13 +71,12 @@ def test_adaptive_kl_callback_state_survives_a_checkpoint():
 
 def test_full_kl_shapes_rewards_with_the_batch_full_kl():
     batch = make_batch()
-    batch["full_kl"] = torch.tensor([[0.2, 9.0, 0.4]] * 4)  # the module's Σ_v p (log p - log q)
-    trainer = SimpleNamespace(callbacks=[KLRewardCallback("full", "fixed", 0.5)])
-    run_batch_hooks(trainer, None, batch)
+    batch.full_kl = torch.tensor([[0.2, 9.0, 0.4]] * 4)  # the module's Σ_v p (log p - log q)
+    KLRewardCallback("full", "fixed", 0.5).on_rollout_batch(None, None, batch)
     # row 0: mask 1,0,1 -> penalties 0.1, 0, 0.2 ; the masked position pays nothing
-    assert batch["token_level_rewards"][0].tolist() == pytest.approx([-0.1, 0.0, 1.0 - 0.2])
-    assert batch["token_level_rewards"][3].tolist() == pytest.approx([0.0, -4.5, 0.5 - 0.2])
-    del batch["full_kl"]
+    assert batch.token_level_rewards[0].tolist() == pytest.approx([-0.1, 0.0, 1.0 - 0.2])
+    assert batch.token_level_rewards[3].tolist() == pytest.approx([0.0, -4.5, 0.5 - 0.2])
+    batch.full_kl = None
     with pytest.raises(KeyError, match="full_kl"):
         KLRewardCallback("full").on_rollout_batch(None, None, batch)
 
@@ -83,3 +89,10 @@ def test_an_unknown_kl_kind_fails_when_the_callback_is_built():
 def test_advantage_callback_reports_critic_need():
     assert AdvantageCallback("gae").needs_critic
     assert not AdvantageCallback("grpo").needs_critic
+
+
+def test_the_update_needs_a_callback_that_writes_the_advantages():
+    batch = make_batch()
+    trainer = SimpleNamespace(callbacks=[KLRewardCallback("kl", "fixed", 0.1)])
+    with pytest.raises(RuntimeError, match="AdvantageCallback"):
+        apply_rollout_callbacks(trainer, None, batch)

@@ -264,7 +264,7 @@ def test_registry_refuses_a_second_object_under_a_taken_name():
     with pytest.raises(ValueError, match="already registered"):
 
         @register_estimator("grpo")
-        def other(**kwargs):  # pragma: no cover - never called
+        def other(x):  # pragma: no cover - never called
             raise AssertionError
 
 
@@ -272,11 +272,22 @@ def test_a_user_estimator_is_picked_up_by_name():
     from agentfly.estimators import register_estimator
 
     @register_estimator("test_constant_one")
-    def constant(*, token_level_rewards, response_mask, **_):
-        adv = torch.ones_like(token_level_rewards) * response_mask
+    def constant(x):
+        adv = torch.ones_like(x.token_level_rewards) * x.response_mask
         return adv, adv
 
     adv, _ = get_estimator("test_constant_one")(
         token_level_rewards=torch.zeros(1, 2), response_mask=torch.tensor([[1.0, 0.0]])
     )
     assert adv.tolist() == [[1.0, 0.0]]
+
+
+def test_an_estimator_must_take_one_advantage_input():
+    from agentfly.estimators import register_estimator
+
+    with pytest.raises(TypeError, match="AdvantageInput"):
+
+        @register_estimator("test_keywords_only")
+        def keywords(*, token_level_rewards, response_mask, **_):  # pragma: no cover
+            raise AssertionError
+    assert "test_keywords_only" not in ESTIMATORS

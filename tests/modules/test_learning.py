@@ -29,6 +29,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
+from agentfly.batch import RolloutBatch
 from agentfly.callbacks import AdvantageCallback, KLRewardCallback
 from agentfly.modules.rl_module import AgentRLModule
 from agentfly.rollout.collate import collate_trajectories
@@ -59,7 +60,7 @@ def response_tokens(chain: tuple) -> tuple[list[int], list[bool]]:
     return ids, sampled
 
 
-def make_batch(chains: list[tuple] = CHAINS) -> dict[str, Any]:
+def make_batch(chains: list[tuple] = CHAINS) -> RolloutBatch:
     """Collate the chains through ``Trajectory`` (sampled turns and observations appended in
     order). The engine's log-probabilities are left at 0: the module computes its own."""
     trajs = []
@@ -161,12 +162,12 @@ class GradProbe(pl.Callback):
 
 
 def fit_once(
-    model_path: Path, batch: dict[str, Any], callbacks: list[Any], **hparams: Any
+    model_path: Path, batch: RolloutBatch, callbacks: list[Any], **hparams: Any
 ) -> tuple[Any, dict[str, float]]:
     """One ``training_step`` of ``AgentRLModule(**hparams)`` on ``batch`` by a Lightning Trainer on
     the CPU; returns the module and the metrics it logged."""
     settings = dict(
-        lr=1e-3, weight_decay=0.0, entropy_coeff=0.0, ppo_mini_batch_size=len(batch["index"])
+        lr=1e-3, weight_decay=0.0, entropy_coeff=0.0, ppo_mini_batch_size=len(batch)
     )
     settings.update(hparams)
     torch.manual_seed(0)  # the critic's value head is initialised when the module loads it
@@ -183,7 +184,7 @@ def fit_once(
         num_sanity_val_steps=0,
         limit_val_batches=0,
     )
-    loader = DataLoader([batch], batch_size=None, collate_fn=dict)
+    loader = DataLoader([batch], batch_size=None, collate_fn=lambda b: b)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # num_workers, modules in eval mode
         trainer.fit(module, train_dataloaders=loader)

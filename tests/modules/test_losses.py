@@ -10,6 +10,7 @@ import torch
 from agentfly.modules.losses import (
     LOSS_AGG_MODES,
     agg_loss,
+    agg_norms,
     entropy_from_logits,
     logprobs_from_logits,
     policy_loss,
@@ -67,6 +68,21 @@ def test_micro_batches_reproduce_the_full_batch(seed):
     counts = {int(mm.sum()) for _, mm in chunks}
     if len(counts) > 1:  # unequal micro-batch token counts: the naive mean of means is biased
         assert naive.item() != pytest.approx(full.item())
+
+
+@pytest.mark.parametrize("mode", LOSS_AGG_MODES)
+@pytest.mark.parametrize("norm", [None, 64.0])
+def test_agg_norms_make_uneven_micro_batches_add_up_in_every_mode(mode, norm):
+    """What the update does: the mini-batch's normalisers, then micro-batches of 3, 3 and 2 rows
+    (one row without a sampled token); their losses add up to the mini-batch's."""
+    loss, mask = _random(7)
+    mask[5] = 0
+    full = agg_loss(loss, mask, mode, norm=norm)
+    norms = agg_norms(mode, mask, norm)
+    parts = [agg_loss(loss[i:j], mask[i:j], mode, **norms) for i, j in ((0, 3), (3, 6), (6, 8))]
+    assert sum(parts).item() == pytest.approx(full.item(), rel=1e-12)
+    with pytest.raises(ValueError, match="token-mean"):
+        agg_norms("mean", mask)
 
 
 def test_policy_loss_by_hand_with_dual_clip():

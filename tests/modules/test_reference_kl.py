@@ -13,7 +13,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from agentfly.callbacks import AdvantageCallback, KLRewardCallback
+from agentfly.batch import RolloutBatch
+from agentfly.callbacks import AdvantageCallback, KLRewardCallback, RolloutBatchCallback
 from agentfly.config.validate import _kl_kinds
 from agentfly.modules.rl_module import AgentRLModule
 from agentfly.rollout.collate import collate_trajectories
@@ -29,7 +30,7 @@ def model_path(tmp_path_factory):
     return build_tiny_model(tmp_path_factory.mktemp("kl_model"), initializer_range=0.2)
 
 
-def make_batch(vocab: int) -> dict:
+def make_batch(vocab: int) -> RolloutBatch:
     """Two prompts of different lengths x 2 chains; one chain per prompt has a tool observation
     between two turns (mask holes), the other one turn of another length (padding)."""
     g = torch.Generator().manual_seed(0)
@@ -53,12 +54,9 @@ def make_batch(vocab: int) -> dict:
 
 def plain_rows(model, batch) -> torch.Tensor:
     """log softmax of a plain full-sequence forward at the positions predicting the response."""
-    p, t = batch["prompt_length"], batch["responses"].shape[1]
+    p, t = batch.prompt_length, batch.response_length
     with torch.no_grad():
-        logits = model(
-            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-            position_ids=batch["position_ids"], use_cache=False,
-        ).logits
+        logits = model(**batch.model_inputs(), use_cache=False).logits
     return logits[:, p - 1 : p - 1 + t].to(D).log_softmax(-1)  # (B, T, V)
 
 
@@ -95,14 +93,14 @@ def module_for(
     return module
 
 
-class Record(pl.Callback):
+class Record(RolloutBatchCallback):
     """A batch hook between the KL shaping (stage 0) and the advantages (stage 10)."""
 
     stage = 5
 
     def on_rollout_batch(self, trainer, pl_module, batch):
-        self.rewards = batch["token_level_rewards"].clone()
-        self.full_kl = batch.get("full_kl")
+        self.rewards = batch.token_level_rewards.clone()
+        self.full_kl = batch.full_kl
         return {}
 
 
@@ -122,16 +120,16 @@ def check_one_step(model_path, kind: str, loss_kind: str) -> None:
     module = module_for(model_path, kind, micro=None, loss_kind=loss_kind)
     batch = make_batch(module.actor.config.vocab_size)
     lp_rows, lq_rows = plain_rows(module.actor, batch), plain_rows(module.reference, batch)
-    labels = batch["responses"].unsqueeze(-1)
+    labels = batch.responses.unsqueeze(-1)
     lp, lq = lp_rows.gather(-1, labels)[..., 0], lq_rows.gather(-1, labels)[..., 0]  # (B, T)
-    mask = batch["response_mask"].to(D)
+    mask = batch.response_mask.to(D)
     kl = by_hand(kind, lp, lq, (lp_rows, lq_rows)) * mask
     kl_loss = by_hand(loss_kind, lp, lq, (lp_rows, lq_rows)) * mask
     assert (kl.abs().sum(-1) > 1e-3).all()  # the actor differs from the reference on every row
 
     record, metrics = one_step(module, kind, batch)
 
-    scores = batch["token_level_scores"].to(D)
+    scores = batch.token_level_scores.to(D)
     expected = scores - KL_COEF * kl  # the reward: every sampled token pays β·KL
     assert torch.allclose(record.rewards.to(D), expected, atol=1e-5)
     per_sequence = (kl.sum(-1) / mask.sum(-1)).mean().item()
@@ -155,14 +153,14 @@ def test_a_sampled_kind_and_full_side_by_side(model_path, kind, loss_kind):
 def test_full_kl_for_the_reward_equals_a_plain_softmax_in_any_micro_batches(model_path, micro):
     module = module_for(model_path, "full", micro)
     batch = make_batch(module.actor.config.vocab_size)
-    out = module.full_kl_to_reference(batch)
+    old, ref, full_kl = module.full_kl_to_reference(batch)
     p, q = plain_rows(module.actor, batch), plain_rows(module.reference, batch)
     full = (p.exp() * (p - q)).sum(-1)  # Σ_v p(v) (log p(v) - log q(v)), (B, T)
-    sampled = batch["response_mask"].bool()
-    assert out["full_kl"].shape == sampled.shape
-    assert torch.allclose(out["full_kl"].to(D)[sampled], full[sampled], atol=1e-6, rtol=1e-4)
+    sampled = batch.response_mask.bool()
+    assert full_kl.shape == sampled.shape
+    assert torch.allclose(full_kl.to(D)[sampled], full[sampled], atol=1e-6, rtol=1e-4)
     assert full[sampled].min() > 1e-4
-    labels = batch["responses"].unsqueeze(-1)
-    for key, rows in (("old_log_probs", p), ("ref_log_probs", q)):
+    labels = batch.responses.unsqueeze(-1)
+    for got, rows in ((old, p), (ref, q)):
         picked = rows.gather(-1, labels)[..., 0]  # (B, T)
-        assert torch.allclose(out[key].to(D)[sampled], picked[sampled], atol=1e-5)
+        assert torch.allclose(got.to(D)[sampled], picked[sampled], atol=1e-5)

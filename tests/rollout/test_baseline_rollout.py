@@ -102,10 +102,10 @@ def test_the_data_module_hands_over_baselines_only_when_asked(tmp_path):
     dm.trainer = SimpleNamespace(global_rank=1, world_size=2, lightning_module=module)
     batch = dm.rollout(list(enumerate(ROWS)))
     assert fake.calls == ["with_baselines"]
-    assert batch["index"].tolist() == [14, 14, 15, 15]  # the greedy chains are not in the batch
-    assert torch.equal(batch["reward_baselines"], torch.tensor([0.5, 0.5, 1.5, 1.5]))
-    assert batch["metrics"]["rollout/reward_baseline/mean"] == pytest.approx(1.0)
-    assert batch["metrics"]["rollout/chains"] == 4
+    assert batch.index.tolist() == [14, 14, 15, 15]  # the greedy chains are not in the batch
+    assert torch.equal(batch.reward_baselines, torch.tensor([0.5, 0.5, 1.5, 1.5]))
+    assert batch.rollout_metrics["rollout/reward_baseline/mean"] == pytest.approx(1.0)
+    assert batch.rollout_metrics["rollout/chains"] == 4
     [line] = (tmp_path / "rollouts_rank1.jsonl").read_text().splitlines()
     record = json.loads(line)
     assert record["baseline_rewards"] == [0.5, 1.5] and record["chains"] == 4
@@ -113,8 +113,8 @@ def test_the_data_module_hands_over_baselines_only_when_asked(tmp_path):
     dm, fake = data_module(greedy_baselines=False)
     batch = dm.rollout(list(enumerate(ROWS)))
     assert fake.calls == ["run"]
-    assert "reward_baselines" not in batch
-    assert "rollout/reward_baseline/mean" not in batch["metrics"]
+    assert batch.reward_baselines is None
+    assert "rollout/reward_baseline/mean" not in batch.rollout_metrics
 
 
 def test_validation_rolls_out_no_baselines():

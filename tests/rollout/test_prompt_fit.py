@@ -140,8 +140,8 @@ def test_a_chain_whose_prompt_leaves_no_room_never_generates(tiny_tokenizer, ren
     assert traj.finish_reason == "prompt_too_long" and "prompt_too_long" in traj.error
     assert traj.response_ids == [] and traj.reward is None
     batch = collate_trajectories([traj], pad_id=0)
-    assert batch["input_ids"].shape[1] <= CONTEXT  # not a 20k-token row in the update batch
-    assert batch["response_mask"].sum() == 0  # nothing of it is trained on
+    assert batch.input_ids.shape[1] <= CONTEXT  # not a 20k-token row in the update batch
+    assert batch.response_mask.sum() == 0  # nothing of it is trained on
 
 
 def test_the_loop_renders_the_prompt_the_data_module_measured(tiny_tokenizer, renderer):
