@@ -44,7 +44,7 @@ DATA_KEYS = (
     "truncation",
 )
 #: defaults a signature spells as ``None`` (``trainer.logger=None`` is the console alone)
-_NONE_MEANS: dict[str, Any] = {"trainer.logger": ["console"], "data.train_files": [], "data.val_files": []}
+NONE_MEANS: dict[str, Any] = {"trainer.logger": ["console"], "data.train_files": [], "data.val_files": []}
 
 
 def _dataclass_keys(instance: Any, prefix: str, out: dict[str, tuple[Any, Any]], nodes: set[str]) -> None:
@@ -65,7 +65,7 @@ def _argument_keys(fn: Any, prefix: str, names: tuple[str, ...], out: dict[str, 
         p = params[name]
         tp = eval(p.annotation, scope) if isinstance(p.annotation, str) else p.annotation
         key = f"{prefix}{name}"
-        out[key] = (tp, _NONE_MEANS.get(key, p.default) if p.default is None else p.default)
+        out[key] = (tp, NONE_MEANS.get(key, p.default) if p.default is None else p.default)
 
 
 @cache

@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from agentfly.config.errors import ConfigError
-from agentfly.config.keys import DATA_KEYS, GROUPS, seed_key_table
+from agentfly.config.keys import DATA_KEYS, GROUPS, NONE_MEANS, seed_key_table
 from agentfly.config.seed_args import CONF_DIR, seed_keys
 from agentfly.config.validate import validate
 
@@ -54,13 +54,13 @@ def seed_tree(ns: Any, trainer_defaults: dict[str, Any]) -> dict[str, Any]:
     data = ns.get("data")
     init = _plain(data.get("init_args")) if data is not None and "init_args" in data else _plain(data) or {}
     tree["data"] = {k: init[k] for k in DATA_KEYS if k in init}
-    for k in ("train_files", "val_files"):
-        tree["data"][k] = tree["data"].get(k) or []
     trainer = _plain(ns.trainer)
     keys = _trainer_keys()
     tree["trainer"] = {k: trainer[k] for k in keys if k in trainer}
-    logger = trainer.get("logger")
-    tree["trainer"]["logger"] = ["console"] if logger is None else logger
+    for key, meaning in NONE_MEANS.items():  # a signature's None default, as the seeds spell it
+        section, name = key.split(".")
+        if tree[section].get(name) is None:
+            tree[section][name] = list(meaning)
     tree["trainer"]["callbacks"] = trainer.get("callbacks") or []
     tree["trainer"]["lightning"] = {
         k: v for k, v in trainer.items()
