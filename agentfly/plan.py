@@ -41,7 +41,7 @@ class RolloutPlan:
         resource_backend: where stateful tool resources live (``local`` or ``ray``).
         plugins: modules to import first, here, in every engine actor and in every tool/reward
             worker process (file paths absolute).
-        workers: :class:`~agentfly.rollout.workers.WorkerPool` keyword arguments (the worker
+        workers: :class:`~agentfly.rollout.execution.workers.WorkerPool` keyword arguments (the worker
             processes of sync tools and rewards).
         reward_timeout: seconds a reward call may take (None: the reward's own).
         loop: :class:`~agentfly.rollout.agent_loop.AgentLoop` keyword arguments (``max_model_len``

@@ -3,7 +3,7 @@
 # and `make test` run it):
 #   - bubblewrap (bwrap): the code sandbox's isolation; without it the code tool and code_reward
 #     refuse to run unless the run opts in to isolation=unsafe_rlimits_only
-#     (agentfly/rollout/sandbox_isolation.py, tests/rollout/test_sandbox_escape.py);
+#     (agentfly/rollout/execution/sandbox_isolation.py, tests/rollout/test_sandbox_escape.py);
 #   - slurmctld, slurmd, slurm-client (srun, sbatch, scontrol...) and munge: the private
 #     single-host SLURM cluster of tests/slurm.
 # Idempotent: installs only what is missing. Never fails: without root (or passwordless sudo) or

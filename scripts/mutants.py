@@ -134,7 +134,7 @@ MUTATIONS = [
     ),
     Mutation(
         "observation tokens get loss mask 1",
-        "agentfly/rollout/trajectory.py",
+        "agentfly/trajectory.py",
         "self._append(ids, 0, [0.0] * len(ids))",
         "self._append(ids, 1, [0.0] * len(ids))",
         (f"{LEARNING}::test_the_update_is_the_gradient_of_the_sampled_tokens_only",),
@@ -212,7 +212,7 @@ MUTATIONS = [
     ),
     Mutation(
         "the sandbox keeps root",
-        "agentfly/rollout/sandbox_worker.py",
+        "agentfly/rollout/execution/sandbox_worker.py",
         '    if limits.get("uid") is not None and os.geteuid() == 0:',
         "    if False:",
         ("tests/rollout/test_sandbox_escape.py::test_etc_shadow_is_unreadable",),

@@ -35,7 +35,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             if "gpu" in item.keywords:
                 item.add_marker(skip)
     if any("needs_bwrap" in item.keywords for item in items):
-        from agentfly.rollout import sandbox_isolation
+        from agentfly.rollout.execution import sandbox_isolation
 
         problem = sandbox_isolation.bwrap_problem()
         if problem is not None:

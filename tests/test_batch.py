@@ -12,7 +12,7 @@ from lightning.fabric.utilities.apply_func import move_data_to_device
 
 from agentfly.batch import RolloutBatch
 from agentfly.rollout.collate import collate_trajectories
-from agentfly.rollout.trajectory import Trajectory
+from agentfly.trajectory import Trajectory
 
 ROWS = 5
 

@@ -36,8 +36,8 @@ from agentfly.rollout.rewards import ascore_trajectory
 from agentfly.rollout.templates.base import ChatTemplate
 from agentfly.rollout.tools.base import INVALID_ARGUMENTS, ToolResult
 from agentfly.rollout.tools.call import run_tool_call
-from agentfly.rollout.trajectory import ToolCallRecord, Trajectory
-from agentfly.rollout.workers import WorkerPool, WorkerStartError
+from agentfly.trajectory import ToolCallRecord, Trajectory
+from agentfly.rollout.execution.workers import WorkerPool, WorkerStartError
 
 logger = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ class AgentLoop:
         reward: reward name or function; None leaves trajectories unscored.
         resources: the resource pool for stateful tools (None: throwaway resources per call).
         workers: the worker processes of sync tools and rewards (None: the process's default
-            pool, :func:`~agentfly.rollout.workers.default_pool`).
+            pool, :func:`~agentfly.rollout.execution.workers.default_pool`).
         reward_timeout: seconds a reward call may take (None: the reward's own
             ``@reward(timeout=)``).
         max_turns: assistant turns per chain at most.

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from agentfly.batch import RolloutBatch
-from agentfly.rollout.trajectory import Trajectory
+from agentfly.trajectory import Trajectory
 
 
 def collate_trajectories(

@@ -21,7 +21,7 @@ from agentfly.plan import RolloutPlan, plan_rollout
 from agentfly.plugins import load_plugins
 from agentfly.rollout.agent_loop import AgentLoop
 from agentfly.rollout.summary import summarize, trajectory_record
-from agentfly.rollout.workers import WorkerPool
+from agentfly.rollout.execution.workers import WorkerPool
 from agentfly.topology import Hardware, resolve_topology
 
 logger = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ def build_rollout(plan: RolloutPlan, *, ray_init: dict[str, Any] | None = None) 
     """The engine pool (Ray, started on demand) and the agent loop of a rollout plan."""
     from agentfly.rollout.agents import get_agent
     from agentfly.rollout.engines import EnginePool
-    from agentfly.rollout.resources import ResourcePool
+    from agentfly.rollout.tools.resources import ResourcePool
     from agentfly.rollout.rewards import get_reward
     from agentfly.rollout.rewards.base import runs_in_process, worker_imports
     from agentfly.rollout.templates import get_template

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from agentfly.cli import main
-from agentfly.rollout.sandbox_isolation import bwrap_problem
+from agentfly.rollout.execution.sandbox_isolation import bwrap_problem
 from agentfly.testing import build_tiny_model
 from tests.test_no_orphans import processes_of
 

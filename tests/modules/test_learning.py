@@ -33,7 +33,7 @@ from agentfly.batch import RolloutBatch
 from agentfly.callbacks import AdvantageCallback, KLRewardCallback
 from agentfly.modules.rl_module import AgentRLModule
 from agentfly.rollout.collate import collate_trajectories
-from agentfly.rollout.trajectory import Trajectory
+from agentfly.trajectory import Trajectory
 
 # (group, prompt ids, [(ids, sampled?)...], reward). Prompts of two lengths (left padding),
 # responses of four (right padding); observations (sampled? False) between the sampled turns.

@@ -18,7 +18,7 @@ from agentfly.callbacks import AdvantageCallback, KLRewardCallback, RolloutBatch
 from agentfly.config.validate import _kl_kinds
 from agentfly.modules.rl_module import AgentRLModule
 from agentfly.rollout.collate import collate_trajectories
-from agentfly.rollout.trajectory import Trajectory
+from agentfly.trajectory import Trajectory
 from agentfly.testing import build_tiny_model
 
 D = torch.float64

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from agentfly.rollout.daemon_threads import DaemonThreads
+from agentfly.rollout.execution.daemon_threads import DaemonThreads
 
 
 def test_map_keeps_order_and_caps_the_calls_running_at_once():

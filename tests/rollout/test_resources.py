@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from agentfly.rollout.resources import ChainResources, ResourcePool
+from agentfly.rollout.tools.resources import ChainResources, ResourcePool
 from agentfly.rollout.tools import run_tool_call, tool
 
 

@@ -22,7 +22,7 @@ from agentfly.rollout.rewards import (
     score_trajectory,
 )
 from agentfly.rollout.rewards import base as rewards_base
-from agentfly.rollout.trajectory import Trajectory
+from agentfly.trajectory import Trajectory
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """code_reward: code extraction, assert and stdin/stdout cases, isolation of failing cases.
 
 Each test runs twice: against a minimal stand-in sandbox (a plain subprocess, so the reward's own
-logic is tested whatever the sandbox does) and against the real ``agentfly.rollout.sandbox``
+logic is tested whatever the sandbox does) and against the real ``agentfly.rollout.execution.sandbox``
 under bubblewrap (skipped, with the reason, where bubblewrap cannot run).
 """
 
@@ -54,14 +54,14 @@ def _fake_run_code(
 @pytest.fixture(params=["stand-in", "real"])
 def sandbox(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     if request.param == "real":
-        from agentfly.rollout.sandbox_isolation import bwrap_problem
+        from agentfly.rollout.execution.sandbox_isolation import bwrap_problem
 
         if (problem := bwrap_problem()) is not None:
             pytest.skip(problem)
     else:
-        fake = types.ModuleType("agentfly.rollout.sandbox")
+        fake = types.ModuleType("agentfly.rollout.execution.sandbox")
         fake.run_code = _fake_run_code
-        monkeypatch.setitem(sys.modules, "agentfly.rollout.sandbox", fake)
+        monkeypatch.setitem(sys.modules, "agentfly.rollout.execution.sandbox", fake)
         monkeypatch.setattr(code_rewards, "use_bwrap", lambda isolation: True)
     return request.param
 

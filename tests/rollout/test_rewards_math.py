@@ -12,7 +12,7 @@ from agentfly.rollout.rewards import (
     math_reward_string_equal,
 )
 from agentfly.rollout.rewards.math_rewards import extract_answer, gold_answer, last_boxed
-from agentfly.rollout.trajectory import ToolCallRecord, Trajectory
+from agentfly.trajectory import ToolCallRecord, Trajectory
 
 
 @pytest.mark.parametrize(

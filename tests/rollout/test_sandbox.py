@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from agentfly.rollout import sandbox, sandbox_isolation
-from agentfly.rollout.sandbox import PythonSession, run_code
+from agentfly.rollout.execution import sandbox, sandbox_isolation
+from agentfly.rollout.execution.sandbox import PythonSession, run_code
 
 REPO = Path(__file__).resolve().parents[2]
 BWRAP_PROBLEM = sandbox.bwrap_problem()

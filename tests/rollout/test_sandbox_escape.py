@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 
 from agentfly.config import ConfigError, load_config
-from agentfly.rollout import sandbox_isolation
+from agentfly.rollout.execution import sandbox_isolation
 from agentfly.rollout.rewards import compute_reward
-from agentfly.rollout.sandbox import PythonSession, SandboxUnavailableError, run_code
-from agentfly.rollout.sandbox_isolation import OPT_IN_KEY
+from agentfly.rollout.execution.sandbox import PythonSession, SandboxUnavailableError, run_code
+from agentfly.rollout.execution.sandbox_isolation import OPT_IN_KEY
 
 REPO = Path(__file__).resolve().parents[2]
 BWRAP_PROBLEM = sandbox_isolation.bwrap_problem()
@@ -332,7 +332,7 @@ def test_the_opt_in_runs_and_warns_what_is_not_contained(
     no_bwrap: None, caplog: pytest.LogCaptureFixture
 ) -> None:
     sandbox_isolation.warn_unsafe.cache_clear()
-    with caplog.at_level(logging.WARNING, logger="agentfly.rollout.sandbox"):
+    with caplog.at_level(logging.WARNING, logger="agentfly.rollout.execution.sandbox"):
         first = run_code("print(1)", isolation="unsafe_rlimits_only")
         with PythonSession(isolation="unsafe_rlimits_only") as session:
             assert session.run("2").stdout == "2\n"

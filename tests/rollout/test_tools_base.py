@@ -14,7 +14,7 @@ from agentfly.rollout.tools import TOOLS, Tool, ToolResult, get_tool, run_tool_c
 from agentfly.rollout.tools.schema import parse_docstring
 
 if TYPE_CHECKING:  # not defined at run time: the schema must not need it
-    from agentfly.rollout.sandbox import PythonSession
+    from agentfly.rollout.execution.sandbox import PythonSession
 
 
 def call(name: str, arguments: object) -> ToolResult:
@@ -326,7 +326,7 @@ def test_async_tool() -> None:
 
 def test_slow_sync_tools_do_not_block_each_other() -> None:
     """Sync tools run in worker processes, as many at once as the pool has workers."""
-    from agentfly.rollout.workers import WorkerPool
+    from agentfly.rollout.execution.workers import WorkerPool
 
     async def six_at_once(workers: WorkerPool, seconds: float) -> list[ToolResult]:
         calls = (

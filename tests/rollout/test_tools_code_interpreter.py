@@ -7,8 +7,8 @@ import functools
 
 import pytest
 
-from agentfly.rollout.resources import ResourcePool
-from agentfly.rollout.sandbox import PythonSession
+from agentfly.rollout.tools.resources import ResourcePool
+from agentfly.rollout.execution.sandbox import PythonSession
 from agentfly.rollout.tools import get_tool, run_tool_call
 
 

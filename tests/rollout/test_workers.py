@@ -19,8 +19,8 @@ from agentfly.rollout.rewards import acompute_reward, compute_reward, get_reward
 from agentfly.rollout.summary import summarize
 from agentfly.rollout.tools import get_tool, tool
 from agentfly.rollout.tools.call import run_tool_call
-from agentfly.rollout.trajectory import Trajectory
-from agentfly.rollout.workers import WorkerPool, WorkerStartError
+from agentfly.trajectory import Trajectory
+from agentfly.rollout.execution.workers import WorkerPool, WorkerStartError
 
 
 def _alive(pid: int) -> bool:
@@ -320,7 +320,7 @@ def test_workers_die_with_the_trainer(tmp_path):
     script = tmp_path / "trainer.py"
     script.write_text(textwrap.dedent('''
         import os, signal, subprocess, sys
-        from agentfly.rollout.workers import WorkerPool
+        from agentfly.rollout.execution.workers import WorkerPool
 
         def start_child():
             child = subprocess.Popen(["sleep", "60"])

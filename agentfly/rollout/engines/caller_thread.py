@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from agentfly.rollout.daemon_threads import THREADS
+from agentfly.rollout.execution.daemon_threads import THREADS
 
 T = TypeVar("T")
 
@@ -72,7 +72,7 @@ class InProcessCalls:
     """Where an in-process engine's blocking calls run.
 
     On the thread inside :func:`run_sync` while one serves (at most one at a time), else on one
-    of the package's daemon threads (:data:`agentfly.rollout.daemon_threads.THREADS`).
+    of the package's daemon threads (:data:`agentfly.rollout.execution.daemon_threads.THREADS`).
     """
 
     def __init__(self) -> None:

@@ -16,7 +16,7 @@ row lacks scores 0 with ``failed=True`` and an ``error`` saying what happened (i
 raises: that is a configuration error, and silently scoring 0 for a whole run would hide it.
 
 Where a reward runs: a sync reward in a worker process of a
-:class:`~agentfly.rollout.workers.WorkerPool` (the one given, else the process's default pool),
+:class:`~agentfly.rollout.execution.workers.WorkerPool` (the one given, else the process's default pool),
 killed at its timeout; one declared ``@reward(runs_in="thread")`` (trusted code, or code that
 cannot be pickled) in a daemon thread of the package, abandoned at its timeout (a thread cannot
 be killed); an async reward on the caller's event loop under ``asyncio.wait_for`` (it must not
@@ -39,8 +39,8 @@ from typing import TYPE_CHECKING, Any
 
 from agentfly.plugins import PLUGIN_PREFIX
 from agentfly.registry import Registry
-from agentfly.rollout.daemon_threads import THREADS
-from agentfly.rollout.workers import (
+from agentfly.rollout.execution.daemon_threads import THREADS
+from agentfly.rollout.execution.workers import (
     ReplyTooLarge,
     WorkerDied,
     WorkerPool,
@@ -53,7 +53,7 @@ from agentfly.rollout.workers import (
 )
 
 if TYPE_CHECKING:
-    from agentfly.rollout.trajectory import Trajectory
+    from agentfly.trajectory import Trajectory
 
 logger = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ Test cases come in two shapes:
   program exits 0 and its stdout equals the expected output token for token (whitespace
   differences ignored, as most judges do; no float tolerance).
 
-Every case runs in its own sandboxed process (``agentfly.rollout.sandbox.run_code``), at most
+Every case runs in its own sandboxed process (``agentfly.rollout.execution.sandbox.run_code``), at most
 ``MAX_PARALLEL_CASES`` at once, each under ``CASE_TIMEOUT_S``: one failing or hanging case cannot
 stop the others. Call-based APPS problems (``fn_name``) are not supported (they raise).
 
@@ -29,9 +29,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agentfly.rollout.daemon_threads import THREADS
+from agentfly.rollout.execution.daemon_threads import THREADS
 from agentfly.rollout.rewards.base import reward
-from agentfly.rollout.sandbox_isolation import Isolation, SandboxUnavailableError, use_bwrap
+from agentfly.rollout.execution.sandbox_isolation import Isolation, SandboxUnavailableError, use_bwrap
 
 CASE_TIMEOUT_S = 10.0
 """Wall-clock limit of one test case (seconds)."""
@@ -128,7 +128,7 @@ def run_test_case(
     Raises:
         SandboxUnavailableError: ``isolation`` cannot run here.
     """
-    from agentfly.rollout.sandbox import run_code  # the sandbox is imported on first use
+    from agentfly.rollout.execution.sandbox import run_code  # the sandbox is imported on first use
 
     limit = timeout or CASE_TIMEOUT_S
     # room for the expected output, so a long right answer is not cut (and so judged wrong)

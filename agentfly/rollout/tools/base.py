@@ -105,7 +105,7 @@ class Tool:
             ``resource_factory`` that take ``settings``; the defaults' instance until
             :meth:`configure` binds others (None when some setting has no default).
         runs_in: where a sync stateless call runs: ``"process"``, a worker process of the
-            :class:`~agentfly.rollout.workers.WorkerPool` (killed at the timeout, its memory
+            :class:`~agentfly.rollout.execution.workers.WorkerPool` (killed at the timeout, its memory
             limited); ``"thread"``, a daemon thread of the trainer (code declared safe: it can
             be abandoned at the timeout, not stopped). Stateful tools run in threads (their
             resource lives in the trainer) and async tools on the event loop.

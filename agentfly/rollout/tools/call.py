@@ -6,13 +6,13 @@ an error observation the model can read, with ``ok=False`` and a short error kin
 
 Where a call runs:
 
-- a sync stateless tool: a worker process of a :class:`~agentfly.rollout.workers.WorkerPool`
+- a sync stateless tool: a worker process of a :class:`~agentfly.rollout.execution.workers.WorkerPool`
   (the one given, else the process's default pool). A call past its timeout has its worker
   killed; the result is turned into text and cut to ``max_output_chars`` in the worker, so a
   huge return value never reaches the trainer;
 - a sync tool declared ``runs_in="thread"``, or a stateful one (its resource lives in the
   trainer: ``code_interpreter`` runs its code in a process of its own, with its own limits): a
-  daemon thread of the package (:data:`~agentfly.rollout.daemon_threads.THREADS`); a call past its
+  daemon thread of the package (:data:`~agentfly.rollout.execution.daemon_threads.THREADS`); a call past its
   timeout is abandoned, its thread runs on, but nothing waits for it;
 - an async tool: awaited on the event loop under ``asyncio.wait_for``. It must not block the
   loop (no ``time.sleep``, no blocking I/O): a blocked loop stalls every chain, and
@@ -28,7 +28,7 @@ from typing import Any
 
 from agentfly.plugins import is_object_spec
 from agentfly.registry import UnknownNameError
-from agentfly.rollout.daemon_threads import THREADS
+from agentfly.rollout.execution.daemon_threads import THREADS
 from agentfly.rollout.tools.base import (
     EXCEPTION,
     INVALID_ARGUMENTS,
@@ -43,7 +43,7 @@ from agentfly.rollout.tools.base import (
     get_tool,
 )
 from agentfly.rollout.tools.schema import validate_arguments
-from agentfly.rollout.workers import (
+from agentfly.rollout.execution.workers import (
     ReplyTooLarge,
     WorkerDied,
     WorkerPool,
@@ -185,7 +185,7 @@ async def run_tool_call(
     throwaway = None
     try:
         if tool.stateful:
-            from agentfly.rollout.resources import ChainResources
+            from agentfly.rollout.tools.resources import ChainResources
 
             if isinstance(resource, ChainResources):
                 resource = await resource.get(tool)

@@ -1,12 +1,12 @@
 """``code_interpreter`` (alias ``python_executor``): run Python in the chain's sandboxed session.
 
-Each chain gets its own ``PythonSession`` (see ``agentfly.rollout.sandbox``) from the resource
+Each chain gets its own ``PythonSession`` (see ``agentfly.rollout.execution.sandbox``) from the resource
 pool, so variables persist across the chain's turns and never leak into another chain. The
 session's own per-cell limit (:class:`SessionSettings`, ``cell_timeout``: 10 s by default) stops
 a runaway cell and restarts the interpreter; the tool's outer timeout is only a backstop.
 
 The session is contained by bubblewrap (``isolation="bwrap"``, the default; see
-``agentfly.rollout.sandbox_isolation``): read-only root, private ``/tmp``, no network, no parent
+``agentfly.rollout.execution.sandbox_isolation``): read-only root, private ``/tmp``, no network, no parent
 environment, an unprivileged uid, process, CPU, memory and wall limits, every process killed when
 a cell times out or the chain ends. A run that uses this tool where bubblewrap cannot run is
 refused when its config is composed (:meth:`SessionSettings.environment_problem`), unless it opts
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agentfly.rollout.sandbox import MAX_PROCESSES, CellResult, PythonSession
-from agentfly.rollout.sandbox_isolation import Isolation, check_isolation, isolation_problem
+from agentfly.rollout.execution.sandbox import MAX_PROCESSES, CellResult, PythonSession
+from agentfly.rollout.execution.sandbox_isolation import Isolation, check_isolation, isolation_problem
 from agentfly.rollout.tools.base import TIMEOUT, ToolResult, tool
 
 

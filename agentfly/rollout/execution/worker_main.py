@@ -1,6 +1,6 @@
-"""The child side of :class:`agentfly.rollout.workers.WorkerPool`: one worker process.
+"""The child side of :class:`agentfly.rollout.execution.workers.WorkerPool`: one worker process.
 
-Run as ``python -m agentfly.rollout.worker_main PARENT_PID MEMORY_MB MAX_REPLY_BYTES IMPORTS``,
+Run as ``python -m agentfly.rollout.execution.worker_main PARENT_PID MEMORY_MB MAX_REPLY_BYTES IMPORTS``,
 ``IMPORTS`` a JSON object ``{"plugins": [...], "preload": [...]}``: the run's plugins, and
 modules worth importing before the first call (a reward's heavy dependency).
 Its own import path is the standard library and cloudpickle; what a job needs (agentfly's tool

@@ -12,10 +12,10 @@ size of a reply, applied in the worker before anything crosses the pipe. Workers
 
 One manager thread per pool does all the I/O with ``select`` and a timeout, so it never blocks on
 a worker; calls return ``concurrent.futures.Future`` (``asyncio.wrap_future`` from any loop).
-The child side is :mod:`agentfly.rollout.worker_main`.
+The child side is :mod:`agentfly.rollout.execution.worker_main`.
 
 Code declared safe to share the trainer's process (``runs_in="thread"``) runs on
-:data:`agentfly.rollout.daemon_threads.THREADS` instead.
+:data:`agentfly.rollout.execution.daemon_threads.THREADS` instead.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from typing import Any
 import cloudpickle
 
 from agentfly.plugins import PLUGIN_PREFIX
-from agentfly.rollout.worker_main import HEADER, RemoteError, ReplyTooLarge
+from agentfly.rollout.execution.worker_main import HEADER, RemoteError, ReplyTooLarge
 
 logger = logging.getLogger(__name__)
 
@@ -445,7 +445,7 @@ class WorkerPool:
         paths = [os.path.abspath(p) if p else os.getcwd() for p in sys.path]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(dict.fromkeys(paths)))
         cmd = [
-            sys.executable, "-m", "agentfly.rollout.worker_main", str(os.getpid()),
+            sys.executable, "-m", "agentfly.rollout.execution.worker_main", str(os.getpid()),
             str(self.memory_mb), str(self.max_reply_bytes),
             json.dumps({"plugins": self.plugins, "preload": self.preload}),
         ]
@@ -584,7 +584,7 @@ class WorkerPool:
         tail = b"".join(w.stderr_tail).decode("utf-8", "replace").strip()
         plugins = f" (plugins: {', '.join(self.plugins)})" if self.plugins else ""
         self._start_error = WorkerStartError(
-            f"a tool/reward worker process ({sys.executable} -m agentfly.rollout.worker_main)"
+            f"a tool/reward worker process ({sys.executable} -m agentfly.rollout.execution.worker_main)"
             f"{plugins} failed to start: {why}."
             + (f" Its stderr ended with:\n{tail}" if tail else " It wrote nothing to stderr.")
         )

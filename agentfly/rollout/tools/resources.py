@@ -29,9 +29,9 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable, Hashable, Mapping
 from typing import Any, Literal
 
-from agentfly.rollout.daemon_threads import THREADS
+from agentfly.rollout.execution.daemon_threads import THREADS
 from agentfly.rollout.tools.base import Tool, get_tool
-from agentfly.rollout.workers import WorkerTimeout, wait_call
+from agentfly.rollout.execution.workers import WorkerTimeout, wait_call
 
 logger = logging.getLogger(__name__)
 

@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass
 from typing import IO
 
-from agentfly.rollout.sandbox_isolation import (
+from agentfly.rollout.execution.sandbox_isolation import (
     ISOLATIONS,
     OPT_IN_KEY,
     SANDBOX_ENV,

@@ -35,7 +35,7 @@ from functools import cache
 from pathlib import Path
 from typing import Literal, get_args
 
-logger = logging.getLogger("agentfly.rollout.sandbox")
+logger = logging.getLogger("agentfly.rollout.execution.sandbox")
 
 Isolation = Literal["bwrap", "unsafe_rlimits_only"]
 ISOLATIONS: tuple[str, ...] = get_args(Isolation)
@@ -124,7 +124,7 @@ def _parents_below(path: str, top: str) -> list[str]:
 @cache
 def bwrap_prefix() -> tuple[str, ...]:
     """The bubblewrap command that precedes the worker's (see the module docstring)."""
-    repo = str(Path(__file__).resolve().parents[2])
+    repo = str(Path(__file__).resolve().parents[3])
     hidden = [p for p in (*_HIDDEN, repo, os.getcwd()) if p not in _SYSTEM and os.path.isdir(p)]
     hidden = [
         p for p in dict.fromkeys(hidden) if not any(_is_under(p, h) for h in _HIDDEN if h != p)
