@@ -35,11 +35,15 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentfly import __version__
 
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
 STAGES = ("fit", "validate", "test", "predict")
+logger = logging.getLogger(__name__)
 # LightningCLI 2.6 calls an API jsonargparse deprecates; nothing for an agentfly user to act on
 os.environ.setdefault("JSONARGPARSE_DEPRECATION_WARNINGS", "off")
 
@@ -54,9 +58,9 @@ def _cli_class() -> type:
     from jsonargparse import ArgumentError
     from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 
-    from agentfly.config.errors import ConfigError
     from agentfly.config.keys import DATA_KEYS, GROUPS
     from agentfly.config.load import compose, seed_tree
+    from agentfly.errors import ConfigError
     from agentfly.modules.rl_module import AgentRLModule
     from agentfly.rollout.datamodule import RolloutDataModule
     from agentfly.trainer import PLANNED_TRAINER_ARGS, AgentflyTrainer
@@ -207,9 +211,9 @@ def parse_config(words: list[str], *, check_required: bool = True, default_task:
     parser per process: building it from the signatures is most of the cost)."""
     from jsonargparse import ArgumentError
 
-    from agentfly.config.errors import ConfigError
     from agentfly.config.load import compose, seed_tree
     from agentfly.config.seed_args import to_cli_args
+    from agentfly.errors import ConfigError
 
     args, explicit = to_cli_args(words, default_task=default_task)
     parser, trainer_defaults = _config_parser()
@@ -218,6 +222,32 @@ def parse_config(words: list[str], *, check_required: bool = True, default_task:
     except ArgumentError as exc:
         raise ConfigError(parse_error(exc)) from None
     return compose(seed_tree(ns, trainer_defaults), check_required=check_required, explicit=explicit)
+
+
+def load_config(
+    overrides: list[str] | tuple[str, ...] = (),
+    config_file: str | Path | None = None,
+    *,
+    check_required: bool = True,
+    default_task: bool = False,
+) -> DictConfig:
+    """Parse ``overrides`` (the seeds' words or LightningCLI flags) over ``config_file`` as
+    ``agentfly fit`` would, and compose the run's config.
+
+    Args:
+        overrides: command-line words, in order.
+        config_file: a YAML file (seed sections, or a LightningCLI config); a relative path
+            not found from the working directory is tried from the repository.
+        check_required: require a model path (and a critic path when the estimator trains a
+            critic); ``False`` accepts a template such as the bare defaults.
+        default_task: with no file and no ``data.train_files``, train the default task.
+
+    Raises:
+        ConfigError: unknown keys (with close matches), wrong types, invalid choices,
+            contradictions.
+    """
+    words = ([f"--config={config_file}"] if config_file is not None else []) + list(overrides)
+    return parse_config(words, check_required=check_required, default_task=default_task)
 
 
 def parse_error(exc: Exception) -> str:
@@ -248,8 +278,8 @@ def _config_parser() -> tuple[Any, dict[str, Any]]:
 
 
 def _lightning(stage: str, words: list[str]) -> int:
-    from agentfly.config.errors import ConfigError
     from agentfly.config.seed_args import to_cli_args
+    from agentfly.errors import ConfigError
     from agentfly.rollout.engines.errors import EngineLostError, EngineStartError
     from agentfly.shutdown import ray_stopped_at_exit, sigterm_exits
 
@@ -270,6 +300,39 @@ def _lightning(stage: str, words: list[str]) -> int:
     shown = {k: round(v, 4) for k, v in sorted(cli.metrics.items()) if k.startswith(("val/", "critic/score"))}
     print(json.dumps(shown, indent=2))
     return 0
+
+
+def plan_rollout_run(
+    cfg: Any, *, split: str = "train", limit: int | None = None, hardware: Any = None
+) -> tuple[Any, list[dict[str, Any]]]:
+    """What ``agentfly rollout`` runs: the rollout plan on this machine and the rows to roll out.
+
+    Args:
+        cfg: the composed config.
+        split: ``train`` or ``val``: which data files.
+        limit: keep only the first ``limit`` rows (None: all).
+        hardware: the machine (None: detected); the CPU fallback's notes are said once.
+
+    Returns:
+        The :class:`~agentfly.rollout.rollout_plan.RolloutPlan` and the rows.
+
+    Raises:
+        ValueError: ``data.<split>_files`` is not set.
+    """
+    from agentfly.plan import plan_rollout
+    from agentfly.rollout.data import load_rows
+    from agentfly.topology import Hardware, resolve_topology
+
+    files = list(getattr(cfg.data, f"{split}_files"))
+    if not files:
+        raise ValueError(f"data.{split}_files is not set: nothing to roll out")
+    rows = [row for f in files for row in load_rows(f, cfg.data.prompt_key)]
+    if limit is not None:
+        rows = rows[:limit]
+    topology = resolve_topology(cfg, hardware or Hardware.detect())
+    for note in topology.notes:
+        logger.warning("%s", note)
+    return plan_rollout(cfg, topology), rows
 
 
 def _rollout(argv: list[str]) -> int:
@@ -294,7 +357,8 @@ def _rollout(argv: list[str]) -> int:
 
     try:
         with sigterm_exits(), ray_stopped_at_exit():
-            summary = run_rollout(cfg, args.output, split=args.split, limit=args.limit)
+            plan, rows = plan_rollout_run(cfg, split=args.split, limit=args.limit)
+            summary = run_rollout(plan, rows, args.output, prompt_key=cfg.data.prompt_key)
     except (ValueError, FileNotFoundError, KeyError, RuntimeError) as e:
         print(f"agentfly: {e}", file=sys.stderr)
         return 2

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from agentfly.config.keys import plain
-from agentfly.plan import RolloutPlan, RunPlan, plan_run
+from agentfly.plan import RunPlan, plan_run
+from agentfly.rollout.rollout_plan import RolloutPlan
 from agentfly.topology import Hardware
 
 logger = logging.getLogger(__name__)

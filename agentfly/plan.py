@@ -1,6 +1,6 @@
 """The one reader of the config: what every component of a run receives.
 
-:func:`plan_run` turns a composed config (:func:`agentfly.config.load_config`) and the machine
+:func:`plan_run` turns a composed config (:func:`agentfly.cli.load_config`) and the machine
 (:class:`~agentfly.topology.Hardware`) into plain keyword arguments for each component:
 the LightningModule, the rollout DataModule, the engine pool and the agent loop, the callbacks,
 the loggers and the Lightning ``Trainer``. :mod:`agentfly.fit` and :mod:`agentfly.rollout.runner`
@@ -19,51 +19,8 @@ from typing import Any
 
 from agentfly.config.keys import plain
 from agentfly.models.paths import check_model_paths
+from agentfly.rollout.rollout_plan import RolloutPlan
 from agentfly.topology import Hardware, Topology, check_batches, resolve_topology
-
-
-@dataclass
-class RolloutPlan:
-    """The rollout side: engines, agent, tools, reward, template and the agent loop's settings.
-
-    Attributes:
-        engine: registered engine name (or ``module:attr``, a file path made absolute).
-        num_engines: Ray engine actors; 0 = one engine in this process.
-        engine_kwargs: every engine's constructor arguments.
-        pool_kwargs: further :class:`~agentfly.rollout.engines.EnginePool` arguments.
-        agent_type: registered agent type.
-        tool_parser: the agent type whose parser reads the model's turns (None: ``agent_type``).
-        system_prompt: replaces the agent type's system prompt.
-        tools: tool names.
-        tool_config: per-tool settings.
-        reward: reward name (None: chains are not scored).
-        template: chat template name (None: the model's own).
-        resource_backend: where stateful tool resources live (``local`` or ``ray``).
-        plugins: modules to import first, here, in every engine actor and in every tool/reward
-            worker process (file paths absolute).
-        workers: :class:`~agentfly.rollout.execution.workers.WorkerPool` keyword arguments (the worker
-            processes of sync tools and rewards).
-        reward_timeout: seconds a reward call may take (None: the reward's own).
-        loop: :class:`~agentfly.rollout.agent_loop.AgentLoop` keyword arguments (``max_model_len``
-            None = the engine's).
-    """
-
-    engine: str
-    num_engines: int
-    engine_kwargs: dict[str, Any]
-    pool_kwargs: dict[str, Any]
-    agent_type: str
-    tool_parser: str | None
-    system_prompt: str | None
-    tools: list[str]
-    tool_config: dict[str, Any]
-    reward: str | None
-    template: str | None
-    resource_backend: str
-    plugins: list[str]
-    loop: dict[str, Any]
-    workers: dict[str, Any] = field(default_factory=dict)
-    reward_timeout: float | None = None
 
 
 @dataclass
@@ -120,7 +77,7 @@ def check_rows(cfg: Any, rows: int) -> None:
     Raises:
         ConfigError: naming both numbers (no training files: nothing to check).
     """
-    from agentfly.config.errors import ConfigError
+    from agentfly.errors import ConfigError
 
     batch = int(cfg.data.train_batch_size)
     if cfg.data.train_files and batch > rows:

@@ -23,7 +23,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentfly.config.errors import ConfigError
+from agentfly.errors import ConfigError
 
 
 @dataclass(frozen=True)

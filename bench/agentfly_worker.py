@@ -143,7 +143,7 @@ def main() -> None:
 
     import lightning.pytorch as pl
 
-    from agentfly.config import load_config
+    from agentfly.cli import load_config
     from agentfly.fit import build_trainer
 
     started = time.perf_counter()

@@ -11,8 +11,8 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import ModelSummary
 
-from agentfly.cli import main
-from agentfly.config import ConfigError, load_config
+from agentfly.cli import load_config, main
+from agentfly.config import ConfigError
 from agentfly.fit import build_trainer
 from tests.test_fit import fit_args, rows, task  # noqa: F401  (the fixture)
 

@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from agentfly.config import load_config
+from agentfly.cli import load_config
 from agentfly.topology import Hardware, resolve_topology
 from tests.probes import assert_updates_follow_the_advantages, read_records
 from tests.test_fit import fit_args, probe_args, rows, write_task

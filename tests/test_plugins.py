@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from agentfly.cli import main
-from agentfly.config import ConfigError, load_config
+from agentfly.cli import load_config, main
+from agentfly.config import ConfigError
 from agentfly.plugins import import_plugin
 from agentfly.rollout.rewards import get_reward
 from agentfly.rollout.runner import configure_tools

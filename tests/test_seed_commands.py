@@ -12,8 +12,7 @@ import json
 import pytest
 import torch
 
-from agentfly.cli import main
-from agentfly.config import load_config
+from agentfly.cli import load_config, main
 from agentfly.testing import build_tiny_model
 from tests.config.seed_commands import (
     SEED_000_CODE,

@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from agentfly.config import load_config
+from agentfly.cli import load_config
 from agentfly.fit import build_trainer
 from agentfly.rollout.engines import SamplingParams
 from agentfly.testing import build_tiny_model

@@ -9,7 +9,7 @@ with the checks that need several keys (:mod:`~agentfly.config.load`,
 :mod:`~agentfly.config.validate`, :mod:`~agentfly.config.inactive`), the registries
 (:mod:`~agentfly.config.plugins`).
 
->>> from agentfly.config import config_to_yaml, load_config
+>>> from agentfly.cli import load_config
 >>> cfg = load_config(
 ...     ["agent.max_turns=5", "trainer.total_training_steps=10"],
 ...     config_file="conf/examples/gsm8k_calculator.yaml",
@@ -17,14 +17,15 @@ with the checks that need several keys (:mod:`~agentfly.config.load`,
 >>> cfg.agent.run_config.max_turns
 5
 
-``load_config`` returns a read-only OmegaConf ``DictConfig``.
+``load_config`` (:mod:`agentfly.cli`, which builds the parser) returns a read-only OmegaConf
+``DictConfig``; the config layer never imports the command line.
 """
 
 from agentfly.config.aliases import ALIASES, canonical_key
-from agentfly.config.errors import ConfigError
-from agentfly.config.load import config_to_yaml, load_config
+from agentfly.config.load import config_to_yaml
 from agentfly.config.overrides import Override, parse_overrides
 from agentfly.config.validate import validate
+from agentfly.errors import ConfigError
 
 __all__ = [
     "ALIASES",
@@ -32,7 +33,6 @@ __all__ = [
     "Override",
     "canonical_key",
     "config_to_yaml",
-    "load_config",
     "parse_overrides",
     "validate",
 ]

@@ -9,24 +9,23 @@ keys filled (``data.seed`` = ``trainer.seed``; the critic's batch, epochs and lo
 the actor's; the clip sides = ``clip_ratio``) and the cross-key checks run
 (:func:`agentfly.config.validate.validate`). Keys the user set that this run will not use are named in one ``UserWarning`` (:mod:`agentfly.config.inactive`).
 
-:func:`load_config` does both steps for a list of words, as the command line would.
+:func:`agentfly.cli.load_config` does both steps for a list of words, as the command line would.
 """
 
 from __future__ import annotations
 
 import warnings
-from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from agentfly.config.errors import ConfigError
 from agentfly.config.keys import DATA_KEYS, GROUPS, NONE_MEANS, seed_key_table
 from agentfly.config.seed_args import CONF_DIR, seed_keys
 from agentfly.config.validate import validate
+from agentfly.errors import ConfigError
 
-__all__ = ["CONF_DIR", "compose", "config_to_yaml", "load_config"]
+__all__ = ["CONF_DIR", "compose", "config_to_yaml"]
 
 
 
@@ -114,34 +113,6 @@ def _say_inactive(cfg: DictConfig, explicit: set[str] | None) -> None:
     unused = inactive_settings(cfg, changed)
     if unused:
         warnings.warn("settings with no effect in this run: " + "; ".join(unused), UserWarning, stacklevel=3)
-
-
-def load_config(
-    overrides: list[str] | tuple[str, ...] = (),
-    config_file: str | Path | None = None,
-    *,
-    check_required: bool = True,
-    default_task: bool = False,
-) -> DictConfig:
-    """Parse ``overrides`` (the seeds' words or LightningCLI flags) over ``config_file`` as
-    ``agentfly fit`` would, and compose the run's config.
-
-    Args:
-        overrides: command-line words, in order.
-        config_file: a YAML file (seed sections, or a LightningCLI config); a relative path
-            not found from the working directory is tried from the repository.
-        check_required: require a model path (and a critic path when the estimator trains a
-            critic); ``False`` accepts a template such as the bare defaults.
-        default_task: with no file and no ``data.train_files``, train the default task.
-
-    Raises:
-        ConfigError: unknown keys (with close matches), wrong types, invalid choices,
-            contradictions.
-    """
-    from agentfly.cli import parse_config
-
-    words = ([f"--config={config_file}"] if config_file is not None else []) + list(overrides)
-    return parse_config(words, check_required=check_required, default_task=default_task)
 
 
 def config_to_yaml(cfg: Any) -> str:

@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from agentfly.config.errors import ConfigError
+from agentfly.errors import ConfigError
 
 _KEY = re.compile(r"^[A-Za-z_][\w\-]*(\.[A-Za-z_0-9][\w\-]*)*$")
 # Plain words typed exactly as Hydra types them, parsed without its (slow) ANTLR grammar.

@@ -53,8 +53,8 @@ def reward_sandbox_error(key: str, registry: Any, name: Any) -> str | None:
         return None
     if isolation is None:
         return None
-    from agentfly.rollout.rewards.code_rewards import REWARD_OPT_IN_KEY
     from agentfly.rollout.execution.sandbox_isolation import isolation_problem
+    from agentfly.rollout.rewards.code_rewards import REWARD_OPT_IN_KEY
 
     problem = isolation_problem(isolation, opt_in=REWARD_OPT_IN_KEY)
     return f"{key}={name!r} runs code in the sandbox: {problem}" if problem else None

@@ -35,9 +35,9 @@ import yaml
 from omegaconf import OmegaConf
 
 from agentfly.config.aliases import canonical_key, is_alias_prefix, spellings
-from agentfly.config.errors import ConfigError
 from agentfly.config.keys import is_dict_type, is_list_type, seed_key_table, strip_optional
 from agentfly.config.overrides import parse_override
+from agentfly.errors import ConfigError
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 DEFAULT_TASK_FILE = CONF_DIR / "examples" / "demo_calculator.yaml"

@@ -22,8 +22,8 @@ import warnings
 from collections.abc import Iterable
 from typing import Any
 
-from agentfly.config.errors import ConfigError
 from agentfly.config.plugins import lookup_error, plugin_errors
+from agentfly.errors import ConfigError
 
 VISION_AGENT_TYPES = ("gui",)
 

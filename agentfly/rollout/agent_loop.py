@@ -31,13 +31,13 @@ from agentfly.rollout.agents.base import Agent, ToolCallRequest
 from agentfly.rollout.data import question_of
 from agentfly.rollout.engines.base import SamplingParams
 from agentfly.rollout.engines.caller_thread import run_sync
+from agentfly.rollout.execution.workers import WorkerPool, WorkerStartError
 from agentfly.rollout.prompt import render_prompt
 from agentfly.rollout.rewards import ascore_trajectory
 from agentfly.rollout.templates.base import ChatTemplate
 from agentfly.rollout.tools.base import INVALID_ARGUMENTS, ToolResult
 from agentfly.rollout.tools.call import run_tool_call
 from agentfly.trajectory import ToolCallRecord, Trajectory
-from agentfly.rollout.execution.workers import WorkerPool, WorkerStartError
 
 logger = logging.getLogger(__name__)
 

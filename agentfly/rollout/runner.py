@@ -1,5 +1,5 @@
-"""Builds the rollout side from its plan (:func:`agentfly.plan.plan_rollout`), and runs rollouts
-alone (``agentfly rollout``).
+"""Builds the rollout side from its plan (:class:`~agentfly.rollout.rollout_plan.RolloutPlan`,
+made by :func:`agentfly.plan.plan_rollout`), and runs rollouts alone (``agentfly rollout``).
 
 Everything that can be checked before an engine starts is checked here, so a bad name or path
 fails in seconds, naming it: the agent type, every tool and its settings, the reward, the
@@ -10,21 +10,17 @@ imported first, here and in every engine actor.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentfly.plan import RolloutPlan, plan_rollout
 from agentfly.plugins import load_plugins
 from agentfly.rollout.agent_loop import AgentLoop
-from agentfly.rollout.summary import summarize, trajectory_record
 from agentfly.rollout.execution.workers import WorkerPool
-from agentfly.topology import Hardware, resolve_topology
-
-logger = logging.getLogger(__name__)
+from agentfly.rollout.rollout_plan import RolloutPlan
+from agentfly.rollout.summary import summarize, trajectory_record
 
 
 def configure_tools(tool_names: list[str], tool_config: dict[str, Any] | None) -> list[Any]:
@@ -60,10 +56,10 @@ def build_rollout(plan: RolloutPlan, *, ray_init: dict[str, Any] | None = None) 
     """The engine pool (Ray, started on demand) and the agent loop of a rollout plan."""
     from agentfly.rollout.agents import get_agent
     from agentfly.rollout.engines import EnginePool
-    from agentfly.rollout.tools.resources import ResourcePool
     from agentfly.rollout.rewards import get_reward
     from agentfly.rollout.rewards.base import runs_in_process, worker_imports
     from agentfly.rollout.templates import get_template
+    from agentfly.rollout.tools.resources import ResourcePool
 
     load_plugins(plan.plugins)  # done when the config was composed; a no-op then
     tools = configure_tools(plan.tools, plan.tool_config)
@@ -110,37 +106,27 @@ def build_rollout(plan: RolloutPlan, *, ray_init: dict[str, Any] | None = None) 
     return RolloutSession(pool, loop, tokenizer, workers)
 
 
-def rollout_plan(cfg: Any, hardware: Hardware | None = None) -> RolloutPlan:
-    """The rollout side of ``cfg`` on this machine; the CPU fallback's notes are said once."""
-    topology = resolve_topology(cfg, hardware or Hardware.detect())
-    for note in topology.notes:
-        logger.warning("%s", note)
-    return plan_rollout(cfg, topology)
-
-
 def run_rollout(
-    cfg: Any,
+    plan: RolloutPlan,
+    rows: list[dict[str, Any]],
     output: str | os.PathLike[str],
     *,
-    split: str = "train",
-    limit: int | None = None,
+    prompt_key: str,
     ray_init: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Roll out every row of the data file(s) and write one JSON line per chain.
+    """Roll out every row and write one JSON line per chain.
 
     Writes ``output`` (JSONL, one chain per line) and ``output`` with ``.summary.json`` beside
     it; returns the summary.
-    """
-    from agentfly.rollout.data import load_rows
 
-    files = list(getattr(cfg.data, f"{split}_files"))
-    if not files:
-        raise ValueError(f"data.{split}_files is not set: nothing to roll out")
-    prompt_key = cfg.data.prompt_key
-    rows = [row for f in files for row in load_rows(f, prompt_key)]
-    if limit is not None:
-        rows = rows[:limit]
-    session = build_rollout(rollout_plan(cfg), ray_init=ray_init)
+    Args:
+        plan: the rollout side of the run (:func:`agentfly.plan.plan_rollout`).
+        rows: the data rows, each holding its prompt under ``prompt_key``.
+        output: the JSONL file to write.
+        prompt_key: the rows' prompt field.
+        ray_init: ``ray.init`` arguments when the engines start Ray.
+    """
+    session = build_rollout(plan, ray_init=ray_init)
     start = time.perf_counter()
     try:
         trajs = session.loop.run(rows, prompt_key=prompt_key)

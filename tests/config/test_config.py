@@ -9,14 +9,8 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from agentfly.config import (
-    ALIASES,
-    ConfigError,
-    canonical_key,
-    config_to_yaml,
-    load_config,
-    parse_overrides,
-)
+from agentfly.cli import load_config
+from agentfly.config import ALIASES, ConfigError, canonical_key, config_to_yaml, parse_overrides
 from agentfly.config.load import CONF_DIR
 from tests.config.seed_commands import (
     SEED_000_CODE,

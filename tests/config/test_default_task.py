@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import agentfly
-from agentfly.cli import main
-from agentfly.config import load_config
+from agentfly.cli import load_config, main
 
 PKG = Path(agentfly.__file__).resolve().parent
 

@@ -6,7 +6,7 @@ import warnings
 
 import pytest
 
-from agentfly.config import load_config
+from agentfly.cli import load_config
 from agentfly.config.validate import _kl_kinds
 from agentfly.estimators import ESTIMATORS
 from tests.config.test_config import BASE, error_of

@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from agentfly.config import ConfigError, canonical_key, load_config
+from agentfly.cli import load_config
+from agentfly.config import ConfigError, canonical_key
 from agentfly.config.inactive import RULES
 from agentfly.config.keys import schema_keys
 from agentfly.plan import plan_run

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from agentfly.config import ConfigError, load_config
+from agentfly.cli import load_config
+from agentfly.config import ConfigError
 from agentfly.topology import Hardware
 
 CPU = Hardware(gpus=0, cpus=2)

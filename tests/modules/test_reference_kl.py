@@ -18,8 +18,8 @@ from agentfly.callbacks import AdvantageCallback, KLRewardCallback, RolloutBatch
 from agentfly.config.validate import _kl_kinds
 from agentfly.modules.rl_module import AgentRLModule
 from agentfly.rollout.collate import collate_trajectories
-from agentfly.trajectory import Trajectory
 from agentfly.testing import build_tiny_model
+from agentfly.trajectory import Trajectory
 
 D = torch.float64
 KL_COEF = 0.5

@@ -16,8 +16,8 @@ from agentfly.rollout.datamodule import RolloutDataModule
 from agentfly.rollout.engines import EnginePool
 from agentfly.rollout.templates import get_template
 from agentfly.rollout.tools import get_tool
-from agentfly.trajectory import Trajectory
 from agentfly.testing import build_tiny_model
+from agentfly.trajectory import Trajectory
 
 ROWS = [{"question": "What is 1+2?", "answer": "3"}, {"question": "What is 3+4?", "answer": "7"}]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentfly.config import load_config
+from agentfly.cli import load_config
 from agentfly.plan import plan_rollout
 from agentfly.topology import Hardware, resolve_topology
 

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from agentfly.rollout.tools.resources import ChainResources, ResourcePool
 from agentfly.rollout.tools import run_tool_call, tool
+from agentfly.rollout.tools.resources import ChainResources, ResourcePool
 
 
 class Notebook:

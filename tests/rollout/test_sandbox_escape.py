@@ -20,11 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from agentfly.config import ConfigError, load_config
+from agentfly.cli import load_config
+from agentfly.config import ConfigError
 from agentfly.rollout.execution import sandbox_isolation
-from agentfly.rollout.rewards import compute_reward
 from agentfly.rollout.execution.sandbox import PythonSession, SandboxUnavailableError, run_code
 from agentfly.rollout.execution.sandbox_isolation import OPT_IN_KEY
+from agentfly.rollout.rewards import compute_reward
 
 REPO = Path(__file__).resolve().parents[2]
 BWRAP_PROBLEM = sandbox_isolation.bwrap_problem()

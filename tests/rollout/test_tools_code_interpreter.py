@@ -7,9 +7,9 @@ import functools
 
 import pytest
 
-from agentfly.rollout.tools.resources import ResourcePool
 from agentfly.rollout.execution.sandbox import PythonSession
 from agentfly.rollout.tools import get_tool, run_tool_call
+from agentfly.rollout.tools.resources import ResourcePool
 
 
 def test_schema_and_alias() -> None:

@@ -5,7 +5,7 @@ actors, or one in-process engine for debugging). Importing this package register
 engines without importing torch or transformers.
 """
 
-from agentfly.rollout.engines import scripted, transformers_engine, vllm  # noqa: F401  (registers the engines)
+import agentfly.rollout.engines.builtin  # noqa: F401  (registers the engines)
 from agentfly.rollout.engines.base import (
     ENGINES,
     Engine,

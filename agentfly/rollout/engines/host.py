@@ -35,7 +35,7 @@ class EngineHost:
             import torch
 
             torch.set_num_threads(num_threads)
-        import agentfly.rollout.engines  # noqa: F401  (registers the built-in engines)
+        import agentfly.rollout.engines.builtin  # noqa: F401  (registers the built-in engines)
         from agentfly.plugins import load_plugins
 
         load_plugins(plugins)

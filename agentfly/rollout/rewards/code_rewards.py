@@ -30,8 +30,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentfly.rollout.execution.daemon_threads import THREADS
+from agentfly.rollout.execution.sandbox_isolation import (
+    Isolation,
+    SandboxUnavailableError,
+    use_bwrap,
+)
 from agentfly.rollout.rewards.base import reward
-from agentfly.rollout.execution.sandbox_isolation import Isolation, SandboxUnavailableError, use_bwrap
 
 CASE_TIMEOUT_S = 10.0
 """Wall-clock limit of one test case (seconds)."""

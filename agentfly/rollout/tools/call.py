@@ -29,6 +29,16 @@ from typing import Any
 from agentfly.plugins import is_object_spec
 from agentfly.registry import UnknownNameError
 from agentfly.rollout.execution.daemon_threads import THREADS
+from agentfly.rollout.execution.workers import (
+    ReplyTooLarge,
+    WorkerDied,
+    WorkerPool,
+    WorkerStartError,
+    by_reference,
+    default_pool,
+    describe_error,
+    wait_call,
+)
 from agentfly.rollout.tools.base import (
     EXCEPTION,
     INVALID_ARGUMENTS,
@@ -43,16 +53,6 @@ from agentfly.rollout.tools.base import (
     get_tool,
 )
 from agentfly.rollout.tools.schema import validate_arguments
-from agentfly.rollout.execution.workers import (
-    ReplyTooLarge,
-    WorkerDied,
-    WorkerPool,
-    WorkerStartError,
-    by_reference,
-    default_pool,
-    describe_error,
-    wait_call,
-)
 
 logger = logging.getLogger(__name__)
 

@@ -18,7 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agentfly.rollout.execution.sandbox import MAX_PROCESSES, CellResult, PythonSession
-from agentfly.rollout.execution.sandbox_isolation import Isolation, check_isolation, isolation_problem
+from agentfly.rollout.execution.sandbox_isolation import (
+    Isolation,
+    check_isolation,
+    isolation_problem,
+)
 from agentfly.rollout.tools.base import TIMEOUT, ToolResult, tool
 
 

@@ -30,8 +30,8 @@ from collections.abc import AsyncIterator, Callable, Hashable, Mapping
 from typing import Any, Literal
 
 from agentfly.rollout.execution.daemon_threads import THREADS
-from agentfly.rollout.tools.base import Tool, get_tool
 from agentfly.rollout.execution.workers import WorkerTimeout, wait_call
+from agentfly.rollout.tools.base import Tool, get_tool
 
 logger = logging.getLogger(__name__)
 

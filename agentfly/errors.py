@@ -1,4 +1,8 @@
-"""The one exception the config layer raises."""
+"""``ConfigError``: a config that cannot be used.
+
+It sits below every layer: the config layer, the run's plan, the topology and the model paths raise
+it without importing one another.
+"""
 
 from __future__ import annotations
 

@@ -1,0 +1,6 @@
+"""The built-in engines (``scripted``, ``hf``, ``vllm``): importing this module registers them,
+without importing torch, transformers or vLLM. The package and an engine actor import it."""
+
+import agentfly.rollout.engines.scripted
+import agentfly.rollout.engines.transformers_engine
+import agentfly.rollout.engines.vllm  # noqa: F401
