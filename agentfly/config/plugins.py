@@ -4,7 +4,7 @@
 registered name the config gives is looked up in its registry — the registry's own message
 (close matches, known names) names the key — and the tools are bound to their
 ``agent.init_config.tool_config`` settings exactly as a run binds them
-(:func:`agentfly.rollout.tools.settings.bind_tools`; a tool whose sandbox cannot run here is
+(:func:`agentfly.rollout.tools.bind.bind_tools`; a tool whose sandbox cannot run here is
 refused there). A reward that runs code in the sandbox (its ``sandbox_isolation`` attribute,
 ``code_reward``) is refused likewise where that isolation cannot run. A ``module:attr`` name is
 imported and registered here, so the run finds it under that name.
@@ -69,7 +69,7 @@ def plugin_errors(get: Callable[[str], Any]) -> list[str]:
     Returns:
         The problems, each naming its key.
     """
-    from agentfly.rollout.tools.settings import ToolConfigError, bind_tools
+    from agentfly.rollout.tools.bind import ToolConfigError, bind_tools
 
     errors = []
     for spec in plain(get("agent.init_config.plugins")) or []:

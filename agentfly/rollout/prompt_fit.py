@@ -72,7 +72,7 @@ def renderer_from_plan(plan: Any) -> PromptRenderer:
     from agentfly.plugins import load_plugins
     from agentfly.rollout.agents import get_agent
     from agentfly.rollout.templates import get_template
-    from agentfly.rollout.tools.settings import bind_tools
+    from agentfly.rollout.tools.bind import bind_tools
 
     load_plugins(plan.plugins)
     kwargs = plan.engine_kwargs

@@ -26,10 +26,10 @@ from agentfly.rollout.summary import summarize, trajectory_record
 def configure_tools(tool_names: list[str], tool_config: dict[str, Any] | None) -> list[Any]:
     """This run's copies of the named tools, each bound to its ``tool_config`` settings.
 
-    See :func:`agentfly.rollout.tools.settings.bind_tools`; raises its ``ToolConfigError`` (a
+    See :func:`agentfly.rollout.tools.bind.bind_tools`; raises its ``ToolConfigError`` (a
     ``ValueError``) naming every unknown tool or setting.
     """
-    from agentfly.rollout.tools.settings import bind_tools
+    from agentfly.rollout.tools.bind import bind_tools
 
     return bind_tools(list(tool_names), dict(tool_config or {}))
 

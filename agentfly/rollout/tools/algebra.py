@@ -11,7 +11,7 @@ import ast
 from fractions import Fraction
 from typing import Any
 
-from agentfly.rollout.tools.calculator import (
+from agentfly.rollout.tools.arithmetic import (
     CalculatorError,
     CalculatorSettings,
     evaluate,

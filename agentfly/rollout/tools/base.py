@@ -44,6 +44,7 @@ from typing import Any
 
 from agentfly.registry import Registry
 from agentfly.rollout.tools.schema import function_schema
+from agentfly.rollout.tools.settings import configure_tool, declared_settings
 
 # Error kinds a ToolResult may carry.
 UNKNOWN_TOOL = "unknown_tool"
@@ -148,8 +149,6 @@ class Tool:
     def configure(self, **settings: Any) -> Tool:
         """A copy of this tool with ``settings`` bound (its own, and ``timeout``,
         ``max_output_chars``, ``max_resources``); see :func:`~agentfly.rollout.tools.settings.configure_tool`."""
-        from agentfly.rollout.tools.settings import configure_tool
-
         return configure_tool(self, settings)
 
     def new_resource(self) -> Any:
@@ -178,8 +177,6 @@ def _default_settings(settings_type: Callable[..., Any] | None) -> Any:
     """``settings_type()`` when every setting has a default, else None."""
     if settings_type is None:
         return None
-    from agentfly.rollout.tools.settings import declared_settings
-
     if any(s.required for s in declared_settings(settings_type)[0].values()):
         return None
     return settings_type()

@@ -26,12 +26,22 @@ import os
 import types
 import typing
 from collections import abc
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import PurePath
-from typing import TYPE_CHECKING, Any, Literal, Union
+from typing import Any, Literal, Protocol, TypeVar, Union
 
-if TYPE_CHECKING:
-    from agentfly.rollout.tools.base import Tool
+
+class ConfigurableTool(Protocol):
+    """What binding settings reads of a tool: a :class:`~agentfly.rollout.tools.base.Tool`
+    (a frozen dataclass, copied with ``dataclasses.replace``)."""
+
+    name: str
+    stateful: bool
+    settings_type: Callable[..., Any] | None
+    settings: Any
+
+
+ToolT = TypeVar("ToolT", bound=ConfigurableTool)
 
 #: settings every tool accepts: they replace the limits given to ``@tool``
 COMMON_SETTINGS: dict[str, Any] = {"timeout": float, "max_output_chars": int}
@@ -74,7 +84,7 @@ def declared_settings(factory: Callable[..., Any]) -> tuple[dict[str, Setting], 
     return out, var_keyword
 
 
-def accepted_settings(tool: Tool) -> dict[str, Setting]:
+def accepted_settings(tool: ConfigurableTool) -> dict[str, Setting]:
     """Every setting ``tool`` accepts, by name (its own and the common ones)."""
     accepted = {name: Setting(tp) for name, tp in COMMON_SETTINGS.items()}
     if tool.stateful:
@@ -134,7 +144,7 @@ def matches_type(value: Any, tp: Any) -> bool:
     return True
 
 
-def check_settings(tool: Tool, values: Mapping[str, Any]) -> list[str]:
+def check_settings(tool: ConfigurableTool, values: Mapping[str, Any]) -> list[str]:
     """The problems with ``values`` as settings of ``tool`` (unknown names, wrong types)."""
     accepted = accepted_settings(tool)
     var_keyword = tool.settings_type is not None and declared_settings(tool.settings_type)[1]
@@ -166,7 +176,7 @@ def check_settings(tool: Tool, values: Mapping[str, Any]) -> list[str]:
     return problems
 
 
-def configure_tool(tool: Tool, values: Mapping[str, Any] | None = None) -> Tool:
+def configure_tool(tool: ToolT, values: Mapping[str, Any] | None = None) -> ToolT:
     """A copy of ``tool`` with ``values`` bound: its own settings built, the limits replaced.
 
     Args:
@@ -194,72 +204,3 @@ def configure_tool(tool: Tool, values: Mapping[str, Any] | None = None) -> Tool:
     if callable(problem) and (why := problem()) is not None:
         raise ToolSettingsError(f"tool {tool.name!r}: {why}")
     return dataclasses.replace(tool, settings=settings, **limits)
-
-
-class ToolConfigError(ToolSettingsError):
-    """Problems with a run's tools and their settings, each naming its config key.
-
-    Attributes:
-        problems: one message per problem.
-    """
-
-    def __init__(self, problems: list[str]) -> None:
-        self.problems = list(problems)
-        super().__init__("\n".join(self.problems))
-
-
-def bind_tools(names: Sequence[str], tool_config: Mapping[str, Any] | None = None) -> list[Tool]:
-    """The tools ``agent.init_config.tools`` names, each configured with its ``tool_config`` entry.
-
-    ``tool_config`` is keyed by a tool's name or alias (``google_search`` configures ``search``);
-    a key naming no tool of the run is refused rather than ignored.
-
-    Args:
-        names: registered tool names, aliases or ``module:attr`` specs, in order.
-        tool_config: tool name → {setting: value}.
-
-    Returns:
-        Configured copies of the tools (the registered ones are left unchanged).
-
-    Raises:
-        ToolConfigError: every unknown tool, unused or doubled ``tool_config`` entry, unknown or
-            wrongly typed setting and refused value, each naming its config key.
-    """
-    from agentfly.rollout.tools.base import get_tool
-
-    problems: list[str] = []
-    tools: list[Tool] = []
-    for name in names:
-        try:
-            tools.append(get_tool(name))
-        except (KeyError, ValueError) as e:  # UnknownNameError, PluginError, a refused tool
-            problems.append(f"agent.init_config.tools: {e}")
-    used = {t.name for t in tools}
-    settings: dict[str, Mapping[str, Any]] = {}
-    for key, values in (tool_config or {}).items():
-        where = f"agent.init_config.tool_config.{key}"
-        try:
-            tool = get_tool(key)
-        except (KeyError, ValueError) as e:
-            problems.append(f"{where}: {e}")
-            continue
-        if not isinstance(values, Mapping):
-            problems.append(f"{where} must map setting names to values, got {values!r}")
-        elif tool.name not in used:
-            problems.append(
-                f"{where}: tool {tool.name!r} is not in agent.init_config.tools "
-                f"({', '.join(sorted(used)) or 'none'}); add it there or drop these settings"
-            )
-        elif tool.name in settings:
-            problems.append(f"{where}: tool {tool.name!r} is configured twice (by name and alias)")
-        else:
-            settings[tool.name] = values
-    bound = []
-    for tool in tools:
-        try:
-            bound.append(configure_tool(tool, settings.get(tool.name)))
-        except ToolSettingsError as e:
-            problems.append(f"agent.init_config.tool_config.{tool.name}: {e}")
-    if problems:
-        raise ToolConfigError(problems)
-    return bound
