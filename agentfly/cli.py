@@ -42,6 +42,9 @@ from agentfly import __version__
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
+    from agentfly.rollout.rollout_plan import RolloutPlan
+    from agentfly.topology import Hardware
+
 STAGES = ("fit", "validate", "test", "predict")
 logger = logging.getLogger(__name__)
 # LightningCLI 2.6 calls an API jsonargparse deprecates; nothing for an agentfly user to act on
@@ -303,8 +306,8 @@ def _lightning(stage: str, words: list[str]) -> int:
 
 
 def plan_rollout_run(
-    cfg: Any, *, split: str = "train", limit: int | None = None, hardware: Any = None
-) -> tuple[Any, list[dict[str, Any]]]:
+    cfg: Any, *, split: str = "train", limit: int | None = None, hardware: Hardware | None = None
+) -> tuple[RolloutPlan, list[dict[str, Any]]]:
     """What ``agentfly rollout`` runs: the rollout plan on this machine and the rows to roll out.
 
     Args:
@@ -314,7 +317,7 @@ def plan_rollout_run(
         hardware: the machine (None: detected); the CPU fallback's notes are said once.
 
     Returns:
-        The :class:`~agentfly.rollout.rollout_plan.RolloutPlan` and the rows.
+        The rollout plan (:func:`agentfly.plan.plan_rollout`) and the rows.
 
     Raises:
         ValueError: ``data.<split>_files`` is not set.
