@@ -179,7 +179,7 @@ def _cli_class() -> type:
             # the seeds' data.* reach the DataModule through the plan (with the rest it computes)
             user["data"]["init_args"] = {k: v for k, v in (user["data"].get("init_args") or {}).items()
                                          if k not in DATA_KEYS}
-            self.trainer, self.model, self.datamodule, self.ckpt = begin_run(
+            self.plan, self.trainer, self.model, self.datamodule, self.ckpt = begin_run(
                 self.run_config, self.stack, ckpt_path=ns.get("ckpt_path"),
                 model=user["model"], data=user["data"],
                 callbacks=[SaveRunConfig(self._parser(self.subcommand), ns, overwrite=True)],
@@ -191,7 +191,7 @@ def _cli_class() -> type:
         def _stage(self, stage: str) -> None:
             from agentfly.fit import run_stage
 
-            self.metrics = run_stage(self.run_config, stage, self.trainer, self.model, self.datamodule, self.ckpt)
+            self.metrics = run_stage(self.plan, stage, self.trainer, self.model, self.datamodule, self.ckpt)
 
         def fit(self, model: Any, datamodule: Any) -> None:
             self._stage("fit")

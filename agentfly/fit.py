@@ -22,7 +22,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agentfly.config.keys import plain
 from agentfly.plan import RunPlan, plan_run
 from agentfly.rollout.rollout_plan import RolloutPlan
 from agentfly.topology import Hardware
@@ -91,35 +90,33 @@ class EngineUnavailableError(ValueError):
     """The configured rollout engine cannot start on this machine (the message names the fix)."""
 
 
-def _engine_error(cfg: Any, err: Exception) -> EngineUnavailableError:
-    name = cfg.actor_rollout_ref.rollout.name
-    return EngineUnavailableError(f"actor_rollout_ref.rollout.name={name}: {err}")
+def _engine_error(engine: str, err: Exception) -> EngineUnavailableError:
+    return EngineUnavailableError(f"actor_rollout_ref.rollout.name={engine}: {err}")
 
 
-def check_engine(cfg: Any) -> None:
-    """Fail before any model loads when ``rollout.name=vllm`` and vLLM is missing.
+def check_engine(engine: str, num_engines: int) -> None:
+    """Fail before any model loads when ``engine`` is ``vllm`` and vLLM is missing.
 
     An in-process engine (``num_engines=0``) imports vLLM here anyway, so the import is tried in
     full; engines in Ray actors import it there, so this process only looks for the package.
     """
-    rollout = cfg.actor_rollout_ref.rollout
-    if rollout.name != "vllm":
+    if engine != "vllm":
         return
     import importlib.util
 
     from agentfly.rollout.engines.vllm import HINT, VLLMUnavailableError, import_vllm
 
-    if rollout.num_engines != 0:
+    if num_engines != 0:
         if importlib.util.find_spec("vllm") is None:
-            raise _engine_error(cfg, VLLMUnavailableError(f"vLLM is not installed; {HINT}"))
+            raise _engine_error(engine, VLLMUnavailableError(f"vLLM is not installed; {HINT}"))
         return
     try:
         import_vllm()
     except VLLMUnavailableError as err:
-        raise _engine_error(cfg, err) from err
+        raise _engine_error(engine, err) from err
 
 
-def _session_factory(cfg: Any, rollout: RolloutPlan) -> Any:
+def _session_factory(engine: str, rollout: RolloutPlan) -> Any:
     def build() -> Any:
         from agentfly.rollout.engines.vllm import VLLMUnavailableError
         from agentfly.rollout.runner import build_rollout
@@ -127,12 +124,12 @@ def _session_factory(cfg: Any, rollout: RolloutPlan) -> Any:
         try:
             return build_rollout(rollout)
         except VLLMUnavailableError as err:  # imported, but the engine did not start
-            raise _engine_error(cfg, err) from err
+            raise _engine_error(engine, err) from err
 
     return build
 
 
-def build_datamodule(cfg: Any, plan: RunPlan, datamodule_class: Any = None, init_args: dict[str, Any] | None = None) -> Any:
+def build_datamodule(plan: RunPlan, datamodule_class: Any = None, init_args: dict[str, Any] | None = None) -> Any:
     from functools import partial
 
     from agentfly.rollout.datamodule import RolloutDataModule
@@ -142,7 +139,7 @@ def build_datamodule(cfg: Any, plan: RunPlan, datamodule_class: Any = None, init
     known = plan.rollout.loop["max_model_len"] is not None
     renderer = partial(renderer_from_plan, plan.rollout) if known else None
     return (datamodule_class or RolloutDataModule)(
-        session_factory=_session_factory(cfg, plan.rollout), renderer_factory=renderer,
+        session_factory=_session_factory(plan.engine_name, plan.rollout), renderer_factory=renderer,
         **plan.datamodule, **(init_args or {}),
     )
 
@@ -231,9 +228,21 @@ def build_trainer(
     ``--model.class_path``/``--data.class_path`` with their own further ``init_args``;
     ``callbacks``: further callback instances (LightningCLI's ``SaveConfigCallback``).
     """
-    plan = make_plan(cfg, hardware)  # what the machine cannot run fails here, before any import
+    # what the machine cannot run fails in the plan, before any import
+    return build_run(make_plan(cfg, hardware), ckpt_path, model=model, data=data, callbacks=callbacks)
+
+
+def build_run(
+    plan: RunPlan,
+    ckpt_path: str | None = None,
+    *,
+    model: tuple[Any, dict[str, Any]] | None = None,
+    data: tuple[Any, dict[str, Any]] | None = None,
+    callbacks: list[Any] = (),  # type: ignore[assignment]
+) -> tuple[Any, Any, Any, str | None]:
+    """:func:`build_trainer` from the run's plan."""
     ckpt = resume_path(plan, ckpt_path)  # a missing checkpoint fails before anything starts
-    check_engine(cfg)
+    check_engine(plan.engine_name, plan.rollout.num_engines)
     import lightning.pytorch as pl
     from lightning.fabric.plugins.environments import SLURMEnvironment
 
@@ -258,10 +267,9 @@ def build_trainer(
         callbacks.append(SlurmRequeue())
     from agentfly.trainer import AgentflyTrainer
 
-    seed_settings = {k: v for k, v in plain(cfg.trainer).items() if k not in ("logger", "callbacks", "lightning")}
-    trainer = AgentflyTrainer(**seed_settings, **settings, callbacks=callbacks, logger=build_loggers(plan))
+    trainer = AgentflyTrainer(**plan.trainer_keys, **settings, callbacks=callbacks, logger=build_loggers(plan))
     module = build_module(plan, *(model or ()))
-    datamodule = build_datamodule(cfg, plan, *(data or ()))
+    datamodule = build_datamodule(plan, *(data or ()))
     return trainer, module, datamodule, ckpt
 
 
@@ -273,26 +281,28 @@ def begin_run(
     model: dict[str, Any] | None = None,
     data: dict[str, Any] | None = None,
     callbacks: list[Any] = (),  # type: ignore[assignment]
-) -> tuple[Any, Any, Any, str | None]:
-    """Build the run (:func:`build_trainer`) and register on ``stack`` what ends it, however it
-    ends (an error, ``SystemExit`` from SIGTERM): the rollout closed (engines, tool workers),
-    wandb's run finished, and the empty folders this run made in the run directory removed."""
+) -> tuple[RunPlan, Any, Any, Any, str | None]:
+    """Plan and build the run (:func:`make_plan`, :func:`build_trainer`) and register on
+    ``stack`` what ends it, however it ends (an error, ``SystemExit`` from SIGTERM): the rollout
+    closed (engines, tool workers), wandb's run finished, and the empty folders this run made in
+    the run directory removed. Returns the plan, then what :func:`build_trainer` returns."""
     started = time.perf_counter()
-    run_dir = Path(str(cfg.trainer.default_local_dir))
+    plan = make_plan(cfg)
+    run_dir = Path(plan.run_dir)
     existed = _folders(run_dir)
     if _is_rank_zero():
         stack.callback(_remove_empty_folders, run_dir, existed)
-    trainer, module, datamodule, ckpt = build_trainer(
-        cfg, ckpt_path, model=_classes(model, "model"), data=_classes(data, "data"), callbacks=callbacks
+    trainer, module, datamodule, ckpt = build_run(
+        plan, ckpt_path, model=_classes(model, "model"), data=_classes(data, "data"), callbacks=callbacks
     )
     stack.callback(_finish_wandb, trainer)
     stack.callback(datamodule.close)
     trainer.started_at = started  # the report's "in all" time counts the start-up
-    return trainer, module, datamodule, ckpt
+    return plan, trainer, module, datamodule, ckpt
 
 
 def run_stage(
-    cfg: Any, stage: str, trainer: Any, module: Any, datamodule: Any, ckpt: str | None
+    plan: RunPlan, stage: str, trainer: Any, module: Any, datamodule: Any, ckpt: str | None
 ) -> dict[str, float]:
     """Run ``stage`` and return the last logged metrics. ``fit`` validates (``val_before_train``),
     trains, validates again, then prints and writes the run's report (:mod:`agentfly.report`:
@@ -301,14 +311,13 @@ def run_stage(
     first) or else the base model, writing the trajectories to ``<run>/trajectories``."""
     import time
 
-    metrics = _run(cfg, "validate" if stage in ("test", "predict") else stage, trainer, module, datamodule, ckpt)
+    metrics = _run(plan, "validate" if stage in ("test", "predict") else stage, trainer, module, datamodule, ckpt)
     if stage == "fit" and trainer.is_global_zero:
         from agentfly.report import write_run_report
 
         try:
             write_run_report(
-                Path(str(cfg.trainer.default_local_dir)), elapsed_s=time.perf_counter() - trainer.started_at,
-                console="console" in (plain(cfg.trainer.logger) or []),
+                Path(plan.run_dir), elapsed_s=time.perf_counter() - trainer.started_at, console=plan.console
             )
         except Exception as err:  # the training is done and saved; a report never fails it
             logger.warning("run report not written: %s", err)
@@ -333,26 +342,25 @@ def _remove_empty_folders(root: Path, existed: set[Path]) -> None:
                 os.rmdir(folder)
 
 
-def _run(cfg: Any, stage: str, trainer: Any, module: Any, datamodule: Any, ckpt: str | None) -> dict[str, float]:
-    has_val = bool(cfg.data.val_files)
-    # an explicit validation covers the whole set, or the user's --trainer.limit_val_batches
-    limit = cfg.trainer.lightning.get("limit_val_batches", 1.0)
+def _run(plan: RunPlan, stage: str, trainer: Any, module: Any, datamodule: Any, ckpt: str | None) -> dict[str, float]:
+    has_val = bool(plan.datamodule["val_files"])
+    limit = plan.val_limit
     if stage in ("validate", "test"):
         if ckpt is None and trainer.is_global_zero:
-            why = "trainer.resume_mode=disable" if cfg.trainer.resume_mode == "disable" else (
-                f"trainer.resume_mode={cfg.trainer.resume_mode} found none in {cfg.trainer.default_local_dir}"
+            why = "trainer.resume_mode=disable" if plan.resume_mode == "disable" else (
+                f"trainer.resume_mode={plan.resume_mode} found none in {plan.run_dir}"
             )
             logger.warning(
                 "%s: no checkpoint (no --ckpt_path, %s): validating the base model %s",
-                stage, why, cfg.actor_rollout_ref.model.path,
+                stage, why, plan.module["model_path"],
             )
         _validate(trainer, module, datamodule, limit, ckpt)
         return {k: float(v) for k, v in trainer.callback_metrics.items()}
-    if has_val and cfg.trainer.val_before_train and ckpt is None:
+    if has_val and plan.val_before_train and ckpt is None:
         _validate(trainer, module, datamodule, limit)
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt)
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
-    test_freq = cfg.trainer.test_freq
+    test_freq = plan.test_freq
     validated_at_end = test_freq and test_freq > 0 and module.iteration % test_freq == 0
     if has_val and test_freq != -1 and not validated_at_end:
         _validate(trainer, module, datamodule, limit)

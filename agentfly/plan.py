@@ -30,7 +30,7 @@ class RunPlan:
     Attributes:
         topology: ranks and engines on this machine.
         iterations: RL iterations of the run.
-        run_dir: the run directory (``trainer.default_local_dir``).
+        run_dir: the run directory (``trainer.default_local_dir`` as given).
         module: :class:`~agentfly.modules.rl_module.AgentRLModule` keyword arguments.
         datamodule: :class:`~agentfly.rollout.datamodule.RolloutDataModule` keyword arguments
             (the session factory aside).
@@ -45,6 +45,15 @@ class RunPlan:
         resume_mode: ``auto``, ``disable`` or ``resume_path``.
         resume_from_path: the checkpoint of ``resume_path``.
         notes: what the run says once when it starts (the CPU fallback's reductions).
+        trainer_keys: the seeds' ``trainer.*`` keys as ``AgentflyTrainer`` takes them
+            (``logger``, ``callbacks`` and ``lightning`` aside: they are built or planned).
+        engine_name: ``actor_rollout_ref.rollout.name`` as given (checks and messages).
+        val_before_train: validate once before the first update.
+        test_freq: validate every N iterations; ``-1`` = never, nor at the end.
+        val_limit: ``limit_val_batches`` of a validation asked for explicitly (before training,
+            at the end, ``agentfly validate``): the user's ``--trainer.limit_val_batches``, else
+            the whole set.
+        console: ``trainer.logger`` names ``console`` (the run report is printed too).
     """
 
     topology: Topology
@@ -62,6 +71,12 @@ class RunPlan:
     resume_mode: str = "auto"
     resume_from_path: str | None = None
     notes: list[str] = field(default_factory=list)
+    trainer_keys: dict[str, Any] = field(default_factory=dict)
+    engine_name: str = ""
+    val_before_train: bool = True
+    test_freq: int = -1
+    val_limit: int | float = 1.0
+    console: bool = False
 
 
 def train_rows(cfg: Any) -> int:
@@ -125,14 +140,13 @@ def _sharding(fsdp: Any, prefix: str = "") -> dict[str, Any]:
     }
 
 
-def plan_module(cfg: Any, topology: Topology, iterations: int) -> dict[str, Any]:
-    """The LightningModule's keyword arguments (per-rank batch sizes, schedule lengths)."""
-    from agentfly.estimators import get_estimator
-
+def plan_module(cfg: Any, topology: Topology, iterations: int, estimator: Any) -> dict[str, Any]:
+    """The LightningModule's keyword arguments (per-rank batch sizes, schedule lengths);
+    ``estimator``: the registered ``algorithm.adv_estimator``."""
     world = topology.world_size
     actor, critic, ref = cfg.actor_rollout_ref.actor, cfg.critic, cfg.actor_rollout_ref.ref
     rollout, model = cfg.actor_rollout_ref.rollout, cfg.actor_rollout_ref.model
-    needs_critic = get_estimator(cfg.algorithm.adv_estimator).needs_critic
+    needs_critic = estimator.needs_critic
     use_kl_in_reward = bool(cfg.algorithm.use_kl_in_reward)
     per_rank = cfg.data.train_batch_size * cfg.agent.run_config.num_chains // world
     mini = max(1, actor.ppo_mini_batch_size // world)
@@ -187,10 +201,9 @@ def plan_module(cfg: Any, topology: Topology, iterations: int) -> dict[str, Any]
     )
 
 
-def plan_datamodule(cfg: Any, topology: Topology, run_dir: Path) -> dict[str, Any]:
-    """The rollout DataModule's keyword arguments."""
-    from agentfly.estimators import get_estimator
-
+def plan_datamodule(cfg: Any, topology: Topology, run_dir: Path, estimator: Any) -> dict[str, Any]:
+    """The rollout DataModule's keyword arguments; ``estimator``: the registered
+    ``algorithm.adv_estimator``."""
     val = cfg.actor_rollout_ref.rollout.val_kwargs
     train_temperature = cfg.actor_rollout_ref.rollout.temperature
     return dict(
@@ -211,7 +224,7 @@ def plan_datamodule(cfg: Any, topology: Topology, run_dir: Path) -> dict[str, An
         val_n=int(val.n),
         val_also_greedy=bool(val.also_greedy),
         # what the estimator declares it needs from the rollout: a greedy chain per prompt
-        greedy_baselines=get_estimator(cfg.algorithm.adv_estimator).needs_baselines,
+        greedy_baselines=estimator.needs_baselines,
         trajectory_dir=str(run_dir / "trajectories"),
     )
 
@@ -374,7 +387,8 @@ def plan_run(cfg: Any, hardware: Hardware | None = None) -> RunPlan:
 
     hw = hardware or Hardware.detect()
     topology = resolve_topology(cfg, hw)
-    needs_critic = get_estimator(cfg.algorithm.adv_estimator).needs_critic
+    estimator = get_estimator(cfg.algorithm.adv_estimator)  # resolved once, here
+    needs_critic = estimator.needs_critic
     check_model_paths(cfg, needs_critic)
     check_batches(cfg, topology.world_size, needs_critic)
     rows = train_rows(cfg)
@@ -387,9 +401,9 @@ def plan_run(cfg: Any, hardware: Hardware | None = None) -> RunPlan:
     return RunPlan(
         topology=topology,
         iterations=iterations,
-        run_dir=str(run_dir),
-        module=plan_module(cfg, topology, iterations),
-        datamodule=plan_datamodule(cfg, topology, run_dir),
+        run_dir=str(cfg.trainer.default_local_dir),
+        module=plan_module(cfg, topology, iterations, estimator),
+        datamodule=plan_datamodule(cfg, topology, run_dir, estimator),
         rollout=plan_rollout(cfg, topology),
         callbacks=plan_callbacks(cfg, run_dir, iterations),
         user_callbacks=list(plain(cfg.trainer.callbacks) or []),
@@ -400,6 +414,14 @@ def plan_run(cfg: Any, hardware: Hardware | None = None) -> RunPlan:
         resume_mode=str(cfg.trainer.resume_mode),
         resume_from_path=cfg.trainer.resume_from_path,
         notes=notes,
+        trainer_keys={
+            k: v for k, v in plain(cfg.trainer).items() if k not in ("logger", "callbacks", "lightning")
+        },
+        engine_name=str(cfg.actor_rollout_ref.rollout.name),
+        val_before_train=bool(cfg.trainer.val_before_train),
+        test_freq=cfg.trainer.test_freq,
+        val_limit=(plain(cfg.trainer.lightning) or {}).get("limit_val_batches", 1.0),
+        console="console" in (plain(cfg.trainer.logger) or []),
     )
 
 

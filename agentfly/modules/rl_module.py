@@ -4,7 +4,8 @@ One ``training_step`` is one RL iteration on a :class:`~agentfly.batch.RolloutBa
 log-probabilities (only when a KL term is on), critic values (only when the estimator needs a
 critic), old log-probabilities (only when an update reuses the rollout: several PPO epochs or
 mini-batches, or a KL penalty in the reward), then the rollout-batch callbacks (KL shaping,
-advantages: :func:`~agentfly.callbacks.batch_hooks.apply_rollout_callbacks`), then the updates.
+advantages: the module's ``rollout_callbacks``, run by
+:func:`~agentfly.callbacks.batch_hooks.apply_rollout_callbacks`), then the updates.
 One loop (:meth:`AgentRLModule._update`) serves the critic and the actor: ``epochs`` passes over
 mini-batches, accumulating micro-batches, one optimizer step per mini-batch. The actor's loss is
 the clipped policy loss + ``kl_loss_coef`` × KL − ``entropy_coeff`` × entropy; the critic
@@ -30,7 +31,7 @@ import torch
 
 from agentfly import metric_sums
 from agentfly.batch import RolloutBatch
-from agentfly.callbacks.batch_hooks import apply_rollout_callbacks
+from agentfly.callbacks.batch_hooks import RolloutBatchCallback, apply_rollout_callbacks
 from agentfly.estimators.kl import full_kl_from_logits, kl_penalty
 from agentfly.modules.fsdp import total_norm
 from agentfly.modules.losses import (
@@ -206,6 +207,8 @@ class AgentRLModule(pl.LightningModule):
         self.reference: Any = None
         self.critic: Any = None
         self.iteration = 0  # RL iterations done (checkpointed)
+        # the trainer's RolloutBatchCallbacks, each added by its own Lightning `setup` hook
+        self.rollout_callbacks: list[RolloutBatchCallback] = []
         # which actor weights these are, for the engines (not checkpointed): 0 is the model as
         # loaded from model_path; each actor update and each checkpoint load moves it on
         self.weights_version = 0
@@ -372,7 +375,8 @@ class AgentRLModule(pl.LightningModule):
             batch.values = self._no_grad_pass(self.values, batch, self._critic_setting("micro_batch_size"))
             metrics["timing/critic_values_s"] = clock() - start
         metrics.update(batch.rollout_metrics)  # the rollout's own (reward, tools, timing)
-        metrics.update(apply_rollout_callbacks(self.trainer, self, batch))  # rewards, advantages
+        hooks = apply_rollout_callbacks(self.rollout_callbacks, self.trainer, self, batch)
+        metrics.update(hooks)  # shaped rewards, advantages
 
         optimizers = self.optimizers()
         optimizers = optimizers if isinstance(optimizers, list) else [optimizers]

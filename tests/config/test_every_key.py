@@ -181,6 +181,7 @@ CHANGES: dict[str, tuple[str, list[str]]] = {
     "trainer.total_epochs": ("2", NO_STEPS),
     "trainer.save_freq": ("3", []),
     "trainer.test_freq": ("2", []),
+    "trainer.val_before_train": ("false", []),
     "trainer.critic_warmup": ("2", []),
     "trainer.resume_mode": ("disable", []),
     "trainer.resume_from_path": ("/ckpt/b.ckpt", ["trainer.resume_mode=resume_path", "trainer.resume_from_path=/ckpt/a.ckpt"]),
@@ -320,6 +321,7 @@ RECEIVES = {
     "trainer.save_freq": "callbacks",
     "trainer.seed": "seed",
     "trainer.test_freq": "trainer.val_check_interval",
+    "trainer.val_before_train": "val_before_train",
     "trainer.total_epochs": "iterations",
     "trainer.total_training_steps": "iterations",
 }
@@ -357,8 +359,8 @@ PAIRS: dict[str, tuple[list[str], list[str]]] = {
 # Machines other than TWO_GPUS for a case: two nodes' engines need a Ray cluster to join.
 HARDWARE = {"trainer.nnodes": Hardware(gpus=2, cpus=8, ray_address="head:6379")}
 
-# Read by the command line or the fit loop rather than handed to a component: checked apart.
-ELSEWHERE = {"trainer.print_config", "trainer.val_before_train"}
+# Read by the command line rather than handed to a component: checked apart.
+ELSEWHERE = {"trainer.print_config"}
 
 
 @pytest.fixture(scope="module")
@@ -446,7 +448,7 @@ def test_print_config_prints_the_config(data, capsys, monkeypatch):
 
     from agentfly import cli
 
-    monkeypatch.setattr("agentfly.fit.begin_run", lambda *a, **k: (SimpleNamespace(fit=None), None, None, None))
+    monkeypatch.setattr("agentfly.fit.begin_run", lambda *a, **k: (None, SimpleNamespace(fit=None), None, None, None))
     monkeypatch.setattr("agentfly.fit.run_stage", lambda *a, **k: {})
     assert cli.main(["fit", *base(data)]) == 0
     assert "adv_estimator: gae" not in capsys.readouterr().out
@@ -474,8 +476,8 @@ def test_val_before_train_decides_the_first_validation(data):
 
     for flag, expected in (("true", ["validate", "fit"]), ("false", ["fit"])):
         calls.clear()
-        cfg = compose([*base(data), f"trainer.val_before_train={flag}"])
-        fit._run(cfg, "fit", Trainer(), Module(), None, None)
+        plan = plan_run(compose([*base(data), f"trainer.val_before_train={flag}"]), TWO_GPUS)
+        fit._run(plan, "fit", Trainer(), Module(), None, None)
         assert calls == expected, flag
 
 

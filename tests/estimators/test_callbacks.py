@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 import torch
 
@@ -34,8 +32,7 @@ def test_hooks_run_kl_shaping_before_advantages_whatever_the_list_order():
     batch = make_batch()
     kl_cb = KLRewardCallback(kl_penalty="kl", kl_ctrl_type="fixed", kl_coef=0.1)
     adv_cb = AdvantageCallback("grpo")
-    trainer = SimpleNamespace(callbacks=[adv_cb, kl_cb])
-    metrics = apply_rollout_callbacks(trainer, None, batch)
+    metrics = apply_rollout_callbacks([adv_cb, kl_cb], None, None, batch)
 
     kl = kl_penalty(batch.old_log_probs, batch.ref_log_probs, "kl") * batch.response_mask
     shaped = batch.token_level_scores - 0.1 * kl
@@ -52,7 +49,7 @@ def test_hooks_run_kl_shaping_before_advantages_whatever_the_list_order():
 
 def test_without_kl_callback_scores_are_the_rewards():
     batch = make_batch()
-    apply_rollout_callbacks(SimpleNamespace(callbacks=[AdvantageCallback("rloo")]), None, batch)
+    apply_rollout_callbacks([AdvantageCallback("rloo")], None, None, batch)
     expected, _ = get_estimator("rloo")(
         token_level_rewards=batch.token_level_scores, response_mask=batch.response_mask,
         index=[0, 0, 1, 1],
@@ -93,6 +90,5 @@ def test_advantage_callback_reports_critic_need():
 
 def test_the_update_needs_a_callback_that_writes_the_advantages():
     batch = make_batch()
-    trainer = SimpleNamespace(callbacks=[KLRewardCallback("kl", "fixed", 0.1)])
     with pytest.raises(RuntimeError, match="AdvantageCallback"):
-        apply_rollout_callbacks(trainer, None, batch)
+        apply_rollout_callbacks([KLRewardCallback("kl", "fixed", 0.1)], None, None, batch)
