@@ -7,11 +7,8 @@ built-in default), and quoted values spanning several lines (the WebShop seed pa
 prompt as ``"agent.init_config.system_prompt=\\"...\\""``, so the shell word carries one level of
 quotes, which Hydra strips). Where Hydra's grammar refuses a word (an unbalanced quote, a stray
 character in a long prompt), a small fallback splits at the first ``=``, strips one level of
-matching surrounding quotes, and types an unquoted value as Hydra does (``True``, ``3``,
-``5e-7``, ``null``; ``[a,b]`` as a YAML flow list).
-
-Plain words (``key=3``, ``key=Qwen/Qwen2.5-3B-Instruct``) skip Hydra's ANTLR grammar, which is
-slow; they are typed by the same rules (a test checks the two agree).
+matching surrounding quotes, and types an unquoted value by Hydra's grammar where it accepts the
+value alone, else keeps it as text. A word is parsed once per process (the seeds' words repeat).
 
 Differences from Hydra: comma-separated values are a Hydra *sweep*; here they are kept as one
 string (``raw``) and :mod:`agentfly.config.seed_args` accepts them only for string keys (as text) and
@@ -21,23 +18,19 @@ is no Hydra job).
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+import functools
 import re
-from dataclasses import dataclass
 from typing import Any
-
-import yaml
 
 from agentfly.config.errors import ConfigError
 
 _KEY = re.compile(r"^[A-Za-z_][\w\-]*(\.[A-Za-z_0-9][\w\-]*)*$")
-# Plain words typed exactly as Hydra types them, parsed without its (slow) ANTLR grammar.
-_SIMPLE = re.compile(r"^(?P<key>[A-Za-z_][\w\-]*(?:\.[\w\-]+)*)=(?P<value>[\w./:@+\-]*)$")
-_INT = re.compile(r"^[-+]?(0|[1-9]\d*)$")
-_FLOAT = re.compile(r"^[-+]?(\d+\.\d*|\.\d+|\d+)([eE][-+]?\d+)?$")
-_WORD = re.compile(r"^[A-Za-z_./][\w./:@\-]*$")
+_APPEND = re.compile(r"^(?P<key>[A-Za-z_][\w\-]*(?:\.[\w\-]+)*)\+=(?P<value>.*)$", re.S)
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Override:
     """One parsed ``key=value`` argument.
 
@@ -66,40 +59,17 @@ def _strip_quotes(text: str) -> str:
     return text
 
 
-def _scalar(text: str) -> tuple[bool, Any]:
-    """Type a plain word as Hydra does: int, float, bool, null (any case); ``(False, None)`` else."""
-    lower = text.lower()
-    if _INT.match(text):
-        return True, int(text)
-    if _FLOAT.match(text):
-        return True, float(text)
-    if lower in ("true", "false"):
-        return True, lower == "true"
-    if lower == "null":
-        return True, None
-    return False, None
+@functools.cache
+def _parser() -> Any:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
 
-
-def _typed(text: str) -> Any:
-    """Type an unquoted fallback value: a scalar as Hydra would, ``[a, b]`` as a list, else text."""
-    ok, value = _scalar(text.strip())
-    if ok:
-        return value
-    if text.strip().startswith("[") and text.strip().endswith("]"):
-        try:
-            items = yaml.safe_load(text)
-        except yaml.YAMLError:
-            return text
-        if isinstance(items, list):
-            return items
-    return text
+    return OverridesParser.create()
 
 
 def _fallback(arg: str) -> Override:
     text = arg.strip()
     prefix = re.match(r"^(\+\+|\+|~)?", text).group(0)  # type: ignore[union-attr]
-    body = text[len(prefix) :]
-    key, eq, value_text = body.partition("=")
+    key, eq, value_text = text[len(prefix) :].partition("=")
     key = _strip_quotes(key)
     if not _KEY.match(key):
         raise ConfigError(f"cannot parse override {arg!r}: {key!r} is not a dotted key")
@@ -107,56 +77,30 @@ def _fallback(arg: str) -> Override:
         return Override(key, None, "delete", arg)
     if not eq:
         raise ConfigError(f"cannot parse override {arg!r}: expected key=value")
-    quoted = (
-        value_text.strip()[:1] in ("'", '"') and _strip_quotes(value_text) != value_text.strip()
-    )
     raw = _strip_quotes(value_text)
-    value = raw if quoted else _typed(raw)
-    return Override(key, value, "set", arg, raw=raw)
-
-
-_PARSER: Any = None
-
-
-def _parser() -> Any:
-    global _PARSER
-    if _PARSER is None:
-        from hydra.core.override_parser.overrides_parser import OverridesParser
-
-        _PARSER = OverridesParser.create()
-    return _PARSER
-
-
-def _simple(arg: str) -> Override | None:
-    """``key=word`` with a plain int, float, bool, null or word value; ``None`` otherwise."""
-    m = _SIMPLE.match(arg)
-    if m is None:
-        return None
-    key, text = m.group("key"), m.group("value")
-    ok, value = _scalar(text)
-    if not ok:
-        if not _WORD.match(text) or text.lower() in ("inf", "nan"):
-            return None
-        value = text
-    return Override(key, value, "set", arg, raw=text)
-
-
-_APPEND = re.compile(r"^(?P<key>[A-Za-z_][\w\-]*(?:\.[\w\-]+)*)\+=(?P<value>.*)$", re.S)
+    if value_text.strip()[:1] in ("'", '"') and raw != value_text.strip():  # quoted: text
+        return Override(key, raw, "set", arg, raw=raw)
+    try:  # unquoted: typed as Hydra types the value alone (3, 5e-7, null, [a,b])
+        value = _parser().parse_override(f"v={raw}")
+    except Exception:
+        return Override(key, raw, "set", arg, raw=raw)
+    return Override(key, raw if value.is_sweep_override() else value.value(), "set", arg, raw=raw)
 
 
 def parse_override(arg: str) -> Override:
     """Parse one command-line argument; raises :class:`ConfigError` naming it when it cannot."""
+    parsed = _parse(arg)  # the value a copy: the caller may merge into it
+    return dataclasses.replace(parsed, value=copy.deepcopy(parsed.value))
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse(arg: str) -> Override:
+    from hydra.core.override_parser.types import OverrideType
+
     append = _APPEND.match(arg)
     if append is not None:  # LightningCLI's list append (trainer.callbacks+=...), not Hydra's
-        parsed = parse_override(f"{append.group('key')}={append.group('value')}")
+        parsed = _parse(f"{append.group('key')}={append.group('value')}")
         return Override(parsed.key, parsed.value, "append", arg, raw=parsed.raw)
-    simple = _simple(arg)
-    if simple is not None:
-        return simple
-    try:
-        from hydra.core.override_parser.types import OverrideType
-    except ImportError:  # pragma: no cover - hydra-core is a dependency
-        return _fallback(arg)
     try:
         parsed = _parser().parse_override(arg)
     except Exception:
