@@ -94,7 +94,3 @@ def is_alias_prefix(key: str) -> bool:
     prefix = key + "."
     return any(alias.startswith(prefix) for alias in ALIASES)
 
-
-def spellings() -> list[str]:
-    """Every alias spelling (used for "did you mean" hints)."""
-    return list(ALIASES)

@@ -37,7 +37,7 @@ from omegaconf import OmegaConf
 
 from agentfly.config.aliases import ALIASES, canonical_key, is_alias_prefix
 from agentfly.config.errors import ConfigError
-from agentfly.config.keys import is_dict_type, is_list_type, seed_key_table, strip_optional
+from agentfly.config.keys import seed_key_table, takes
 from agentfly.config.overrides import parse_override
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
@@ -63,7 +63,7 @@ class _Keys:
         table, self.sections = seed_key_table()
         self.leaves = {k: tp for k, (tp, _) in table.items()}
         self.defaults = {k: default for k, (_, default) in table.items()}
-        self.open_nodes = {k for k, tp in self.leaves.items() if is_dict_type(tp)}
+        self.open_nodes = {k for k, tp in self.leaves.items() if takes(tp, dict)}
         import lightning.pytorch as pl
 
         from agentfly.trainer import MANAGED, PLANNED_TRAINER_ARGS
@@ -142,7 +142,7 @@ class _Source:
             self.errors.append(keys.unknown(spelling, self.origin))
             return
         tp = keys.leaves.get(key, Any)
-        takes_list = is_list_type(strip_optional(tp))
+        takes_list = takes(tp, list)
         if append:
             if not takes_list:
                 self.errors.append(f"{spelling}+=... ({self.origin}): {key} is not a list")
@@ -257,8 +257,7 @@ def _command_line(args: list[str], keys: _Keys) -> tuple[list[str], list[str], _
             ov = parse_override(arg)
             value = _RESET if ov.kind == "delete" else ov.value
             if ov.is_sweep:  # a=x,y: one value, as text (a list key: split at the commas)
-                tp = strip_optional(keys.leaves.get(canonical_key(ov.key), Any))
-                value = ov.raw.split(",") if is_list_type(tp) else ov.raw
+                value = ov.raw.split(",") if takes(keys.leaves.get(canonical_key(ov.key)), list) else ov.raw
             if ov.kind != "delete" and _passes_through(canonical_key(ov.key), keys):
                 text = ov.raw if ov.raw else yaml.safe_dump(ov.value, default_flow_style=True).strip()
                 passed.append(f"--{canonical_key(ov.key)}{'+' if ov.kind == 'append' else ''}={text}")
