@@ -88,9 +88,3 @@ def canonical_key(key: str) -> str:
             return key
     return key
 
-
-def is_alias_prefix(key: str) -> bool:
-    """Whether ``key`` is a section that only exists as an alias (``agent.init_config.backend_config``)."""
-    prefix = key + "."
-    return any(alias.startswith(prefix) for alias in ALIASES)
-

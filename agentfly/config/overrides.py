@@ -39,7 +39,6 @@ class Override:
         value: the typed value (``None`` for ``null`` and for deletions).
         kind: ``set`` (``a=1``, ``+a=1``, ``++a=1``), ``delete`` (``~a``) or ``append``
             (``a+=x`` or ``a+=[x,y]``: add to a list key, after what earlier sources put there).
-        text: the argument as given, for error messages.
         raw: the value text after ``=``, one level of surrounding quotes stripped.
         is_sweep: the value was a Hydra sweep (``a=x,y``); ``value`` is then ``raw``.
     """
@@ -47,7 +46,6 @@ class Override:
     key: str
     value: Any
     kind: str
-    text: str
     raw: str = ""
     is_sweep: bool = False
 
@@ -74,17 +72,17 @@ def _fallback(arg: str) -> Override:
     if not _KEY.match(key):
         raise ConfigError(f"cannot parse override {arg!r}: {key!r} is not a dotted key")
     if prefix == "~":
-        return Override(key, None, "delete", arg)
+        return Override(key, None, "delete")
     if not eq:
         raise ConfigError(f"cannot parse override {arg!r}: expected key=value")
     raw = _strip_quotes(value_text)
     if value_text.strip()[:1] in ("'", '"') and raw != value_text.strip():  # quoted: text
-        return Override(key, raw, "set", arg, raw=raw)
+        return Override(key, raw, "set", raw=raw)
     try:  # unquoted: typed as Hydra types the value alone (3, 5e-7, null, [a,b])
         value = _parser().parse_override(f"v={raw}")
     except Exception:
-        return Override(key, raw, "set", arg, raw=raw)
-    return Override(key, raw if value.is_sweep_override() else value.value(), "set", arg, raw=raw)
+        return Override(key, raw, "set", raw=raw)
+    return Override(key, raw if value.is_sweep_override() else value.value(), "set", raw=raw)
 
 
 def parse_override(arg: str) -> Override:
@@ -100,7 +98,7 @@ def _parse(arg: str) -> Override:
     append = _APPEND.match(arg)
     if append is not None:  # LightningCLI's list append (trainer.callbacks+=...), not Hydra's
         parsed = _parse(f"{append.group('key')}={append.group('value')}")
-        return Override(parsed.key, parsed.value, "append", arg, raw=parsed.raw)
+        return Override(parsed.key, parsed.value, "append", raw=parsed.raw)
     try:
         parsed = _parser().parse_override(arg)
     except Exception:
@@ -112,10 +110,10 @@ def _parse(arg: str) -> Override:
         raise ConfigError(f"cannot parse override {arg!r}: missing key before '='")
     raw = _strip_quotes(arg.split("=", 1)[1]) if "=" in arg else ""
     if parsed.type == OverrideType.DEL:
-        return Override(key, None, "delete", arg, raw=raw)
+        return Override(key, None, "delete", raw=raw)
     if parsed.is_sweep_override():
-        return Override(key, raw, "set", arg, raw=raw, is_sweep=True)
-    return Override(key, parsed.value(), "set", arg, raw=raw)
+        return Override(key, raw, "set", raw=raw, is_sweep=True)
+    return Override(key, parsed.value(), "set", raw=raw)
 
 
 def parse_overrides(args: list[str] | tuple[str, ...]) -> list[Override]:

@@ -35,7 +35,7 @@ from typing import Any
 import yaml
 from omegaconf import OmegaConf
 
-from agentfly.config.aliases import ALIASES, canonical_key, is_alias_prefix
+from agentfly.config.aliases import ALIASES, canonical_key
 from agentfly.config.errors import ConfigError
 from agentfly.config.keys import seed_key_table, takes
 from agentfly.config.overrides import parse_override
@@ -72,6 +72,8 @@ class _Keys:
         self.lightning = {f"trainer.{n}" for n in names - PLANNED_TRAINER_ARGS}
         self.managed = {f"trainer.{n}": instead for n, instead in MANAGED.items()}
         self.known = sorted({*self.leaves, *self.sections, *ALIASES, *self.lightning})
+        # sections that exist only as a spelling (agent.init_config.backend_config)
+        self.alias_sections = {".".join(a.split(".")[:i]) for a in ALIASES for i in range(1, a.count(".") + 1)}
 
     def is_seed_key(self, key: str) -> bool:
         """A leaf, or a key inside a free-form mapping (``agent.init_config.tool_config.search``)."""
@@ -101,13 +103,10 @@ _LIGHTNING_ROOTS = ("model", "ckpt_path", "print_config", "config", "help")
 
 def _passes_through(key: str, keys: _Keys) -> bool:
     """Keys LightningCLI reads itself: the model, the data module's class, Lightning's arguments."""
-    if keys.is_seed_key(key):
-        return False
-    if key in keys.lightning or any(key.startswith(k + ".") for k in keys.lightning):
-        return True
-    if key.split(".")[0] in _LIGHTNING_ROOTS:
-        return True
-    return key.startswith(("data.class_path", "data.init_args", "data.dict_kwargs"))
+    parts = key.split(".")
+    lightning = parts[0] in _LIGHTNING_ROOTS or ".".join(parts[:2]) in keys.lightning  # trainer.<argument>
+    data = key.startswith(("data.class_path", "data.init_args", "data.dict_kwargs"))
+    return not keys.is_seed_key(key) and (lightning or data)
 
 
 class _Source:
@@ -135,7 +134,7 @@ class _Source:
             )
             return
         if not keys.is_seed_key(key):
-            if (key in keys.sections or is_alias_prefix(spelling)) and isinstance(value, dict):
+            if (key in keys.sections or spelling in keys.alias_sections) and isinstance(value, dict):
                 for k, v in value.items():
                     self.set(f"{spelling}.{k}", v, keys)
                 return

