@@ -88,13 +88,3 @@ def canonical_key(key: str) -> str:
             return key
     return key
 
-
-def is_alias_prefix(key: str) -> bool:
-    """Whether ``key`` is a section that only exists as an alias (``agent.init_config.backend_config``)."""
-    prefix = key + "."
-    return any(alias.startswith(prefix) for alias in ALIASES)
-
-
-def spellings() -> list[str]:
-    """Every alias spelling (used for "did you mean" hints)."""
-    return list(ALIASES)

@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from omegaconf import OmegaConf
+
 Cond = Callable[[Any], str | None]  # the reason the key is inactive, or None when it is used
 
 
@@ -76,17 +78,11 @@ def _no_old_log_prob_pass(cfg: Any) -> str | None:
     )
 
 
-def _node(cfg: Any, dotted: str) -> Any:
-    for part in dotted.split("."):
-        cfg = getattr(cfg, part)
-    return cfg
-
-
 def _unless(key: str, active: Any) -> Cond:
     """Inactive unless ``key`` has the value ``active``."""
 
     def why(cfg: Any) -> str | None:
-        value = _node(cfg, key)
+        value = OmegaConf.select(cfg, key)
         return None if value == active else f"{key}={value}"
 
     return why
@@ -94,7 +90,7 @@ def _unless(key: str, active: Any) -> Cond:
 
 def _warmup_steps_given(prefix: str) -> Cond:
     def why(cfg: Any) -> str | None:
-        steps = _node(cfg, prefix).lr_warmup_steps
+        steps = OmegaConf.select(cfg, prefix).lr_warmup_steps
         return None if steps is None or steps < 0 else f"{prefix}.lr_warmup_steps={steps} is given"
 
     return why

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import sys
 import types
 import typing
 from functools import cache
@@ -59,13 +58,10 @@ def _dataclass_keys(instance: Any, prefix: str, out: dict[str, tuple[Any, Any]],
 
 
 def _argument_keys(fn: Any, prefix: str, names: tuple[str, ...], out: dict[str, tuple[Any, Any]]) -> None:
-    params = inspect.signature(fn).parameters
-    scope = vars(sys.modules[fn.__module__])
+    params = inspect.signature(fn, eval_str=True).parameters
     for name in names:
-        p = params[name]
-        tp = eval(p.annotation, scope) if isinstance(p.annotation, str) else p.annotation
-        key = f"{prefix}{name}"
-        out[key] = (tp, NONE_MEANS.get(key, p.default) if p.default is None else p.default)
+        p, key = params[name], f"{prefix}{name}"
+        out[key] = (p.annotation, NONE_MEANS.get(key, p.default) if p.default is None else p.default)
 
 
 @cache
@@ -85,23 +81,6 @@ def seed_key_table() -> tuple[dict[str, tuple[Any, Any]], frozenset[str]]:
     return leaves, frozenset(sections)
 
 
-def schema_keys() -> tuple[dict[str, Any], set[str]]:
-    """Every leaf key with its type (``{"data.train_batch_size": PositiveInt, ...}``) and every
-    section key (``{"data", "agent.run_config", ...}``)."""
-    leaves, sections = seed_key_table()
-    return {k: tp for k, (tp, _) in leaves.items()}, set(sections)
-
-
-def is_dict_type(tp: Any) -> bool:
-    """Whether a leaf type is a free-form mapping (``dict[str, Any]``): an open node."""
-    return typing.get_origin(strip_optional(tp)) is dict
-
-
-def is_list_type(tp: Any) -> bool:
-    """Whether a leaf type is a list (``list[str]``, ``list[float]``)."""
-    return typing.get_origin(tp) is list
-
-
 def plain(value: Any) -> Any:
     """A config node (``DictConfig``/``ListConfig``) as plain dicts and lists, resolved; any other
     value as it is."""
@@ -110,10 +89,9 @@ def plain(value: Any) -> Any:
     return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
 
 
-def strip_optional(tp: Any) -> Any:
-    """``int | None`` → ``int``; other types unchanged."""
-    if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        if len(args) == 1:
-            return args[0]
-    return tp
+def takes(tp: Any, origin: type) -> bool:
+    """Whether a leaf type, ``None`` aside, is an ``origin[...]`` (``list[str] | None`` takes a list,
+    ``dict[str, Any]`` a free-form mapping: an open node)."""
+    args = typing.get_args(tp) if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union else ()
+    members = [a for a in args if a is not type(None)]
+    return typing.get_origin(members[0] if len(members) == 1 else tp) is origin

@@ -28,11 +28,6 @@ from agentfly.errors import ConfigError
 __all__ = ["CONF_DIR", "compose", "config_to_yaml"]
 
 
-
-def _trainer_keys() -> list[str]:
-    return [k.split(".", 1)[1] for k in seed_key_table()[0] if k.startswith("trainer.")]
-
-
 def _plain(value: Any) -> Any:
     from jsonargparse import Namespace
 
@@ -54,7 +49,7 @@ def seed_tree(ns: Any, trainer_defaults: dict[str, Any]) -> dict[str, Any]:
     init = _plain(data.get("init_args")) if data is not None and "init_args" in data else _plain(data) or {}
     tree["data"] = {k: init[k] for k in DATA_KEYS if k in init}
     trainer = _plain(ns.trainer)
-    keys = _trainer_keys()
+    keys = [k.split(".", 1)[1] for k in seed_key_table()[0] if k.startswith("trainer.")]
     tree["trainer"] = {k: trainer[k] for k in keys if k in trainer}
     for key, meaning in NONE_MEANS.items():  # a signature's None default, as the seeds spell it
         section, name = key.split(".")

