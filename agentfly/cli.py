@@ -8,7 +8,7 @@
 ``--trainer.callbacks``/``--trainer.logger`` take class paths with ``init_args``, ``--ckpt_path``
 names the checkpoint, and the parsed config is saved as ``config.yaml`` in the run directory.
 
-The groups: ``trainer`` is :class:`~agentfly.trainer.AgentflyTrainer` (Lightning's arguments and
+The groups: ``trainer`` is :class:`~agentfly.modules.trainer.AgentflyTrainer` (Lightning's arguments and
 the RL loop's ``save_freq``, ``test_freq``, ``total_training_steps``...), ``data`` is the
 DataModule's arguments (the seeds' ``data.*``), ``agent``, ``algorithm``, ``actor_rollout_ref``
 and ``critic`` are the seeds' sections (typed dataclasses, :mod:`agentfly.config.schema`).
@@ -21,7 +21,7 @@ own planned arguments are not keys. The seeds' words (``a.b=c``, ``agent.max_tur
 ``agentfly rollout [--config FILE] [key=value ...] --output OUT.jsonl`` runs rollouts alone with
 the same config and writes one JSON line per chain plus a summary.
 
-``fit`` and ``rollout`` end in order on SIGTERM as on an error (:mod:`agentfly.shutdown`): the
+``fit`` and ``rollout`` end in order on SIGTERM as on an error (:mod:`agentfly.core.shutdown`): the
 engines, the tool workers and a Ray they started are stopped before the process exits (143).
 """
 
@@ -63,10 +63,10 @@ def _cli_class() -> type:
 
     from agentfly.config.keys import DATA_KEYS, GROUPS
     from agentfly.config.load import compose, seed_tree
-    from agentfly.errors import ConfigError
+    from agentfly.core.errors import ConfigError
     from agentfly.modules.rl_module import AgentRLModule
+    from agentfly.modules.trainer import PLANNED_TRAINER_ARGS, AgentflyTrainer
     from agentfly.rollout.datamodule import RolloutDataModule
-    from agentfly.trainer import PLANNED_TRAINER_ARGS, AgentflyTrainer
 
     # the module's arguments are all computed by the plan; the DataModule's beyond the seeds' data.*
     module_planned = set(inspect.signature(AgentRLModule.__init__).parameters) - {"self"}
@@ -216,7 +216,7 @@ def parse_config(words: list[str], *, check_required: bool = True, default_task:
 
     from agentfly.config.load import compose, seed_tree
     from agentfly.config.seed_args import to_cli_args
-    from agentfly.errors import ConfigError
+    from agentfly.core.errors import ConfigError
 
     args, explicit = to_cli_args(words, default_task=default_task)
     parser, trainer_defaults = _config_parser()
@@ -282,9 +282,9 @@ def _config_parser() -> tuple[Any, dict[str, Any]]:
 
 def _lightning(stage: str, words: list[str]) -> int:
     from agentfly.config.seed_args import to_cli_args
-    from agentfly.errors import ConfigError
+    from agentfly.core.errors import ConfigError
+    from agentfly.core.shutdown import ray_stopped_at_exit, sigterm_exits
     from agentfly.rollout.engines.errors import EngineLostError, EngineStartError
-    from agentfly.shutdown import ray_stopped_at_exit, sigterm_exits
 
     try:
         args, explicit = to_cli_args(words, default_task=True)
@@ -356,7 +356,7 @@ def _rollout(argv: list[str]) -> int:
     if args.print_config:
         print(config_to_yaml(cfg))
         return 0
-    from agentfly.shutdown import ray_stopped_at_exit, sigterm_exits
+    from agentfly.core.shutdown import ray_stopped_at_exit, sigterm_exits
 
     try:
         with sigterm_exits(), ray_stopped_at_exit():

@@ -147,7 +147,7 @@ def build_datamodule(plan: RunPlan, datamodule_class: Any = None, init_args: dic
 def build_callbacks(plan: RunPlan) -> list[Any]:
     """agentfly's callbacks (:func:`agentfly.plan.plan_callbacks`), then ``trainer.callbacks``."""
     from agentfly.callbacks import AdvantageCallback, KLRewardCallback
-    from agentfly.callbacks.iterations import IterationCallback
+    from agentfly.callbacks.iterations import IterationScheduleCallback
     from agentfly.callbacks.progress import iteration_progress_bar
     from agentfly.callbacks.trajectory_table import ValTrajectoryTable
     from agentfly.callbacks.weight_sync import WeightSyncCallback
@@ -155,7 +155,7 @@ def build_callbacks(plan: RunPlan) -> list[Any]:
     kinds: dict[str, Any] = {
         "AdvantageCallback": AdvantageCallback,
         "WeightSyncCallback": WeightSyncCallback,
-        "IterationCallback": IterationCallback,
+        "IterationScheduleCallback": IterationScheduleCallback,
         "KLRewardCallback": KLRewardCallback,
         "ValTrajectoryTable": ValTrajectoryTable,
         "IterationProgressBar": iteration_progress_bar,
@@ -265,7 +265,7 @@ def build_run(
 
         settings["plugins"] = [SLURMEnvironment(auto_requeue=False)]
         callbacks.append(SlurmRequeue())
-    from agentfly.trainer import AgentflyTrainer
+    from agentfly.modules.trainer import AgentflyTrainer
 
     trainer = AgentflyTrainer(**plan.trainer_keys, **settings, callbacks=callbacks, logger=build_loggers(plan))
     module = build_module(plan, *(model or ()))

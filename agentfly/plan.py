@@ -92,7 +92,7 @@ def check_rows(cfg: Any, rows: int) -> None:
     Raises:
         ConfigError: naming both numbers (no training files: nothing to check).
     """
-    from agentfly.errors import ConfigError
+    from agentfly.core.errors import ConfigError
 
     batch = int(cfg.data.train_batch_size)
     if cfg.data.train_files and batch > rows:
@@ -231,7 +231,7 @@ def plan_datamodule(cfg: Any, topology: Topology, run_dir: Path, estimator: Any)
 
 def plan_rollout(cfg: Any, topology: Topology) -> RolloutPlan:
     """The engines, the agent and the agent loop's settings."""
-    from agentfly.plugins import is_object_spec, portable
+    from agentfly.core.plugins import is_object_spec, portable
 
     init, run = cfg.agent.init_config, cfg.agent.run_config
     rollout, model = cfg.actor_rollout_ref.rollout, cfg.actor_rollout_ref.model
@@ -302,7 +302,7 @@ def plan_callbacks(cfg: Any, run_dir: Path, iterations: int) -> list[tuple[str, 
             norm_adv_by_std_in_grpo=bool(alg.norm_adv_by_std_in_grpo),
         )),
         ("WeightSyncCallback", {}),
-        ("IterationCallback", dict(
+        ("IterationScheduleCallback", dict(
             total_iterations=iterations, checkpoint_dir=str(run_dir / "checkpoints"),
             save_freq=int(cfg.trainer.save_freq or -1), hf_dir=str(run_dir / "hf_actor"),
         )),
@@ -361,7 +361,7 @@ def plan_trainer(cfg: Any, topology: Topology, needs_critic: bool) -> dict[str, 
         max_epochs=-1,
         max_steps=-1,
         default_root_dir=str(cfg.trainer.default_local_dir),
-        enable_checkpointing=False,  # IterationCallback checkpoints every save_freq iterations
+        enable_checkpointing=False,  # IterationScheduleCallback checkpoints every save_freq iterations
         num_sanity_val_steps=0,
         check_val_every_n_epoch=None,
         val_check_interval=test_freq if test_freq and test_freq > 0 else None,

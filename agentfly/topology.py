@@ -23,7 +23,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentfly.errors import ConfigError
+from agentfly.core.errors import ConfigError
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ room to improve it.
 
 A trace is exactly what the agent loop produces at rollout with the ``hf`` agent and the
 ``qwen2.5-no-system-tool`` template (ChatML, default system prompt, no tool catalogue): the
-prompt, a calculator call, the observation glue, an answer call. Each piece is rendered by the
+prompt, a calculator call, the observation's text between turns, an answer call. Each piece is rendered by the
 template class the loop uses and tokenized on its own, as the loop does, so the token ids match a
 rollout's token for token.
 
@@ -89,7 +89,7 @@ def trace_segments(
     """One conversation as (text, sampled) pieces, in the order the agent loop builds it.
 
     The pieces are the prompt, the calculator turn (with its end-of-turn marker, as sampled),
-    the observation glue, the answer turn. With probability ``noise`` the calculator call or
+    the observation's text between turns, the answer turn. With probability ``noise`` the calculator call or
     the answer has one digit miscopied.
     """
     from agentfly.rollout.tools.calculator import calculate
@@ -107,12 +107,12 @@ def trace_segments(
     prompt = template.prompt(messages)
     first = tool_call("calculator", expression=call_expression)
     messages += [{"role": "assistant", "content": first}, {"role": "tool", "content": observation}]
-    glue = template.glue(messages, closed=True)
+    between = template.between_turns(messages, closed=True)
     second = tool_call("answer", answer=answer)
     return [
         (prompt, False),
         (first + END_OF_TURN, True),
-        (glue, False),
+        (between, False),
         (second + END_OF_TURN, True),
     ]
 
@@ -127,7 +127,7 @@ def format_tokens(template: Any) -> list[str]:
     call = tool_call("calculator", expression=hole)
     texts = [template.prompt(messages), call, tool_call("answer", answer=hole)]
     messages += [{"role": "assistant", "content": call}, {"role": "tool", "content": hole}]
-    texts.append(template.glue(messages, closed=True))
+    texts.append(template.between_turns(messages, closed=True))
     split = re.compile("|".join(re.escape(t) for t in (*SPECIAL_TOKENS, hole)))
     pieces = [piece for text in texts for piece in split.split(text) if len(piece) > 1]
     return list(dict.fromkeys(pieces))
@@ -171,7 +171,7 @@ def build_tokenizer(template: Any, seed: int = SEED) -> Any:
     from transformers import PreTrainedTokenizerFast
     from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
 
-    from agentfly.testing import QWEN25_CHAT_TEMPLATE
+    from agentfly.models.tiny import QWEN25_CHAT_TEMPLATE
 
     tok = Tokenizer(models.BPE())
     tok.normalizer = normalizers.NFC()

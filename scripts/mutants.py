@@ -134,7 +134,7 @@ MUTATIONS = [
     ),
     Mutation(
         "observation tokens get loss mask 1",
-        "agentfly/trajectory.py",
+        "agentfly/core/trajectory.py",
         "self._append(ids, 0, [0.0] * len(ids))",
         "self._append(ids, 1, [0.0] * len(ids))",
         (f"{LEARNING}::test_the_update_is_the_gradient_of_the_sampled_tokens_only",),

@@ -9,8 +9,8 @@ import pytest
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Directory holding a tiny seeded Qwen2 model and its tokenizer (see agentfly.testing)."""
-    from agentfly.testing import build_tiny_model
+    """Directory holding a tiny seeded Qwen2 model and its tokenizer (see agentfly.models.tiny)."""
+    from agentfly.models.tiny import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny_model"))
 

@@ -10,9 +10,9 @@ import pytest
 import torch
 from lightning.fabric.utilities.apply_func import move_data_to_device
 
-from agentfly.batch import RolloutBatch
+from agentfly.core.batch import RolloutBatch
+from agentfly.core.trajectory import Trajectory
 from agentfly.rollout.collate import collate_trajectories
-from agentfly.trajectory import Trajectory
 
 ROWS = 5
 

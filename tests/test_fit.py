@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file
 
 from agentfly.cli import main
-from agentfly.testing import build_tiny_model
+from agentfly.models.tiny import build_tiny_model
 from tests.probes import assert_updates_follow_the_advantages, read_records
 
 

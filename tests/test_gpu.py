@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
 from agentfly.cli import main
-from agentfly.testing import build_tiny_model
+from agentfly.models.tiny import build_tiny_model
 
 pytestmark = pytest.mark.gpu
 

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from agentfly.callbacks.iterations import IterationCallback
+from agentfly.callbacks.iterations import IterationScheduleCallback
 from tests.test_fit import fit_args, write_task
 
 
@@ -72,7 +72,7 @@ def test_sigkill_mid_iteration_then_resume(task, tmp_path):
 
 
 class _Trainer:
-    """Just what IterationCallback.save touches; ``fail`` cuts the checkpoint write short."""
+    """Just what IterationScheduleCallback.save touches; ``fail`` cuts the checkpoint write short."""
 
     is_global_zero = True
 
@@ -88,7 +88,7 @@ class _Trainer:
 
 
 def test_interrupted_checkpoint_write_keeps_last_ckpt(tmp_path):
-    cb = IterationCallback(total_iterations=10, checkpoint_dir=tmp_path, save_freq=1)
+    cb = IterationScheduleCallback(total_iterations=10, checkpoint_dir=tmp_path, save_freq=1)
     trainer = _Trainer()
     trainer.payload = b"iteration 1" * 100
     cb.save(trainer, 1)

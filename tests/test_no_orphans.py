@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from agentfly.reaper import gone
+from agentfly.core.reaper import gone
 from tests.test_fit import fit_args, write_task
 
 
@@ -159,7 +159,7 @@ time.sleep(600)
 @pytest.mark.slow
 def test_a_trainer_killed_outright_leaves_no_ray_process(task, ray_tmp, tmp_path):
     """SIGKILL (the OOM killer) gives the trainer no chance to stop Ray: Ray's head follows it,
-    its dashboard and runtime-env agents do not, and agentfly.reaper kills them."""
+    its dashboard and runtime-env agents do not, and agentfly.core.reaper kills them."""
     _, model = task
     env = {**os.environ, "RAY_TMPDIR": ray_tmp}
     log = tmp_path / "pool.log"
@@ -175,7 +175,7 @@ def test_a_trainer_killed_outright_leaves_no_ray_process(task, ray_tmp, tmp_path
             tracker.look()
             time.sleep(0.1)
         # what outlived a SIGKILLed trainer, and the watcher that ends them
-        while not has(names := tracker.look(), "ray::DashboardAgent", "ray::RuntimeEnvAgent", "agentfly.reaper"):
+        while not has(names := tracker.look(), "ray::DashboardAgent", "ray::RuntimeEnvAgent", "agentfly.core.reaper"):
             assert time.monotonic() < deadline, f"Ray's agents or the reaper did not start: {names}"
             time.sleep(0.2)
         time.sleep(1.5)  # the reaper has looked at least once since they started
@@ -193,7 +193,7 @@ def test_a_ray_shutdown_that_hangs_is_abandoned_at_its_deadline_and_ray_killed(m
 
     import ray
 
-    from agentfly import reaper, shutdown
+    from agentfly.core import reaper, shutdown
 
     stand_ins = [subprocess.Popen(["sleep", "120"]) for _ in range(2)]
     release = threading.Event()
@@ -219,7 +219,7 @@ def test_sigterm_becomes_an_orderly_exit_once():
     """Inside :func:`sigterm_exits` SIGTERM raises ``SystemExit(143)`` where the main thread is,
     so ``finally`` blocks run; a second SIGTERM while those run is ignored; the handler that
     was there before is back afterwards."""
-    from agentfly.shutdown import sigterm_exits
+    from agentfly.core.shutdown import sigterm_exits
 
     before = signal.getsignal(signal.SIGTERM)
     cleaned = []

@@ -21,11 +21,11 @@ import pytest
 
 from agentfly.cli import load_config, main
 from agentfly.config import ConfigError
-from agentfly.plugins import import_plugin
+from agentfly.core.plugins import import_plugin
+from agentfly.models.tiny import build_tiny_model
 from agentfly.rollout.rewards import get_reward
 from agentfly.rollout.runner import configure_tools
 from agentfly.rollout.tools import TOOLS, get_tool, run_tool_call
-from agentfly.testing import build_tiny_model
 
 # Registers, on import: tool `plugtest_stamp` (settings: stamp, repeat), reward
 # `plugtest_reward`, agent type `plugtest_caller`, estimator `plugtest_centered`, engine

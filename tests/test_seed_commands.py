@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from agentfly.cli import load_config, main
-from agentfly.testing import build_tiny_model
+from agentfly.models.tiny import build_tiny_model
 from tests.config.seed_commands import (
     SEED_000_CODE,
     SEED_000_GSM8K,

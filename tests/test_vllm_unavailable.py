@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from agentfly.cli import main
+from agentfly.models.tiny import build_tiny_model
 from agentfly.rollout.engines import vllm as vllm_engine
-from agentfly.testing import build_tiny_model
 from tests.test_fit import fit_args
 
 

@@ -10,8 +10,8 @@ import torch
 
 from agentfly.cli import load_config
 from agentfly.fit import build_trainer
+from agentfly.models.tiny import build_tiny_model
 from agentfly.rollout.engines import SamplingParams
-from agentfly.testing import build_tiny_model
 
 
 def teacher_forced(model, ids: list[int], n_new: int) -> torch.Tensor:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentfly.batch import RolloutBatch
 from agentfly.callbacks.batch_hooks import RolloutBatchCallback, to_float
+from agentfly.core.batch import RolloutBatch
+from agentfly.core.reductions import masked_mean
 from agentfly.estimators.base import AdvantageInput, get_estimator
-from agentfly.ops import masked_mean
 
 
 class AdvantageCallback(RolloutBatchCallback):

@@ -15,7 +15,7 @@ before the update reads ``advantages``. Callbacks run in ``stage`` order whateve
 advantages (:class:`AdvantageCallback`, stage 10). Swapping a callback, or the config key that
 builds it, swaps the algorithm; the math stays in :mod:`agentfly.estimators`.
 
-The fields each callback reads and writes are those of :class:`~agentfly.batch.RolloutBatch`.
+The fields each callback reads and writes are those of :class:`~agentfly.core.batch.RolloutBatch`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from agentfly.batch import RolloutBatch
+from agentfly.core.batch import RolloutBatch
 
 
 class RolloutBatchCallback(Callback):

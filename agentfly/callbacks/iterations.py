@@ -23,8 +23,8 @@ from typing import Any
 
 from lightning.pytorch.callbacks import Callback
 
-from agentfly.batch import RolloutBatch
-from agentfly.weights import full_state
+from agentfly.core.batch import RolloutBatch
+from agentfly.core.weights import full_state
 
 
 def replace_durably(tmp: str | Path, dst: str | Path) -> None:
@@ -50,7 +50,7 @@ def _publish(src: Path, dst: Path) -> None:
     os.replace(tmp, dst)
 
 
-class IterationCallback(Callback):
+class IterationScheduleCallback(Callback):
     """Stop, checkpoint and time by RL iteration.
 
     Logs ``timing/iteration_s`` (wall time from the end of the previous iteration, so rollout,

@@ -6,11 +6,11 @@ from typing import Any
 
 import torch
 
-from agentfly.batch import RolloutBatch
 from agentfly.callbacks.batch_hooks import RolloutBatchCallback, to_float
+from agentfly.core.batch import RolloutBatch
+from agentfly.core.reductions import masked_mean
 from agentfly.estimators import kl as kl_math
 from agentfly.estimators.kl_controller import get_kl_controller
-from agentfly.ops import masked_mean
 
 
 class KLRewardCallback(RolloutBatchCallback):

@@ -8,7 +8,7 @@ from typing import Any
 
 from lightning.pytorch.callbacks import Callback
 
-from agentfly.weights import full_state
+from agentfly.core.weights import full_state
 
 
 class WeightSyncCallback(Callback):
@@ -24,7 +24,7 @@ class WeightSyncCallback(Callback):
     nothing.
 
     Every rank takes the same decision (the versions move in lockstep), so under FSDP all ranks
-    join in gathering the full state (:func:`~agentfly.weights.full_state`). Each rank has its
+    join in gathering the full state (:func:`~agentfly.core.weights.full_state`). Each rank has its
     own pool and pushes to it; a session marked ``shared`` (one pool for all ranks) is pushed to by
     rank 0 alone.
     """

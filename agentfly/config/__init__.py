@@ -25,7 +25,7 @@ from agentfly.config.aliases import ALIASES, canonical_key
 from agentfly.config.load import config_to_yaml
 from agentfly.config.overrides import Override, parse_overrides
 from agentfly.config.validate import validate
-from agentfly.errors import ConfigError
+from agentfly.core.errors import ConfigError
 
 __all__ = [
     "ALIASES",

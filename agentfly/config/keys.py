@@ -4,7 +4,7 @@
 :mod:`agentfly.config.schema`; ``data.*`` are arguments of
 :class:`~agentfly.rollout.datamodule.RolloutDataModule` (:data:`DATA_KEYS`, the others are
 computed by the plan) and ``trainer.*`` the keyword arguments of
-:class:`~agentfly.trainer.AgentflyTrainer` (Lightning's own are not seed keys).
+:class:`~agentfly.modules.trainer.AgentflyTrainer` (Lightning's own are not seed keys).
 """
 
 from __future__ import annotations
@@ -67,8 +67,8 @@ def _argument_keys(fn: Any, prefix: str, names: tuple[str, ...], out: dict[str, 
 @cache
 def seed_key_table() -> tuple[dict[str, tuple[Any, Any]], frozenset[str]]:
     """``({key: (type, default)}, sections)`` for every seed key, as dotted paths."""
+    from agentfly.modules.trainer import AgentflyTrainer
     from agentfly.rollout.datamodule import RolloutDataModule
-    from agentfly.trainer import AgentflyTrainer
 
     leaves: dict[str, tuple[Any, Any]] = {}
     sections = {"data", "trainer", *GROUPS}

@@ -23,7 +23,7 @@ from omegaconf.errors import OmegaConfBaseException
 from agentfly.config.keys import DATA_KEYS, GROUPS, NONE_MEANS, seed_key_table
 from agentfly.config.seed_args import CONF_DIR, seed_keys
 from agentfly.config.validate import validate
-from agentfly.errors import ConfigError
+from agentfly.core.errors import ConfigError
 
 __all__ = ["CONF_DIR", "compose", "config_to_yaml"]
 

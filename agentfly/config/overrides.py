@@ -24,7 +24,7 @@ import functools
 import re
 from typing import Any
 
-from agentfly.errors import ConfigError
+from agentfly.core.errors import ConfigError
 
 _KEY = re.compile(r"^[A-Za-z_][\w\-]*(\.[A-Za-z_0-9][\w\-]*)*$")
 _APPEND = re.compile(r"^(?P<key>[A-Za-z_][\w\-]*(?:\.[\w\-]+)*)\+=(?P<value>.*)$", re.S)

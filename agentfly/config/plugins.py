@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agentfly.config.keys import plain
-from agentfly.plugins import PluginError, import_plugin
+from agentfly.core.plugins import PluginError, import_plugin
 
 # key → (module, registry attribute, names that are not looked up there)
 REGISTERED_NAMES: dict[str, tuple[str, str, tuple[Any, ...]]] = {

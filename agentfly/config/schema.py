@@ -3,7 +3,7 @@
 Each dataclass is a group of ``agentfly fit`` (LightningCLI parses and checks them: a field's type
 states its range or its choices, its docstring line is the key's help). ``data.*`` are the
 arguments of :class:`~agentfly.rollout.datamodule.RolloutDataModule` and ``trainer.*`` those of
-:class:`~agentfly.trainer.AgentflyTrainer`. Defaults are verl's ``ppo_trainer.yaml`` where the
+:class:`~agentfly.modules.trainer.AgentflyTrainer`. Defaults are verl's ``ppo_trainer.yaml`` where the
 AgentFly documents are silent, and the AgentFly documents' where they state one. Departures from
 verl, each on purpose:
 

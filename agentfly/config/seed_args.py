@@ -38,7 +38,7 @@ from omegaconf import OmegaConf
 from agentfly.config.aliases import ALIASES, canonical_key
 from agentfly.config.keys import seed_key_table, takes
 from agentfly.config.overrides import parse_override
-from agentfly.errors import ConfigError
+from agentfly.core.errors import ConfigError
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 DEFAULT_TASK_FILE = CONF_DIR / "examples" / "demo_calculator.yaml"
@@ -66,7 +66,7 @@ class _Keys:
         self.open_nodes = {k for k, tp in self.leaves.items() if takes(tp, dict)}
         import lightning.pytorch as pl
 
-        from agentfly.trainer import MANAGED, PLANNED_TRAINER_ARGS
+        from agentfly.modules.trainer import MANAGED, PLANNED_TRAINER_ARGS
 
         names = set(inspect.signature(pl.Trainer.__init__).parameters) - {"self"}
         self.lightning = {f"trainer.{n}" for n in names - PLANNED_TRAINER_ARGS}

@@ -26,7 +26,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from agentfly.config.plugins import lookup_error, plugin_errors
-from agentfly.errors import ConfigError
+from agentfly.core.errors import ConfigError
 
 VISION_AGENT_TYPES = ("gui",)
 Get = Callable[[str], Any]  # the config's value at a dotted key

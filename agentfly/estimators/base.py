@@ -20,8 +20,8 @@ from typing import Any
 
 import torch
 
-from agentfly.ops import group_ids
-from agentfly.registry import Registry
+from agentfly.core.reductions import group_ids
+from agentfly.core.registry import Registry
 
 SETTINGS = ("gamma", "lam", "norm_adv_by_std_in_grpo")
 """The scalar settings of :class:`AdvantageInput` an estimator may declare it ``uses``."""

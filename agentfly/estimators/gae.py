@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import torch
 
+from agentfly.core.reductions import masked_whiten
 from agentfly.estimators.base import AdvantageInput, register_estimator
-from agentfly.ops import masked_whiten
 
 
 def gae_advantages(

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import torch
 
+from agentfly.core.reductions import group_stats
 from agentfly.estimators.base import AdvantageInput, register_estimator
-from agentfly.ops import group_stats
 
 EPSILON = 1e-6
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import torch
 
+from agentfly.core.reductions import group_stats, masked_whiten
 from agentfly.estimators.base import AdvantageInput, register_estimator
 from agentfly.estimators.grpo import outcome_scores
-from agentfly.ops import group_stats, masked_whiten
 
 
 def discounted_returns(

@@ -19,7 +19,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from agentfly.errors import ConfigError
+from agentfly.core.errors import ConfigError
 
 # huggingface_hub's rule: one optional namespace, names of word characters, '.', '-'
 _REPO_ID = re.compile(r"^(?:[A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*$")

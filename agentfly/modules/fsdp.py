@@ -1,6 +1,6 @@
 """FSDP for the actor, critic and reference: the Lightning strategy from the seed keys, the
 sharding applied in ``configure_model``, and the actor's full weights gathered from the shards
-(for the engines and the Hugging Face export, :mod:`agentfly.weights`).
+(for the engines and the Hugging Face export, :mod:`agentfly.core.weights`).
 
 agentfly optimises manually (several forward passes and backward calls inside one
 ``training_step``), which Lightning's ``FSDPStrategy`` (FSDP1, one root wrapper) does not support
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentfly.weights import full_state, is_sharded
+from agentfly.core.weights import full_state, is_sharded
 
 __all__ = [
     "block_classes", "fsdp_strategy", "full_state", "is_sharded", "shard_mesh", "shard_model",

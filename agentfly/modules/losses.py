@@ -19,8 +19,8 @@ from typing import Any
 
 import torch
 
+from agentfly.core.reductions import masked_mean
 from agentfly.modules.loss_modes import LOSS_AGG_MODES
-from agentfly.ops import masked_mean
 
 
 def agg_loss(

@@ -1,6 +1,6 @@
 """The LightningModule: actor, frozen reference, critic; PPO updates with manual optimisation.
 
-One ``training_step`` is one RL iteration on a :class:`~agentfly.batch.RolloutBatch`: reference
+One ``training_step`` is one RL iteration on a :class:`~agentfly.core.batch.RolloutBatch`: reference
 log-probabilities (only when a KL term is on), critic values (only when the estimator needs a
 critic), old log-probabilities (only when an update reuses the rollout: several PPO epochs or
 mini-batches, or a KL penalty in the reward), then the rollout-batch callbacks (KL shaping,
@@ -29,9 +29,10 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 
-from agentfly import metric_sums
-from agentfly.batch import RolloutBatch
 from agentfly.callbacks.batch_hooks import RolloutBatchCallback, apply_rollout_callbacks
+from agentfly.core import metric_sums
+from agentfly.core.batch import RolloutBatch
+from agentfly.core.reductions import masked_mean
 from agentfly.estimators.kl import full_kl_from_logits, kl_penalty
 from agentfly.modules.fsdp import total_norm
 from agentfly.modules.losses import (
@@ -44,7 +45,6 @@ from agentfly.modules.losses import (
 )
 from agentfly.modules.response_logits import response_logits
 from agentfly.modules.schedule import lr_multiplier
-from agentfly.ops import masked_mean
 
 # Losses computed with the mini-batch's normalisers: each micro-batch holds a share of the
 # mini-batch's value, so they add up within a mini-batch (and average over mini-batches).
@@ -534,7 +534,7 @@ class AgentRLModule(pl.LightningModule):
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         """Validation batches are scored rollouts: the data module hands over ``val_sums``, the
-        [sum, count] per metric (:mod:`agentfly.metric_sums`)."""
+        [sum, count] per metric (:mod:`agentfly.core.metric_sums`)."""
         metric_sums.merge([batch.get("val_sums", {})], into=self._val_sums)
 
     def on_validation_epoch_end(self) -> None:

@@ -5,7 +5,7 @@ once. Each chain asks the engine pool for one turn at a time; the pool merges th
 waiting chains into one batched engine call, so a chain waiting on a slow tool holds no one back.
 
 Token exactness: the prompt is rendered and tokenized once; each turn appends the ids the engine
-sampled (trained on, with the engine's log-probabilities), then the template's glue for the tool
+sampled (trained on, with the engine's log-probabilities), then the template's text between turns for the tool
 observations tokenized on its own (not trained on). Sampled text is decoded only to parse tool
 calls and to record the chat; it is never re-encoded.
 
@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
+from agentfly.core.trajectory import ToolCallRecord, Trajectory
 from agentfly.rollout.agents.base import Agent, ToolCallRequest
 from agentfly.rollout.data import question_of
 from agentfly.rollout.engines.base import SamplingParams
@@ -37,7 +38,6 @@ from agentfly.rollout.rewards import ascore_trajectory
 from agentfly.rollout.templates.base import ChatTemplate
 from agentfly.rollout.tools.base import INVALID_ARGUMENTS, ToolResult
 from agentfly.rollout.tools.call import run_tool_call
-from agentfly.trajectory import ToolCallRecord, Trajectory
 
 logger = logging.getLogger(__name__)
 
@@ -352,15 +352,15 @@ class AgentLoop:
             observations = self.agent.observation_messages(
                 parsed.calls, [r.observation for r in results]
             )
-            glue_ids = self._encode(
-                self.template.glue([*traj.messages, *observations], tools, closed=closed)
+            between_ids = self._encode(
+                self.template.between_turns([*traj.messages, *observations], tools, closed=closed)
             )
             room, limit = self._budget(traj)
-            if len(glue_ids) >= room:  # the observation would leave no room for another turn
+            if len(between_ids) >= room:  # the observation would leave no room for another turn
                 traj.finish_reason = limit
                 traj.final_response = content
                 return
-            traj.append_observation(glue_ids)
+            traj.append_observation(between_ids)
             traj.messages.extend(observations)
         if not traj.finish_reason:
             traj.finish_reason = "max_turns"

@@ -1,4 +1,4 @@
-"""Trajectories → one padded :class:`~agentfly.batch.RolloutBatch` (its docstring gives the layout).
+"""Trajectories → one padded :class:`~agentfly.core.batch.RolloutBatch` (its docstring gives the layout).
 
 The response mask is the trajectories' loss masks (1 = sampled and trained on); a chain's reward
 sits at its last sampled token; greedy baseline chains (an estimator that ``needs_baselines``)
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from agentfly.batch import RolloutBatch
-from agentfly.trajectory import Trajectory
+from agentfly.core.batch import RolloutBatch
+from agentfly.core.trajectory import Trajectory
 
 
 def collate_trajectories(

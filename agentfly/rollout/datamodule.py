@@ -36,9 +36,9 @@ import torch
 from jsonargparse.typing import PositiveInt
 from torch.utils.data import DataLoader
 
-from agentfly import metric_sums
-from agentfly.batch import RolloutBatch
-from agentfly.metric_sums import Sums
+from agentfly.core import metric_sums
+from agentfly.core.batch import RolloutBatch
+from agentfly.core.metric_sums import Sums
 from agentfly.rollout.collate import collate_trajectories
 from agentfly.rollout.data import DataError, load_rows
 from agentfly.rollout.prompt_fit import (

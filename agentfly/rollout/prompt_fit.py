@@ -69,7 +69,7 @@ def renderer_from_plan(plan: Any) -> PromptRenderer:
     """
     from transformers import AutoTokenizer
 
-    from agentfly.plugins import load_plugins
+    from agentfly.core.plugins import load_plugins
     from agentfly.rollout.agents import get_agent
     from agentfly.rollout.templates import get_template
     from agentfly.rollout.tools.bind import bind_tools

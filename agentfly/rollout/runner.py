@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentfly.plugins import load_plugins
+from agentfly.core.plugins import load_plugins
 from agentfly.rollout.agent_loop import AgentLoop
 from agentfly.rollout.execution.workers import WorkerPool
 from agentfly.rollout.rollout_plan import RolloutPlan

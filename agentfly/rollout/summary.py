@@ -7,7 +7,7 @@ from collections import Counter
 from dataclasses import asdict
 from typing import Any
 
-from agentfly.trajectory import Trajectory
+from agentfly.core.trajectory import Trajectory
 
 
 def trajectory_record(traj: Trajectory, tokenizer: Any = None) -> dict[str, Any]:

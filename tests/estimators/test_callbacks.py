@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agentfly.batch import RolloutBatch
 from agentfly.callbacks import AdvantageCallback, KLRewardCallback, apply_rollout_callbacks
+from agentfly.core.batch import RolloutBatch
 from agentfly.estimators import get_estimator, kl_penalty
 
 

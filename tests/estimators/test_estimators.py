@@ -8,9 +8,9 @@ import statistics
 import pytest
 import torch
 
+from agentfly.core.registry import UnknownNameError
 from agentfly.estimators import ESTIMATORS, get_estimator
 from agentfly.estimators.gae import gae_advantages
-from agentfly.registry import UnknownNameError
 from tests.estimators import reference as ref
 
 D = torch.float64

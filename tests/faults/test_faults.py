@@ -25,8 +25,8 @@ from pathlib import Path
 import pytest
 
 from agentfly.cli import main
+from agentfly.models.tiny import build_tiny_model
 from agentfly.rollout.execution.sandbox_isolation import bwrap_problem
-from agentfly.testing import build_tiny_model
 from tests.test_no_orphans import processes_of
 
 REPO = Path(__file__).resolve().parents[2]

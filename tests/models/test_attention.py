@@ -12,7 +12,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from agentfly.models.attention import NAME, use_grouped_sdpa
-from agentfly.testing import build_tiny_model
+from agentfly.models.tiny import build_tiny_model
 
 
 @pytest.fixture(scope="module")

@@ -29,11 +29,11 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from agentfly.batch import RolloutBatch
 from agentfly.callbacks import AdvantageCallback, KLRewardCallback
+from agentfly.core.batch import RolloutBatch
+from agentfly.core.trajectory import Trajectory
 from agentfly.modules.rl_module import AgentRLModule
 from agentfly.rollout.collate import collate_trajectories
-from agentfly.trajectory import Trajectory
 
 # (group, prompt ids, [(ids, sampled?)...], reward). Prompts of two lengths (left padding),
 # responses of four (right padding); observations (sampled? False) between the sampled turns.

@@ -13,13 +13,13 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from agentfly.batch import RolloutBatch
 from agentfly.callbacks import AdvantageCallback, KLRewardCallback, RolloutBatchCallback
 from agentfly.config.validate import _kl_kinds
+from agentfly.core.batch import RolloutBatch
+from agentfly.core.trajectory import Trajectory
+from agentfly.models.tiny import build_tiny_model
 from agentfly.modules.rl_module import AgentRLModule
 from agentfly.rollout.collate import collate_trajectories
-from agentfly.testing import build_tiny_model
-from agentfly.trajectory import Trajectory
 
 D = torch.float64
 KL_COEF = 0.5

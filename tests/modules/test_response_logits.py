@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from agentfly.models.tiny import build_tiny_model
 from agentfly.modules.response_logits import distinct_prompts, response_logits
-from agentfly.testing import build_tiny_model
 
 
 @pytest.fixture(scope="module")

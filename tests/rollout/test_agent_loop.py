@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from agentfly.models.tiny import build_tiny_model
 from agentfly.rollout.agent_loop import AgentLoop
 from agentfly.rollout.agents import get_agent
 from agentfly.rollout.data import question_of
@@ -13,7 +14,6 @@ from agentfly.rollout.engines import EnginePool
 from agentfly.rollout.engines import scripted as _scripted  # noqa: F401  (registers "scripted")
 from agentfly.rollout.templates import get_template
 from agentfly.rollout.tools import get_tool
-from agentfly.testing import build_tiny_model
 
 
 def call(name, **args):
@@ -104,7 +104,7 @@ def test_max_model_len_stops_before_an_overflow(model_dir):
     script = [call("calculator", expression="1+1")]
     probe = make_loop(model_dir, script, max_turns=1)
     (p,) = probe.run(ROWS[:1])
-    limit = len(p.input_ids) + 5  # room for the first turn, not for the observation glue
+    limit = len(p.input_ids) + 5  # room for the first turn, not for the observation's text between turns
     loop = make_loop(model_dir, script, max_turns=4, max_model_len=limit)
     (t,) = loop.run(ROWS[:1])
     assert t.finish_reason == "max_model_len"

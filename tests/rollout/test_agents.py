@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentfly.registry import UnknownNameError
+from agentfly.core.registry import UnknownNameError
 from agentfly.rollout.agents import (
     AGENTS,
     Agent,

@@ -9,6 +9,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from agentfly.core.trajectory import Trajectory
+from agentfly.models.tiny import build_tiny_model
 from agentfly.rollout.agent_loop import AgentLoop
 from agentfly.rollout.agents import get_agent
 from agentfly.rollout.collate import collate_baselines
@@ -16,8 +18,6 @@ from agentfly.rollout.datamodule import RolloutDataModule
 from agentfly.rollout.engines import EnginePool
 from agentfly.rollout.templates import get_template
 from agentfly.rollout.tools import get_tool
-from agentfly.testing import build_tiny_model
-from agentfly.trajectory import Trajectory
 
 ROWS = [{"question": "What is 1+2?", "answer": "3"}, {"question": "What is 3+4?", "answer": "7"}]
 

@@ -10,10 +10,10 @@ import threading
 import pytest
 from safetensors.torch import load_file
 
+from agentfly.models.tiny import build_tiny_model
 from agentfly.rollout.engines import EnginePool, SamplingParams
 from agentfly.rollout.engines.caller_thread import run_sync
 from agentfly.rollout.engines.transformers_engine import TransformersEngine
-from agentfly.testing import build_tiny_model
 
 GREEDY = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
 

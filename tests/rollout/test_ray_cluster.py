@@ -55,7 +55,7 @@ def stop_head(proc: subprocess.Popen) -> None:
 def test_pool_joins_the_cluster_in_ray_address(tmp_path):
     if not RAY.exists():
         pytest.skip("the ray command is not installed beside this python")
-    from agentfly.testing import build_tiny_model
+    from agentfly.models.tiny import build_tiny_model
 
     model = build_tiny_model(tmp_path / "m")
     temp = tempfile.mkdtemp(prefix="rayc", dir="/tmp")

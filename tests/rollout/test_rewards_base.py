@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from agentfly.registry import UnknownNameError
+from agentfly.core.registry import UnknownNameError
+from agentfly.core.trajectory import Trajectory
 from agentfly.rollout.rewards import (
     REWARDS,
     RewardError,
@@ -22,7 +23,6 @@ from agentfly.rollout.rewards import (
     score_trajectory,
 )
 from agentfly.rollout.rewards import base as rewards_base
-from agentfly.trajectory import Trajectory
 
 
 @pytest.fixture

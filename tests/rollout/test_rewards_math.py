@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from agentfly.core.trajectory import ToolCallRecord, Trajectory
 from agentfly.rollout.rewards import (
     compute_reward,
     math_equal_reward,
@@ -12,7 +13,6 @@ from agentfly.rollout.rewards import (
     math_reward_string_equal,
 )
 from agentfly.rollout.rewards.math_rewards import extract_answer, gold_answer, last_boxed
-from agentfly.trajectory import ToolCallRecord, Trajectory
 
 
 @pytest.mark.parametrize(

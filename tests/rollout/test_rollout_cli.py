@@ -7,7 +7,7 @@ import json
 import pytest
 
 from agentfly.cli import main
-from agentfly.testing import build_tiny_model
+from agentfly.models.tiny import build_tiny_model
 
 
 @pytest.fixture(scope="module")

@@ -11,13 +11,13 @@ import tempfile
 import pytest
 import torch
 
+from agentfly.models.tiny import build_tiny_model
 from agentfly.rollout.agent_loop import AgentLoop
 from agentfly.rollout.agents import get_agent
 from agentfly.rollout.engines import EnginePool
 from agentfly.rollout.summary import summarize
 from agentfly.rollout.templates import get_template
 from agentfly.rollout.tools import get_tool
-from agentfly.testing import build_tiny_model
 
 
 def call(name, **args):

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from agentfly.registry import UnknownNameError
+from agentfly.core.registry import UnknownNameError
 from agentfly.rollout.templates import (
     TEMPLATES,
     ChatTemplate,
@@ -63,7 +63,7 @@ def _rollout(template: ChatTemplate, system: bool, tools, encode=None):
     """Run the agent loop's text (and token) bookkeeping over TURNS.
 
     Returns the final message list, the text built incrementally and, with ``encode``, the ids
-    built incrementally (prompt ids, then each turn's "sampled" ids, then each glue's ids).
+    built incrementally (prompt ids, then each turn's "sampled" ids, then each text between turns' ids).
     """
     messages = _start(system)
     text = template.prompt(messages, tools)
@@ -74,10 +74,10 @@ def _rollout(template: ChatTemplate, system: bool, tools, encode=None):
         messages += [{"role": "tool", "content": o} for o in observations]
         if not observations:
             messages.append({"role": "user", "content": "Thanks. Are you sure?"})
-        glue = template.glue(messages, tools, closed=closed)
-        text += sampled + glue
+        between = template.between_turns(messages, tools, closed=closed)
+        text += sampled + between
         if encode:
-            ids += encode(sampled) + encode(glue)
+            ids += encode(sampled) + encode(between)
     return messages, text, ids
 
 
@@ -92,7 +92,7 @@ def test_named_templates_are_prefix_preserving_as_text(name, system, with_tools)
 
 
 @pytest.mark.parametrize("name", NAMED)
-def test_direct_glue_equals_the_difference_of_renders(name):
+def test_direct_text_between_turns_equals_the_difference_of_renders(name):
     template = get_template(name)
     messages = [
         *_start(True),
@@ -101,8 +101,8 @@ def test_direct_glue_equals_the_difference_of_renders(name):
         {"role": "tool", "content": "2"},
     ]
     for closed in (True, False):
-        direct = template.glue(messages, [CALCULATOR], closed=closed)
-        diffed = ChatTemplate.glue(template, messages, [CALCULATOR], closed=closed)
+        direct = template.between_turns(messages, [CALCULATOR], closed=closed)
+        diffed = ChatTemplate.between_turns(template, messages, [CALCULATOR], closed=closed)
         assert direct == diffed
 
 
@@ -139,7 +139,7 @@ def test_qwen25_text_format():
         '<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
         "<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
     )
-    glue = template.glue(
+    between = template.between_turns(
         [
             {"role": "user", "content": "hi"},
             {"role": "assistant", "content": "x"},
@@ -147,7 +147,7 @@ def test_qwen25_text_format():
         ],
         closed=True,
     )
-    assert glue == (
+    assert between == (
         "\n<|im_start|>user\n<tool_response>\n408\n</tool_response><|im_end|>\n"
         "<|im_start|>assistant\n"
     )
@@ -186,14 +186,14 @@ def test_model_template_refuses_a_template_that_rewrites_history(tiny_tokenizer)
     template = get_template("auto", tokenizer)
     assert isinstance(template, ModelTemplate) and template.end_of_turn == "<|im_end|>"
     plain = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
-    assert template.glue([*plain, {"role": "user", "content": "r"}]).endswith("assistant\n")
+    assert template.between_turns([*plain, {"role": "user", "content": "r"}]).endswith("assistant\n")
     thinking = [
         {"role": "user", "content": "q"},
         {"role": "assistant", "content": "<think>hmm</think>a"},
         {"role": "tool", "content": "r"},
     ]
     with pytest.raises(TemplateNotPrefixPreservingError, match="not prefix-preserving"):
-        template.glue(thinking)
+        template.between_turns(thinking)
 
 
 def test_registry_lookup_and_errors(tiny_tokenizer):

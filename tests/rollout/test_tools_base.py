@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Literal, Optional
 
 import pytest
 
-from agentfly.registry import UnknownNameError
+from agentfly.core.registry import UnknownNameError
 from agentfly.rollout.tools import TOOLS, Tool, ToolResult, get_tool, run_tool_call, tool
 from agentfly.rollout.tools.schema import parse_docstring
 

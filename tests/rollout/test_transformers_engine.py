@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from agentfly.models.tiny import build_tiny_model
 from agentfly.rollout.engines import ENGINES, SamplingParams, create_engine
 from agentfly.rollout.engines.sampling import draw_uniforms, sample_tokens
 from agentfly.rollout.engines.transformers_engine import TransformersEngine
-from agentfly.testing import build_tiny_model
 
 TEXTS = [
     "<|im_start|>user\nWhat is 12*34?<|im_end|>\n<|im_start|>assistant\n",

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from agentfly.cli import main
-from agentfly.metric_sums import means as val_means
+from agentfly.core.metric_sums import means as val_means
 from tests.test_fit import fit_args, rows, task  # noqa: F401  (the fixture)
 
 

@@ -14,9 +14,9 @@ import sys
 import pytest
 import torch
 
+from agentfly.models.tiny import build_tiny_model
 from agentfly.rollout.engines.base import ENGINES, SamplingParams
 from agentfly.rollout.engines.vllm import VLLMEngine, VLLMUnavailableError, import_vllm
-from agentfly.testing import build_tiny_model
 
 TEXTS = [
     "<|im_start|>user\nWhat is 12*34?<|im_end|>\n<|im_start|>assistant\n",

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from agentfly.plugins import load_plugins
+from agentfly.core.plugins import load_plugins
+from agentfly.core.trajectory import Trajectory
 from agentfly.rollout.execution.workers import WorkerPool, WorkerStartError
 from agentfly.rollout.rewards import acompute_reward, compute_reward, get_reward, reward
 from agentfly.rollout.summary import summarize
 from agentfly.rollout.tools import get_tool, tool
 from agentfly.rollout.tools.call import run_tool_call
-from agentfly.trajectory import Trajectory
 
 
 def _alive(pid: int) -> bool:

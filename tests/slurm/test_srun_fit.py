@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from agentfly.testing import build_tiny_model
+from agentfly.models.tiny import build_tiny_model
 
 
 @pytest.mark.slow

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentfly.registry import Registry
+from agentfly.core.registry import Registry
 
 
 @dataclass

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from os import PathLike
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
-from agentfly.registry import Registry
+from agentfly.core.registry import Registry
 
 if TYPE_CHECKING:
     import torch

@@ -36,7 +36,7 @@ class EngineHost:
 
             torch.set_num_threads(num_threads)
         import agentfly.rollout.engines.builtin  # noqa: F401  (registers the built-in engines)
-        from agentfly.plugins import load_plugins
+        from agentfly.core.plugins import load_plugins
 
         load_plugins(plugins)
 

@@ -127,7 +127,7 @@ class EnginePool:
             self._started_ray = ensure_ray(**(ray_init or {}))
             try:
                 if self._started_ray:
-                    from agentfly.shutdown import on_ray_started
+                    from agentfly.core.shutdown import on_ray_started
 
                     on_ray_started()  # SIGTERM handler back, Ray's processes watched
                 self._ray = RayEngines(
@@ -270,9 +270,9 @@ class EnginePool:
 
     def _stop_ray(self) -> None:
         """Stop the Ray this pool started, within ``shutdown_timeout_s`` (then its processes are
-        killed, see :func:`agentfly.shutdown.stop_ray`)."""
+        killed, see :func:`agentfly.core.shutdown.stop_ray`)."""
         if self._started_ray:
-            from agentfly.shutdown import stop_ray
+            from agentfly.core.shutdown import stop_ray
 
             self._started_ray = False
             stop_ray(self._shutdown_timeout_s)

@@ -113,7 +113,7 @@ def _import_plugins(specs: list[str], loaded: set[str]) -> None:
     new = [s for s in specs if s not in loaded]
     if not new:
         return
-    from agentfly.plugins import load_plugins
+    from agentfly.core.plugins import load_plugins
 
     load_plugins(new)
     loaded.update(new)

@@ -43,7 +43,7 @@ from typing import Any
 
 import cloudpickle
 
-from agentfly.plugins import PLUGIN_PREFIX
+from agentfly.core.plugins import PLUGIN_PREFIX
 from agentfly.rollout.execution.worker_main import HEADER, RemoteError, ReplyTooLarge
 
 logger = logging.getLogger(__name__)
@@ -166,7 +166,7 @@ def by_reference(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _plugin_files() -> list[str]:
-    """Plugin files imported in this process (see :mod:`agentfly.plugins`), for the workers."""
+    """Plugin files imported in this process (see :mod:`agentfly.core.plugins`), for the workers."""
     return sorted(
         str(getattr(m, "__file__", ""))
         for name, m in list(sys.modules.items())

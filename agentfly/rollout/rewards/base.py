@@ -37,8 +37,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from agentfly.plugins import PLUGIN_PREFIX
-from agentfly.registry import Registry
+from agentfly.core.plugins import PLUGIN_PREFIX
+from agentfly.core.registry import Registry
 from agentfly.rollout.execution.daemon_threads import THREADS
 from agentfly.rollout.execution.workers import (
     ReplyTooLarge,
@@ -53,7 +53,7 @@ from agentfly.rollout.execution.workers import (
 )
 
 if TYPE_CHECKING:
-    from agentfly.trajectory import Trajectory
+    from agentfly.core.trajectory import Trajectory
 
 logger = logging.getLogger(__name__)
 
@@ -211,7 +211,7 @@ def worker_imports(name: str) -> list[str]:
     fn = get_reward(name)
     info = _INFOS.get(REWARDS.canonical(name))
     module = getattr(fn, "__module__", None)
-    # a plug-in file's module (agentfly.plugins names it agentfly_plugin_*) cannot be imported by
+    # a plug-in file's module (agentfly.core.plugins names it agentfly_plugin_*) cannot be imported by
     # name: the worker imports the file itself before the call (workers._plugin_files)
     own = [module] if module and module != "__main__" and not module.startswith(PLUGIN_PREFIX) else []
     return [*own, *(info.preload if info else ())]

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from agentfly.rollout.rewards.base import reward
 
 if TYPE_CHECKING:
-    from agentfly.trajectory import Trajectory
+    from agentfly.core.trajectory import Trajectory
 
 MATH_TIMEOUT_S = 20.0
 _PRELOAD = ("math_verify",)  # what the rewards import on first use: worker processes at start

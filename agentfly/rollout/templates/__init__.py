@@ -1,4 +1,4 @@
-"""Chat templates: render prompts, name the stop strings, glue turns token-exactly.
+"""Chat templates: render prompts, name the stop strings, join turns token-exactly.
 
 ``get_template("qwen2.5")`` for a named template, ``get_template(None, tokenizer)`` for the
 model's own one. Importing this package registers every built-in template.

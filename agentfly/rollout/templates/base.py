@@ -1,13 +1,13 @@
 """The chat-template interface the agent loop talks to.
 
 A template turns chat messages (and tool schemas) into the text the engine continues, says which
-strings end an assistant turn, and produces the *glue*: the text to append after an assistant turn
+strings end an assistant turn, and produces the *text between turns*: the text to append after an assistant turn
 the engine sampled — the close of that turn when the sampled tokens did not include it, the
 observation turn(s), and the next assistant generation prompt.
 
-The glue is tokenized on its own and appended to the token sequence (nothing sampled is decoded
+The text between turns is tokenized on its own and appended to the token sequence (nothing sampled is decoded
 and re-encoded), so every template must be *prefix-preserving*: rendering a conversation with one
-more turn only appends text. :meth:`ChatTemplate.glue` computes the glue as the difference of two
+more turn only appends text. :meth:`ChatTemplate.between_turns` computes it as the difference of two
 renders and refuses a template that rewrites earlier turns (e.g. one that strips earlier
 reasoning), raising :class:`TemplateNotPrefixPreservingError`.
 
@@ -52,13 +52,13 @@ def last_assistant_index(messages: Sequence[Message]) -> int:
     for i in range(len(messages) - 1, -1, -1):
         if messages[i]["role"] == "assistant":
             return i
-    raise ValueError("glue needs a conversation that contains an assistant message")
+    raise ValueError("between_turns needs a conversation that contains an assistant message")
 
 
 class ChatTemplate(ABC):
     """Renders conversations for one chat format.
 
-    Subclasses implement :meth:`render` and :attr:`end_of_turn`; :meth:`glue` works for any
+    Subclasses implement :meth:`render` and :attr:`end_of_turn`; :meth:`between_turns` works for any
     prefix-preserving render and may be overridden with a direct construction.
     """
 
@@ -113,7 +113,7 @@ class ChatTemplate(ABC):
             return sampled_text[: -len(self.end_of_turn)], True
         return sampled_text, False
 
-    def glue(
+    def between_turns(
         self,
         messages: Sequence[Message],
         tools: Sequence[Any] | None = None,

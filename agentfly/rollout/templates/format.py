@@ -1,7 +1,7 @@
 """Templates written as format strings, one per turn kind (the named templates).
 
 The text layout follows AgentFly's ``Template`` (system / user / assistant / observation pieces
-concatenated in order), which is prefix-preserving by construction, so the glue is built directly
+concatenated in order), which is prefix-preserving by construction, so the text between turns is built directly
 instead of by diffing renders.
 """
 
@@ -71,7 +71,7 @@ class FormatTemplate(ChatTemplate):
             parts.append(self.generation_prompt)
         return "".join(parts)
 
-    def glue(
+    def between_turns(
         self,
         messages: Sequence[Message],
         tools: Sequence[Any] | None = None,

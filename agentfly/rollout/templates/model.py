@@ -1,10 +1,10 @@
 """The model's own chat template (``tokenizer.apply_chat_template``), used when no template is
 named.
 
-Its glue is the difference between two renders, so a template that rewrites earlier turns (Qwen3
+Its text between turns is the difference between two renders, so a template that rewrites earlier turns (Qwen3
 strips the reasoning of earlier assistant turns; some templates ``strip()`` content) is refused
 with :class:`~agentfly.rollout.templates.base.TemplateNotPrefixPreservingError` the first time a
-glue is asked for.
+text between turns is asked for.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentfly.registry import Registry
+from agentfly.core.registry import Registry
 from agentfly.rollout.templates.base import ChatTemplate
 
 

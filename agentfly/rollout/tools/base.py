@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentfly.registry import Registry
+from agentfly.core.registry import Registry
 from agentfly.rollout.tools.schema import function_schema
 from agentfly.rollout.tools.settings import configure_tool, declared_settings
 

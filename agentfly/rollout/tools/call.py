@@ -26,8 +26,8 @@ import json
 import logging
 from typing import Any
 
-from agentfly.plugins import is_object_spec
-from agentfly.registry import UnknownNameError
+from agentfly.core.plugins import is_object_spec
+from agentfly.core.registry import UnknownNameError
 from agentfly.rollout.execution.daemon_threads import THREADS
 from agentfly.rollout.execution.workers import (
     ReplyTooLarge,

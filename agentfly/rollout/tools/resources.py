@@ -212,8 +212,8 @@ class ResourcePool:
         """
         tool = tool_name if isinstance(tool_name, Tool) else get_tool(tool_name)
         if self.backend == "ray":
+            from agentfly.core.shutdown import on_ray_started
             from agentfly.rollout.engines.host import ensure_ray
-            from agentfly.shutdown import on_ray_started
 
             if ensure_ray():  # here, not in the worker thread that makes the actor
                 on_ray_started()  # SIGTERM handler back, Ray's processes watched

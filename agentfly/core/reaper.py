@@ -1,13 +1,13 @@
 """Kills the Ray processes a trainer started once the trainer is gone, however it went.
 
-A trainer that ends in order stops its Ray itself (:func:`agentfly.shutdown.stop_ray`). One that
+A trainer that ends in order stops its Ray itself (:func:`agentfly.core.shutdown.stop_ray`). One that
 is SIGKILLed (the kernel's OOM killer, ``kill -9``) cannot, and Ray's head processes follow it,
 but its dashboard and runtime-env agents do not (they outlived such a trainer by more than a
-minute). :func:`agentfly.shutdown.on_ray_started` starts this module as a small process of its
+minute). :func:`agentfly.core.shutdown.on_ray_started` starts this module as a small process of its
 own session: every ``interval_s`` it notes the trainer's descendants that are Ray's; when the
 trainer has exited it kills those still running. ``stop_ray`` ends it with the Ray it watches.
 
-Run as ``python -m agentfly.reaper TRAINER_PID``.
+Run as ``python -m agentfly.core.reaper TRAINER_PID``.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def watch(trainer_pid: int, interval_s: float = 1.0) -> list[int]:
 def main(argv: list[str]) -> int:
     killed = watch(int(argv[0]))
     if killed:
-        print(f"agentfly.reaper: trainer {argv[0]} is gone; killed its Ray processes {killed}", file=sys.stderr)
+        print(f"agentfly.core.reaper: trainer {argv[0]} is gone; killed its Ray processes {killed}", file=sys.stderr)
     return 0
 
 

@@ -5,7 +5,7 @@ object, as happens when a module is imported twice, is allowed). Looking up an u
 a ``KeyError`` subclass whose message lists the known names and the closest matches.
 
 Wherever a registered name is accepted, so is a ``module:attr`` spec (``my_pkg.rewards:exact`` or
-``path/to/file.py:exact``): :meth:`Registry.get` imports the object (:mod:`agentfly.plugins`),
+``path/to/file.py:exact``): :meth:`Registry.get` imports the object (:mod:`agentfly.core.plugins`),
 turns it into an entry with the registry's ``coerce`` (a plain function into a tool, an
 estimator...), and registers it under the spec, or makes the spec an alias of the name the object
 is already registered under (a ``@tool``-decorated function keeps its tool name).
@@ -17,7 +17,7 @@ import difflib
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
-from agentfly.plugins import PluginError, import_object, is_object_spec
+from agentfly.core.plugins import PluginError, import_object, is_object_spec
 
 T = TypeVar("T")
 

@@ -7,7 +7,7 @@ Two spellings reach the same mechanism:
   (``my_pkg.my_tools``, importable from ``sys.path``) or a file path (``path/to/file.py``);
 - an *object spec* ``module:attr`` (``my_pkg.rewards:exact_match`` or
   ``path/to/file.py:exact_match``) names one object; a registry given such a spec imports it and
-  registers it under the spec (see :meth:`agentfly.registry.Registry.get`).
+  registers it under the spec (see :meth:`agentfly.core.registry.Registry.get`).
 
 A file is imported once per absolute path, under a module name derived from that path, so a
 config composed twice in one process (or by several ranks) registers the same objects, never a

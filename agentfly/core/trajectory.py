@@ -1,7 +1,7 @@
 """The one typed record of a rollout chain.
 
 The loss-mask rule lives here and nowhere else: tokens the engine sampled get mask 1 (and keep the
-engine's log-probabilities); everything else after the prompt (tool observations, template glue
+engine's log-probabilities); everything else after the prompt (tool observations, the template's text between turns
 between turns) gets mask 0. Token ids are stored exactly as the engine produced them or as the
 observation was tokenized on its own; nothing the model produced is decoded and re-encoded.
 """
@@ -65,7 +65,7 @@ class Trajectory:
         self._append(ids, 1, logprobs)
 
     def append_observation(self, ids: list[int]) -> None:
-        """Append tokens the model did not produce (tool output, template glue): not trained on."""
+        """Append tokens the model did not produce (tool output, the template's text between turns): not trained on."""
         self._append(ids, 0, [0.0] * len(ids))
 
     def _append(self, ids: list[int], mask: int, logprobs: list[float]) -> None:

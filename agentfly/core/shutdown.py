@@ -13,7 +13,7 @@ started is stopped within a deadline with none of its processes left behind.
   processes this process started (head, raylet, GCS, dashboard and runtime-env agents, workers:
   found among its descendants before the shutdown) get a few seconds to exit and are killed
   otherwise, saying which. A Ray joined through ``RAY_ADDRESS`` is only disconnected from.
-- :func:`on_ray_started`: where agentfly starts Ray; also starts :mod:`agentfly.reaper`, which
+- :func:`on_ray_started`: where agentfly starts Ray; also starts :mod:`agentfly.core.reaper`, which
   kills Ray's processes if this process dies without stopping them (SIGKILL, the OOM killer).
 """
 
@@ -49,20 +49,20 @@ def _runs_ray_here() -> bool:
     return bool(getattr(worker._global_node, "head", False))
 
 
-_reaper: subprocess.Popen | None = None  # agentfly.reaper watching this process's Ray
+_reaper: subprocess.Popen | None = None  # agentfly.core.reaper watching this process's Ray
 
 
 def on_ray_started() -> None:
     """Call where agentfly has just started Ray (``ray.init``): put :func:`sigterm_exits`'s
     handler back (:func:`reclaim_sigterm`), and when the Ray runs on this machine, start
-    :mod:`agentfly.reaper`, which kills its processes should this one die without stopping it
+    :mod:`agentfly.core.reaper`, which kills its processes should this one die without stopping it
     (SIGKILL); :func:`stop_ray` ends the reaper."""
     global _reaper
     reclaim_sigterm()
     if not _runs_ray_here() or (_reaper is not None and _reaper.poll() is None):
         return  # joined a cluster: none of its processes are ours; or already watched
     _reaper = subprocess.Popen(
-        [sys.executable, "-m", "agentfly.reaper", str(os.getpid())],
+        [sys.executable, "-m", "agentfly.core.reaper", str(os.getpid())],
         stdin=subprocess.DEVNULL, start_new_session=True,  # outlives this process's group
     )
 
@@ -89,7 +89,7 @@ def stop_ray(timeout_s: float = RAY_SHUTDOWN_TIMEOUT_S, grace_s: float = RAY_EXI
         return
     import psutil
 
-    from agentfly.reaper import ray_descendants
+    from agentfly.core.reaper import ray_descendants
 
     procs = ray_descendants(psutil.Process()) if _runs_ray_here() else []
     done = threading.Event()
