@@ -121,8 +121,8 @@ MUTATIONS = [
     Mutation(
         "batch hooks in reverse order (advantages before KL shaping)",
         "agentfly/callbacks/batch_hooks.py",
-        "sorted(found, key=lambda cb: cb.stage)",
-        "sorted(found, key=lambda cb: -cb.stage)",
+        "sorted(callbacks, key=lambda cb: cb.stage)",
+        "sorted(callbacks, key=lambda cb: -cb.stage)",
         (f"{LEARNING}::test_kl_in_the_reward_is_old_to_reference_and_shapes_the_returns",),
     ),
     Mutation(
