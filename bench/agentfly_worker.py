@@ -194,14 +194,14 @@ def main() -> None:
                 "weight_sync": m.get("timing/weight_sync_s", 0.0),
             }
             phases["other"] = max(0.0, wall - sum(phases.values()))
-            mask = batch["response_mask"]
+            mask = batch.response_mask
             sampled = int(mask.sum())
-            att = batch["attention_mask"]
-            p = int(batch["prompt_length"])
+            att = batch.attention_mask
+            p = int(batch.prompt_length)
             emit(
                 "iter",
                 wall_s=wall,
-                samples=len(batch["index"]),
+                samples=len(batch.index),
                 gen_tokens=sampled,
                 prompt_tokens=int(att[:, :p].sum()),
                 seq_tokens=int(att.sum()),
