@@ -201,7 +201,9 @@ def plan_module(cfg: Any, topology: Topology, iterations: int, estimator: Any) -
     )
 
 
-def plan_datamodule(cfg: Any, topology: Topology, run_dir: Path, estimator: Any) -> dict[str, Any]:
+def plan_datamodule(
+    cfg: Any, topology: Topology, run_dir: Path, estimator: Any, iterations: int, hw: Hardware
+) -> dict[str, Any]:
     """The rollout DataModule's keyword arguments; ``estimator``: the registered
     ``algorithm.adv_estimator``."""
     val = cfg.actor_rollout_ref.rollout.val_kwargs
@@ -226,10 +228,33 @@ def plan_datamodule(cfg: Any, topology: Topology, run_dir: Path, estimator: Any)
         # what the estimator declares it needs from the rollout: a greedy chain per prompt
         greedy_baselines=estimator.needs_baselines,
         trajectory_dir=str(run_dir / "trajectories"),
+        rollout_mode=str(cfg.trainer.rollout_mode),
+        max_staleness=int(cfg.trainer.max_staleness),
+        max_iterations=iterations,
+        producer_threads=_engine_threads(cfg, topology, hw) if topology.num_engines == 0 else None,
     )
 
 
-def plan_rollout(cfg: Any, topology: Topology) -> RolloutPlan:
+def _engine_threads(cfg: Any, topology: Topology, hw: Hardware) -> int | None:
+    """Torch threads of each CPU engine when generation overlaps the update (``rollout_mode``
+    other than ``sync``): the engines share half the cores, the trainer keeps the rest. None:
+    the engines' default (sync mode, where the two take turns, or engines on GPUs)."""
+    if str(cfg.trainer.rollout_mode) == "sync" or topology.cuda_engines:
+        return None
+    return max(1, hw.cpus // 2 // max(1, topology.num_engines))
+
+
+def _trainer_threads(cfg: Any, topology: Topology, hw: Hardware) -> int | None:
+    """``trainer.num_threads``, or when generation overlaps the update on CPU engines, the cores
+    the engines do not get (:func:`_engine_threads`)."""
+    if cfg.trainer.num_threads is not None:
+        return int(cfg.trainer.num_threads)
+    if _engine_threads(cfg, topology, hw) is None:
+        return None
+    return max(1, hw.cpus - hw.cpus // 2)
+
+
+def plan_rollout(cfg: Any, topology: Topology, hw: Hardware | None = None) -> RolloutPlan:
     """The engines, the agent and the agent loop's settings."""
     from agentfly.core.plugins import is_object_spec, portable
 
@@ -269,11 +294,15 @@ def plan_rollout(cfg: Any, topology: Topology) -> RolloutPlan:
         seed=int(cfg.trainer.seed),
     )
     name = str(rollout.name)
+    pool_kwargs: dict[str, Any] = {"num_gpus_per_engine": topology.gpus_per_engine}
+    threads = _engine_threads(cfg, topology, hw) if hw is not None and topology.num_engines else None
+    if threads:
+        pool_kwargs["num_threads"] = threads
     return RolloutPlan(
         engine=portable(name) if is_object_spec(name) else name,
         num_engines=topology.num_engines,
         engine_kwargs=engine_kwargs,
-        pool_kwargs={"num_gpus_per_engine": topology.gpus_per_engine},
+        pool_kwargs=pool_kwargs,
         agent_type=str(init.agent_type),
         tool_parser=init.tool_parser_name,
         system_prompt=init.system_prompt,
@@ -403,14 +432,14 @@ def plan_run(cfg: Any, hardware: Hardware | None = None) -> RunPlan:
         iterations=iterations,
         run_dir=str(cfg.trainer.default_local_dir),
         module=plan_module(cfg, topology, iterations, estimator),
-        datamodule=plan_datamodule(cfg, topology, run_dir, estimator),
-        rollout=plan_rollout(cfg, topology),
+        datamodule=plan_datamodule(cfg, topology, run_dir, estimator, iterations, hw),
+        rollout=plan_rollout(cfg, topology, hw),
         callbacks=plan_callbacks(cfg, run_dir, iterations),
         user_callbacks=list(plain(cfg.trainer.callbacks) or []),
         loggers=plan_loggers(cfg, run_dir),
         trainer=plan_trainer(cfg, topology, needs_critic),
         seed=int(cfg.trainer.seed),
-        num_threads=cfg.trainer.num_threads,
+        num_threads=_trainer_threads(cfg, topology, hw),
         resume_mode=str(cfg.trainer.resume_mode),
         resume_from_path=cfg.trainer.resume_from_path,
         notes=notes,

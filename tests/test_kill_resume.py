@@ -25,8 +25,11 @@ def task(tmp_path_factory):
     return write_task(tmp_path_factory.mktemp("kill"), [(1, 2), (3, 4), (5, 6), (7, 8)], n_val=2)
 
 
-def launch(root, model, run, steps):
-    args = fit_args(root, model, run, steps, ["trainer.resume_mode=auto", "agent.run_config.generation_config.max_tokens=32"])
+def launch(root, model, run, steps, extra=()):
+    args = fit_args(
+        root, model, run, steps,
+        ["trainer.resume_mode=auto", "agent.run_config.generation_config.max_tokens=32", *extra],
+    )
     return [sys.executable, "-m", "agentfly.cli", *args]
 
 
@@ -69,6 +72,41 @@ def test_sigkill_mid_iteration_then_resume(task, tmp_path):
     assert all(2.0 not in its for its in launches[:-1])  # ...and no earlier launch did
     rollouts = [json.loads(line) for line in (run / "trajectories" / "rollouts_rank0.jsonl").read_text().splitlines()]
     assert rollouts[0]["iteration"] == 1 and rollouts[-1]["iteration"] == 2
+
+
+def test_async_sigkill_then_resume_trains_on_every_prompt_exactly_once(task, tmp_path):
+    """trainer.rollout_mode=async, staleness 2: when iteration 2's checkpoint lands, the rollouts
+    of iterations 3 and 4 may already be buffered or in flight. SIGKILL, then the same command:
+    the trained history (the last record of each iteration, as a resumed iteration is recorded
+    again) covers the 4 rows once per epoch (2 iterations of 2 rows), none lost or repeated."""
+    root, model = task
+    run = tmp_path / "run"
+    ckpts = run / "checkpoints"
+    mode = ["trainer.rollout_mode=async", "trainer.max_staleness=2"]
+    log = tmp_path / "first.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(launch(root, model, run, 1000, mode), stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120
+        while not (ckpts / "iter_000002.ckpt").exists():
+            assert proc.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, "no checkpoint within 120 s"
+            time.sleep(0.005)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not (ckpts / "iter_000004.ckpt").exists(), "killed too late: the run had finished"
+    again = subprocess.run(launch(root, model, run, 4, mode), capture_output=True, text=True, timeout=180)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert torch.load(ckpts / "last.ckpt", weights_only=False)["agentfly_iteration"] == 4
+    records = [json.loads(line) for line in (run / "trajectories" / "rollouts_rank0.jsonl").read_text().splitlines()]
+    trained = {r["iteration"]: r for r in records}  # a re-run iteration's last record counts
+    assert sorted(trained) == [1, 2, 3, 4]
+    for epoch in ((1, 2), (3, 4)):
+        assert sorted(row for k in epoch for row in trained[k]["rows"]) == [0, 1, 2, 3], trained
+    for k, r in trained.items():  # sampled at most 2 versions behind the policy trained on them
+        assert r["policy_version"] == k - 1 and r["policy_version"] - r["sampled_by"][0] <= 2, r
 
 
 class _Trainer:

@@ -65,9 +65,11 @@ def test_engine_matches_the_actor_after_an_update(tmp_path, monkeypatch, engine)
 class _Pool:
     def __init__(self) -> None:
         self.pushed: list[dict] = []
+        self.versions: list[int | None] = []
 
-    def update_weights(self, state: dict) -> None:
+    def update_weights(self, state: dict, version: int | None = None) -> None:
         self.pushed.append(state)
+        self.versions.append(version)
 
 
 class _Session:

@@ -58,6 +58,9 @@ class WeightSyncCallback(Callback):
         version = int(pl_module.weights_version)
         if version == self._engine_version:
             return False
+        before_push = getattr(trainer.datamodule, "before_weight_push", None)
+        if before_push is not None:
+            before_push()  # one_step_off: the rollout in flight ends on the weights it began with
         self.sync(trainer, pl_module, session)
         self._engine_version = version
         return True
@@ -68,5 +71,5 @@ class WeightSyncCallback(Callback):
         shared = bool(getattr(session, "shared", False))  # one pool for all ranks: rank 0 pushes
         state = full_state(pl_module.actor, everywhere=not shared)
         if state is not None and (trainer.global_rank == 0 or not shared):
-            session.pool.update_weights(state)
+            session.pool.update_weights(state, version=int(getattr(pl_module, "policy_version", 0)))
         self.last_seconds = time.perf_counter() - start

@@ -143,6 +143,7 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(("trainer.total_epochs",), _steps_given),
     Rule(("trainer.resume_from_path",), _unless("trainer.resume_mode", "resume_path")),
+    Rule(("trainer.max_staleness",), _unless("trainer.rollout_mode", "async")),
     Rule((A + "rollout.log_prob_micro_batch_size_per_gpu",), _no_old_log_prob_pass),
     Rule((A + "actor.optim.min_lr_ratio", A + "actor.optim.num_cycles"), _unless(A + "actor.optim.warmup_style", "cosine")),
     Rule(("critic.optim.min_lr_ratio", "critic.optim.num_cycles"), _unless("critic.optim.warmup_style", "cosine")),

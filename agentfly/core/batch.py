@@ -38,6 +38,9 @@ class RolloutBatch:
         prompt_length: P.
         reward_baselines: the reward of the greedy chain of each row's prompt, when the
             estimator ``needs_baselines`` (ReMax); else None. Shape: (B,), float32.
+        policy_version: the policy version that sampled each response token (the weights
+            version the engine held, :attr:`Trajectory.policy_versions`); -1 where
+            ``response_mask`` is 0. Shape: (B, T), long.
         rollout_metrics: the rollout's own metrics (reward, tools, timing), logged with the
             update's. Not per row: slicing keeps them as they are.
 
@@ -65,6 +68,7 @@ class RolloutBatch:
     index: torch.Tensor
     prompt_length: int
     reward_baselines: torch.Tensor | None = None
+    policy_version: torch.Tensor | None = None
     rollout_metrics: dict[str, float] = field(default_factory=dict)
     old_log_probs: torch.Tensor | None = None
     ref_log_probs: torch.Tensor | None = None

@@ -36,6 +36,9 @@ class Trajectory:
             ``loss_mask`` is 0.
         turn_ids: (R,) the assistant turn (0-based) each token belongs to; observation tokens
             carry the turn they answer.
+        policy_versions: (R,) the policy version that sampled each token (the weights version
+            the engine was given, :attr:`GenerationOutput.weights_version`); -1 where
+            ``loss_mask`` is 0. A chain whose turns straddle a weight update mixes versions.
     """
 
     prompt_ids: list[int]
@@ -43,6 +46,7 @@ class Trajectory:
     loss_mask: list[int] = field(default_factory=list)
     rollout_logprobs: list[float] = field(default_factory=list)
     turn_ids: list[int] = field(default_factory=list)
+    policy_versions: list[int] = field(default_factory=list)
     messages: list[dict[str, Any]] = field(default_factory=list)  # the chat, as text
     tool_calls: list[ToolCallRecord] = field(default_factory=list)
     num_turns: int = 0
@@ -58,21 +62,27 @@ class Trajectory:
     reward_error: str | None = None  # the reward's kind of failure ("timeout", "malformed"...)
     error: str | None = None
 
-    def append_sampled(self, ids: list[int], logprobs: list[float]) -> None:
-        """Append tokens the engine sampled (trained on)."""
+    def append_sampled(self, ids: list[int], logprobs: list[float], version: int = 0) -> None:
+        """Append tokens the engine sampled (trained on) with policy ``version``."""
         if len(ids) != len(logprobs):
             raise ValueError(f"{len(ids)} sampled ids but {len(logprobs)} logprobs")
-        self._append(ids, 1, logprobs)
+        self._append(ids, 1, logprobs, int(version))
 
     def append_observation(self, ids: list[int]) -> None:
         """Append tokens the model did not produce (tool output, the template's text between turns): not trained on."""
-        self._append(ids, 0, [0.0] * len(ids))
+        self._append(ids, 0, [0.0] * len(ids), -1)
 
-    def _append(self, ids: list[int], mask: int, logprobs: list[float]) -> None:
+    def _append(self, ids: list[int], mask: int, logprobs: list[float], version: int) -> None:
         self.response_ids.extend(int(i) for i in ids)
         self.loss_mask.extend([mask] * len(ids))
         self.rollout_logprobs.extend(float(x) for x in logprobs)
         self.turn_ids.extend([self.num_turns] * len(ids))
+        self.policy_versions.extend([version] * len(ids))
+
+    @property
+    def sampled_versions(self) -> list[int]:
+        """The policy versions of the sampled tokens (those with loss mask 1)."""
+        return [v for v, m in zip(self.policy_versions, self.loss_mask, strict=True) if m]
 
     def mask_all_but_last_turn(self) -> None:
         """Keep loss mask 1 only on the last assistant turn (``train_on_last_turn=True``)."""

@@ -212,6 +212,9 @@ class AgentRLModule(pl.LightningModule):
         # which actor weights these are, for the engines (not checkpointed): 0 is the model as
         # loaded from model_path; each actor update and each checkpoint load moves it on
         self.weights_version = 0
+        # the policy's version for the rollout side (checkpointed): actor updates done so far;
+        # the engines' samples carry the version they were generated with (staleness)
+        self.policy_version = 0
 
     def _critic_setting(self, name: str) -> Any:
         """``critic_<name>``, or the actor's ``<name>`` when it is None."""
@@ -393,6 +396,7 @@ class AgentRLModule(pl.LightningModule):
             metrics.update(self._update(*actor, batch, optimizers[0], schedulers[0]))
             metrics["timing/update_s"] = clock() - start
             self.weights_version += 1  # on every rank alike: the engines' sync gathers collectively
+            self.policy_version += 1
         metrics.update(self._batch_metrics(batch))
         self.iteration += 1
         metrics["training/iteration"] = float(self.iteration)
@@ -551,8 +555,10 @@ class AgentRLModule(pl.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["agentfly_iteration"] = self.iteration
+        checkpoint["agentfly_policy_version"] = self.policy_version
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.configure_model()
         self.iteration = int(checkpoint.get("agentfly_iteration", 0))
+        self.policy_version = int(checkpoint.get("agentfly_policy_version", self.iteration))
         self.weights_version += 1  # the checkpoint's weights replace the ones the engines may hold

@@ -62,6 +62,8 @@ class AgentflyTrainer(pl.Trainer):
         seed: int = 42,
         print_config: bool = False,
         num_threads: PositiveInt | None = None,
+        rollout_mode: Literal["sync", "one_step_off", "async"] = "sync",
+        max_staleness: PositiveInt = 1,
         **kwargs: Any,
     ) -> None:
         """The RL loop's settings and Lightning's.
@@ -90,7 +92,18 @@ class AgentflyTrainer(pl.Trainer):
             default_local_dir: the run directory (checkpoints, metrics, trajectories, report).
             seed: global seed (``seed_everything``, the data order, the engines).
             print_config: print the composed config before training.
-            num_threads: torch threads in each training process; ``None`` = torch's default.
+            num_threads: torch threads in each training process; ``None`` = torch's default
+                (with ``rollout_mode`` other than ``sync`` on a CPU machine: the cores the
+                engines do not get, see ``rollout_mode``).
+            rollout_mode: ``sync`` (each iteration rolls out on the weights of the update
+                before it: on-policy), ``one_step_off`` (iteration k + 1 rolls out on the
+                weights of update k − 1 while update k runs) or ``async`` (rollouts run up to
+                ``max_staleness`` iterations ahead; new weights reach the engines as each update
+                ends). See :mod:`agentfly.rollout.producer`. Off ``sync`` on a CPU machine the
+                engines get half the cores and the trainer the other half.
+            max_staleness: in ``async`` mode, how many policy versions (actor updates) older than
+                the policy training on it a sampled token may be; an older chain's group is
+                rolled out again, and counted (``rollout/stale_refused_chains``).
             kwargs: ``lightning.pytorch.Trainer`` arguments.
         """
         self.settings = dict(
@@ -99,7 +112,8 @@ class AgentflyTrainer(pl.Trainer):
             total_epochs=total_epochs, save_freq=save_freq, test_freq=test_freq,
             val_before_train=val_before_train, critic_warmup=critic_warmup, resume_mode=resume_mode,
             resume_from_path=resume_from_path, default_local_dir=default_local_dir, seed=seed,
-            print_config=print_config, num_threads=num_threads,
+            print_config=print_config, num_threads=num_threads, rollout_mode=rollout_mode,
+            max_staleness=max_staleness,
         )
         names = [x for x in logger or [] if isinstance(x, str)]
         if names:

@@ -26,6 +26,7 @@ def collate_trajectories(
     attention = torch.zeros(batch, p_len + t_len, dtype=torch.long)
     response_mask = torch.zeros(batch, t_len)
     scores = torch.zeros(batch, t_len)
+    versions = torch.full((batch, t_len), -1, dtype=torch.long)
     for i, t in enumerate(trajs):
         p, r = len(t.prompt_ids), len(t.response_ids)
         input_ids[i, p_len - p : p_len] = torch.tensor(t.prompt_ids, dtype=torch.long)
@@ -34,6 +35,8 @@ def collate_trajectories(
             input_ids[i, p_len : p_len + r] = torch.tensor(t.response_ids, dtype=torch.long)
             attention[i, p_len : p_len + r] = 1
             response_mask[i, :r] = torch.tensor(t.loss_mask, dtype=torch.float32)
+            if len(t.policy_versions) == r:
+                versions[i, :r] = torch.tensor(t.policy_versions, dtype=torch.long)
         sampled = response_mask[i].nonzero()
         if len(sampled) and t.reward is not None:
             scores[i, int(sampled[-1])] = float(t.reward)
@@ -48,6 +51,7 @@ def collate_trajectories(
         index=torch.tensor([t.group_id for t in trajs], dtype=torch.long),
         prompt_length=p_len,
         reward_baselines=None if baselines is None else collate_baselines(trajs, baselines),
+        policy_version=versions.masked_fill(response_mask == 0, -1),
     )
 
 

@@ -1,10 +1,13 @@
-"""The rollout DataModule: prompts in, scored and collated trajectories out, strictly on-policy.
+"""The rollout DataModule: prompts in, scored and collated trajectories out.
 
-The dataloader yields *prompts* (cheap; Lightning may fetch them one step ahead). The rollout
-itself runs in ``on_before_batch_transfer``, which Lightning calls right before each
-``training_step`` — after the previous step's update and weight sync — so iteration k's rollout
-always uses the weights after update k−1. (A rollout inside the dataloader would run one step
-early, on stale weights, because of Lightning's prefetch.)
+The dataloader yields *prompts* (cheap; Lightning may fetch them one step ahead). The batch of
+iteration k is handed over in ``on_before_batch_transfer``, which Lightning calls right before
+each ``training_step`` — after the previous step's update and weight sync. With
+``rollout_mode="sync"`` the rollout runs there, so iteration k's rollout uses the weights after
+update k−1 (a rollout inside the dataloader would run one step early, on stale weights, because
+of Lightning's prefetch). With ``one_step_off`` or ``async`` a
+:class:`~agentfly.rollout.producer.RolloutProducer` rolls out upcoming iterations on a background
+thread while the update runs, within the staleness bound (see :mod:`agentfly.rollout.producer`).
 
 With ``greedy_baselines`` (an estimator that ``needs_baselines``, e.g. ReMax) the same rollout runs
 one extra greedy chain per prompt beside the sampled ones, with the same weights, tools and
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -41,6 +45,7 @@ from agentfly.core.batch import RolloutBatch
 from agentfly.core.metric_sums import Sums
 from agentfly.rollout.collate import collate_trajectories
 from agentfly.rollout.data import DataError, load_rows
+from agentfly.rollout.producer import Produced, RolloutProducer, lead, too_stale
 from agentfly.rollout.prompt_fit import (
     PromptRenderer,
     fit_prompts,
@@ -168,6 +173,12 @@ class RolloutDataModule(pl.LightningDataModule):
         renderer_factory: builds the prompt renderer without an engine, so that prompts are
             measured before the engines start (None, or a renderer with no ``max_model_len``:
             measured with the session's agent loop once it is built).
+        rollout_mode: ``sync``, ``one_step_off`` or ``async`` (:mod:`agentfly.rollout.producer`).
+        max_staleness: in ``async`` mode, how many policy versions older than the one training a
+            sampled token may be (``one_step_off``: 1).
+        max_iterations: the run's iterations (the producer rolls out none beyond); None: no end.
+        producer_threads: torch threads of the producer's thread, where an in-process engine
+            generates (None: torch's default).
     """
 
     def __init__(
@@ -193,6 +204,10 @@ class RolloutDataModule(pl.LightningDataModule):
         filter_overlong_prompts: bool = True,
         truncation: Literal["error", "left", "right", "middle"] = "error",
         renderer_factory: Callable[[], PromptRenderer] | None = None,
+        rollout_mode: Literal["sync", "one_step_off", "async"] = "sync",
+        max_staleness: PositiveInt = 1,
+        max_iterations: int | None = None,
+        producer_threads: PositiveInt | None = None,
     ) -> None:
         super().__init__()
         self.session_factory = session_factory
@@ -215,6 +230,14 @@ class RolloutDataModule(pl.LightningDataModule):
         self.filter_overlong_prompts = filter_overlong_prompts
         self.truncation = truncation
         self.renderer_factory = renderer_factory
+        self.rollout_mode = rollout_mode
+        self.lead = lead(rollout_mode, int(max_staleness))  # iterations a rollout may run ahead
+        self.max_staleness = self.lead
+        self.max_iterations = max_iterations
+        self.producer_threads = producer_threads
+        self._producer: RolloutProducer | None = None
+        self._rollout_lock = threading.Lock()  # one rollout at a time: the producer's or validation's
+        self._batches: IterationBatches | None = None
         #: rows dropped or cut for their prompt's length (logged with every rollout)
         self.prompt_counts: dict[str, float] = {}
         self._prompts_fitted = False
@@ -261,8 +284,20 @@ class RolloutDataModule(pl.LightningDataModule):
             )
         self._prompts_fitted = True
 
+    def teardown(self, stage: str) -> None:
+        if stage == "fit":
+            self.stop_producer()
+
+    def stop_producer(self) -> None:
+        """Stop rolling out ahead (what it rolled out and nobody trained on is dropped: a resumed
+        run rolls those iterations out again from the same prompts)."""
+        if self._producer is not None:
+            self._producer.stop()
+            self._producer = None
+
     def close(self) -> None:
         """Stop the engine pool (the session outlives fit so that a final validation reuses it)."""
+        self.stop_producer()
         if self.session is not None:
             self.session.close()
             self.session = None
@@ -273,6 +308,7 @@ class RolloutDataModule(pl.LightningDataModule):
             start=self._iteration, rank=self._rank,
         )
         dataset.batch(0)  # a batch larger than the data fails here, naming both sizes
+        self._batches = dataset
         return DataLoader(dataset, batch_size=None, collate_fn=_rows_collate)
 
     def _iteration(self) -> int:
@@ -311,19 +347,76 @@ class RolloutDataModule(pl.LightningDataModule):
         return self.validate_rollout(batch)
 
     def rollout(self, items: list[tuple[int, dict[str, Any]]]) -> RolloutBatch:
-        """Roll out one training batch and collate it (this is the on-policy point)."""
-        loop = self.session.loop
-        start = time.perf_counter()
-        offset = self._group_offset()
-        rows = [row for _, row in items]
-        baselines: list[Any] = []
-        if self.greedy_baselines:
-            trajs, baselines = loop.run_with_baselines(
-                rows, prompt_key=self.prompt_key, group_offset=offset
-            )
+        """Iteration k's batch: rolled out now (``sync``, the on-policy point), or taken from the
+        producer, which rolled it out while earlier updates ran; then collated."""
+        k = self._iteration()
+        if self.rollout_mode == "sync":
+            produced = self._roll(k, items)
+            waited = produced.seconds
         else:
-            trajs = loop.run(rows, prompt_key=self.prompt_key, group_offset=offset)
-        elapsed = time.perf_counter() - start
+            if self._producer is None:
+                self._producer = RolloutProducer(
+                    self._roll, first=k, lead=self.lead, last=self.max_iterations,
+                    lock=self._rollout_lock, on_start=self._producer_threads,
+                )
+            produced, waited = self._producer.take(k)
+            if [i for i, _ in produced.items] != [i for i, _ in items]:
+                raise RuntimeError(
+                    f"iteration {k}: the producer rolled out rows {[i for i, _ in produced.items]}, "
+                    f"the data loader drew {[i for i, _ in items]}"
+                )
+        return self._hand_over(produced, waited)
+
+    def _producer_threads(self) -> None:
+        if self.producer_threads:
+            torch.set_num_threads(int(self.producer_threads))
+
+    def _roll(self, k: int, items: list[tuple[int, dict[str, Any]]] | None = None) -> Produced:
+        """Roll out iteration ``k``'s prompts (drawn here when ``items`` is None)."""
+        if items is None:
+            assert self._batches is not None, "train_dataloader() draws the prompts"
+            items = self._batches.batch(k)
+        start = time.perf_counter()
+        trajs, baselines = self._run_rows([row for _, row in items], self._group_offset(k))
+        return Produced(k, items, trajs, baselines, seconds=time.perf_counter() - start)
+
+    def _run_rows(self, rows: list[dict[str, Any]], offset: int) -> tuple[list[Any], list[Any]]:
+        """The sampled chains of ``rows`` (group ids from ``offset``), and their greedy
+        baseline chains when the estimator needs them (else [])."""
+        loop = self.session.loop
+        if self.greedy_baselines:
+            return loop.run_with_baselines(rows, prompt_key=self.prompt_key, group_offset=offset)
+        return loop.run(rows, prompt_key=self.prompt_key, group_offset=offset), []
+
+    def _refuse_stale(self, produced: Produced, current: int) -> int:
+        """Roll out anew, on the engines' current weights, every group with a chain more than
+        ``max_staleness`` versions behind ``current``; returns the chains refused."""
+        refused = too_stale(produced.trajs, current, self.max_staleness)
+        if not refused:
+            return 0
+        offset = self._group_offset(produced.iteration)
+        count = sum(1 for t in produced.trajs if t.group_id in refused)
+        fresh: dict[int, tuple[list[Any], list[Any]]] = {}
+        with self._rollout_lock:
+            for gid in sorted(refused):  # group id = offset + the row's position in the batch
+                fresh[gid] = self._run_rows([produced.items[gid - offset][1]], gid)
+        trajs, baselines = [], []
+        for t in produced.trajs:
+            if t.group_id not in refused:
+                trajs.append(t)
+            elif t.chain_index == 0:
+                trajs.extend(fresh[t.group_id][0])
+        for b in produced.baselines:
+            baselines.extend(fresh[b.group_id][1] if b.group_id in refused else [b])
+        produced.trajs, produced.baselines = trajs, baselines
+        return count
+
+    def _hand_over(self, produced: Produced, waited: float) -> RolloutBatch:
+        """Collate a rollout for the update, with its metrics and its record."""
+        current = self._policy_version()
+        refused = 0 if self.rollout_mode == "sync" else self._refuse_stale(produced, current)
+        trajs, baselines = produced.trajs, produced.baselines
+        elapsed = produced.seconds
         batch = collate_trajectories(
             trajs, self._pad_id(), baselines if self.greedy_baselines else None
         )
@@ -334,26 +427,53 @@ class RolloutDataModule(pl.LightningDataModule):
             "rollout/tokens_per_s": tokens / elapsed if elapsed > 0 else 0.0,
             **{f"rollout/{k}": v for k, v in summary.items() if isinstance(v, int | float) and v is not None},
             **self.prompt_counts,
+            **produced.metrics,
         }
+        if self.rollout_mode != "sync":
+            self.last_rollout.update(self._staleness_metrics(batch, current))
+            self.last_rollout["timing/wait_for_rollout_s"] = waited
+            self.last_rollout["timing/engine_wait_s"] = produced.engine_wait_s
+            self.last_rollout["rollout/stale_refused_chains"] = float(refused)
         if self.greedy_baselines:
             rewards = [float(b.reward or 0.0) for b in baselines]
             self.last_rollout["rollout/reward_baseline/mean"] = sum(rewards) / len(rewards)
         batch.rollout_metrics = self.last_rollout
-        self._write_rollout_record(items, trajs, baselines)
+        self._write_rollout_record(produced.items, trajs, baselines, current)
         return batch
 
+    @staticmethod
+    def _staleness_metrics(batch: RolloutBatch, current: int) -> dict[str, float]:
+        """Staleness of the sampled tokens (versions behind the policy that trains on them)."""
+        assert batch.policy_version is not None
+        known = batch.policy_version >= 0
+        if not bool(known.any()):
+            return {}
+        lag = (current - batch.policy_version[known]).float()
+        return {"rollout/staleness/mean": float(lag.mean()), "rollout/staleness/max": float(lag.max())}
+
+    def _policy_version(self) -> int:
+        trainer = self.trainer
+        module = trainer.lightning_module if trainer is not None else None
+        return int(getattr(module, "policy_version", 0)) if module is not None else 0
+
     def _write_rollout_record(
-        self, items: list[tuple[int, dict[str, Any]]], trajs: list[Any], baselines: list[Any]
+        self, items: list[tuple[int, dict[str, Any]]], trajs: list[Any], baselines: list[Any],
+        current: int,
     ) -> None:
-        """One JSON line per training rollout in ``rollouts_rank{r}.jsonl``: which rows this rank
-        rolled out at which iteration, and their rewards (the per-rank record of a DDP run), with
-        the greedy baseline chains' rewards (one per row) when there are any."""
+        """One JSON line per training batch in ``rollouts_rank{r}.jsonl``, written when it is
+        handed to the update: which rows this rank trains on at which iteration, their rewards
+        (the per-rank record of a DDP run), the greedy baseline chains' rewards (one per row)
+        when there are any, and the policy versions that sampled them (``policy_version``: the
+        one training on them)."""
         if not self.trajectory_dir:
             return
         rank, world = self._rank()
         rewards = [t.reward for t in trajs]
+        sampled = [v for t in trajs for v in t.sampled_versions if v >= 0]
         record = {"iteration": self._iteration() + 1, "rank": rank, "world_size": world,
-                  "rows": [i for i, _ in items], "chains": len(trajs), "rewards": rewards}
+                  "rows": [i for i, _ in items], "chains": len(trajs), "rewards": rewards,
+                  "policy_version": current,
+                  "sampled_by": [min(sampled), max(sampled)] if sampled else None}
         if baselines:
             record["baseline_rewards"] = [b.reward for b in baselines]
         path = Path(self.trajectory_dir) / f"rollouts_rank{rank}.jsonl"
@@ -362,7 +482,12 @@ class RolloutDataModule(pl.LightningDataModule):
             f.write(json.dumps(record) + "\n")
 
     def validate_rollout(self, items: list[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
-        """Roll out a validation batch: ``{"index": ..., "val_sums": {metric: [sum, count]}}``."""
+        """Roll out a validation batch: ``{"index": ..., "val_sums": {metric: [sum, count]}}``
+        (after the producer's rollout in flight, if any: the two do not share the engines)."""
+        with self._rollout_lock:
+            return self._validate_rollout(items)
+
+    def _validate_rollout(self, items: list[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
         rows = [row for _, row in items]
         sums: Sums = {}
         passes = [("val", self.val_sampled)]
@@ -402,9 +527,16 @@ class RolloutDataModule(pl.LightningDataModule):
                     self.val_samples.append(record)
                 f.write(json.dumps(record, ensure_ascii=False) + "\n")
 
-    def _group_offset(self) -> int:
+    def _group_offset(self, k: int) -> int:
+        """Iteration ``k``'s first group id on this rank (group ids are unique over the run)."""
         rank, world = self._rank()
-        return (self._iteration() * world + rank) * self._rank_batch_size()
+        return (k * world + rank) * self._rank_batch_size()
+
+    def before_weight_push(self) -> None:
+        """Called before new weights reach the engines: in ``one_step_off`` mode, wait for the
+        rollout in flight, so that it ends on the weights it began with."""
+        if self.rollout_mode == "one_step_off" and self._producer is not None:
+            self._producer.wait_idle()
 
     def _rank_batch_size(self) -> int:
         """This rank's prompts per iteration (the plan checked that the ranks divide the batch)."""

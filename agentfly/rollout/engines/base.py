@@ -81,12 +81,16 @@ class GenerationOutput:
     Shapes (G = generated length):
         token_ids: (G,) the sampled ids, a stop token or stop-completing token included.
         logprobs: (G,) log-probability of each sampled id (see the module docstring).
+
+    ``weights_version`` names the policy that sampled it: the version the engine's host was
+    given with its latest weights (0: the weights it loaded at start).
     """
 
     token_ids: list[int]
     logprobs: list[float]
     finish_reason: FinishReason
     extras: dict[str, Any] = field(default_factory=dict)
+    weights_version: int = 0
 
 
 class Engine(ABC):

@@ -50,12 +50,17 @@ class EngineHost:
     ) -> list[list[GenerationOutput]]:
         with self._lock:
             self.requests += 1
-            return self.engine.generate(prompts, sampling)
+            outputs = self.engine.generate(prompts, sampling)
+            for samples in outputs:
+                for out in samples:
+                    out.weights_version = self.weights_version
+            return outputs
 
-    def load_weights(self, weights: Weights) -> int:
+    def load_weights(self, weights: Weights, version: int | None = None) -> int:
+        """Load ``weights``, named ``version`` (None: the next number); returns the version."""
         with self._lock:
             self.engine.load_weights(weights)
-            self.weights_version += 1
+            self.weights_version = self.weights_version + 1 if version is None else int(version)
             return self.weights_version
 
     def sleep(self) -> None:

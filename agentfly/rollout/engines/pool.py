@@ -207,15 +207,18 @@ class EnginePool:
         """:meth:`generate` from synchronous code (see :func:`run_sync`)."""
         return run_sync(self, self.generate(prompts, sampling))
 
-    def update_weights(self, weights: Weights) -> None:
+    def update_weights(self, weights: Weights, version: int | None = None) -> None:
         """Load new weights into every engine; returns once all have them.
+
+        ``version`` names them (the trainer's policy version); every sample generated with them
+        carries it (:attr:`GenerationOutput.weights_version`). None: each engine counts loads.
 
         A state dict is put into the Ray object store once and shared by all actors; a path is
         read by each actor (it must be visible to every node). An engine that dies or passes
         ``weights_timeout_s`` leaves the pool.
         """
         if self._ray is None:
-            self._hosts[0].load_weights(weights)
+            self._hosts[0].load_weights(weights, version)
             return
         import ray
 
@@ -224,7 +227,7 @@ class EnginePool:
 
             cpu = {k: v.detach().to("cpu") for k, v in read_weights(weights).items()}
             weights = ray.put(cpu)
-        self._ray.call_all("load_weights", weights)
+        self._ray.call_all("load_weights", weights, version)
 
     def sleep(self) -> None:
         self._broadcast("sleep")
