@@ -152,7 +152,11 @@ def resolve_topology(cfg: Any, hw: Hardware) -> Topology:
                     "(an engine on the CPU is not split)"
                 )
         tp = 1
-        engines = 1 if rollout.num_engines is None else int(rollout.num_engines)
+        # one training process with transformers engines: the engine lives in it (no Ray, no
+        # weight copy through an object store, no idle engine process holding cores)
+        in_process = devices == 1 and nodes == 1 and not hw.ray_address and rollout.name == "hf"
+        default = 0 if in_process else 1
+        engines = default if rollout.num_engines is None else int(rollout.num_engines)
         if device == "auto" and rollout.num_engines is None and requested > 1:
             notes.append(f"no GPU: one rollout engine (trainer.n_gpus_per_node={requested} asked for more)")
         cuda_engines = False

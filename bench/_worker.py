@@ -24,18 +24,22 @@ def emit(event: str, **data: Any) -> None:
     sys.stdout.flush()
 
 
-def wait_go() -> bool:
+def wait_go(before_trim: Any = None) -> bool:
     """Block until the parent says ``go`` (True) or ``quit`` / closes stdin (False).
 
     ``trim``, sent when this worker's turn ends and before another system runs, hands freed heap
     back to the OS (answered by a ``trimmed`` event) so idle workers do not hold memory the
     running one needs. It is not done between iterations: the next iteration would page that
-    memory back in, a cost no training run pays (figures in bench/README.md).
+    memory back in, a cost no training run pays (figures in bench/README.md). ``before_trim``
+    runs first (an agentfly worker that rolls out ahead lets its rollouts in flight end, so
+    that none runs during another system's turn).
     """
     while True:
         word = sys.stdin.readline().strip()
         if word != "trim":
             return word == "go"
+        if before_trim is not None:
+            before_trim()
         trim_memory()
         emit("trimmed")
 

@@ -23,7 +23,8 @@ from workloads import REPO, WORKLOADS, model_path
 
 
 def overrides(
-    w, engine: str, run_dir: Path, iterations: int, num_engines: int, device: str = "cpu"
+    w, engine: str, run_dir: Path, iterations: int, num_engines: int | None, device: str = "cpu",
+    mode: str = "sync", staleness: int = 1,
 ) -> list[str]:
     model = model_path(w)
     tools = "[" + ",".join(w.tools) + "]"
@@ -55,7 +56,7 @@ def overrides(
         "actor_rollout_ref.actor.grad_clip=1.0",
         f"actor_rollout_ref.rollout.name={engine}",
         "actor_rollout_ref.rollout.dtype=float32",  # the workloads are fp32 (GPU engines default to bf16)
-        f"actor_rollout_ref.rollout.num_engines={num_engines}",
+        f"trainer.rollout_mode={mode}",
         "trainer.n_gpus_per_node=1",
         f"trainer.device={device}",
         "trainer.logger=[csv]",
@@ -65,6 +66,10 @@ def overrides(
         "trainer.save_freq=-1",
         f"trainer.default_local_dir={run_dir}",
     ]
+    if num_engines is not None:
+        out.append(f"actor_rollout_ref.rollout.num_engines={num_engines}")
+    if mode == "async":
+        out.append(f"trainer.max_staleness={staleness}")
     if w.system_prompt:
         out.append(f"agent.init_config.system_prompt='{w.system_prompt}'")
     return out
@@ -127,12 +132,19 @@ def main() -> None:
     ap.add_argument("--workload", required=True, choices=sorted(WORKLOADS))
     ap.add_argument("--engine", default="hf", choices=["hf", "vllm"])
     ap.add_argument("--iterations", type=int, default=4)
-    ap.add_argument("--num-engines", type=int, default=0, help="0: in-process engine; N: Ray pool")
+    ap.add_argument(
+        "--num-engines", type=int, default=None,
+        help="None: agentfly fit's default; 0: in-process engine; N: a Ray pool of N",
+    )
+    ap.add_argument("--mode", default="sync", choices=["sync", "one_step_off", "async"])
+    ap.add_argument("--staleness", type=int, default=1, help="trainer.max_staleness (async)")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--run-dir", default=None)
     args = ap.parse_args()
     w = WORKLOADS[args.workload]
     suffix = "" if args.device == "cpu" else f"-{args.device}"
+    suffix += "" if args.num_engines is None else f"-engines{args.num_engines}"
+    suffix += {"sync": "", "one_step_off": "-1off"}.get(args.mode, f"-async{args.staleness}")
     run_dir = Path(
         args.run_dir or REPO / "bench" / "runs" / f"{w.name}-agentfly-{args.engine}{suffix}"
     )
@@ -148,7 +160,10 @@ def main() -> None:
 
     started = time.perf_counter()
     cfg = load_config(
-        overrides(w, args.engine, run_dir, args.iterations, args.num_engines, args.device)
+        overrides(
+            w, args.engine, run_dir, args.iterations, args.num_engines, args.device,
+            args.mode, args.staleness,
+        )
     )
     trainer, module, datamodule, _ = build_trainer(cfg)
     memory = PeakRSS()
@@ -163,7 +178,7 @@ def main() -> None:
             self.done = 0
 
         def _wait(self) -> None:
-            if not wait_go():
+            if not wait_go(before_trim=datamodule.wait_rollouts_idle):
                 raise SystemExit(0)
             memory.reset()
             if profiler is not None:

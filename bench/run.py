@@ -76,8 +76,20 @@ def command(system: str, workload: str, iterations: int, device: str) -> list[st
     if system.startswith("trl"):  # "trl-gc": with TRL's default gradient checkpointing
         extra = ["--gradient-checkpointing"] if system == "trl-gc" else []
         return [py, str(HERE / "trl_worker.py"), *common, *extra]
-    engine = system.split("-", 1)[1]
-    return [py, str(HERE / "agentfly_worker.py"), *common, "--engine", engine]
+    # agentfly-<engine>[@ray][+<mode>]: @ray puts the engine in a Ray actor (num_engines=1; the
+    # default on one CPU machine is the engine in the training process, as `agentfly fit`);
+    # +1off / +asyncN: trainer.rollout_mode=one_step_off / async with max_staleness=N
+    rest = system.split("-", 1)[1]
+    rest, _, mode = rest.partition("+")
+    engine, _, placement = rest.partition("@")
+    out = [py, str(HERE / "agentfly_worker.py"), *common, "--engine", engine]
+    if placement == "ray":
+        out += ["--num-engines", "1"]
+    if mode == "1off":
+        out += ["--mode", "one_step_off"]
+    elif mode.startswith("async"):
+        out += ["--mode", "async", "--staleness", mode[len("async"):] or "1"]
+    return out
 
 
 def load_avg() -> str:

@@ -373,10 +373,11 @@ class RolloutConfig:
         log_prob_micro_batch_size_per_gpu: trajectories per log-prob forward on one device;
             ``None`` = the actor's micro-batch.
         n: samples per prompt in verl; must stay 1 with the agent loop (use ``num_chains``).
-        num_engines: engines in the pool (Ray actors); 0 = one engine in this process, no Ray
-            (debugging); ``None`` resolves to what the machine holds: on GPUs
-            ``max(1, n_gpus_per_node * nnodes // tensor_model_parallel_size)``, on the CPU 1
-            (see :mod:`agentfly.topology`).
+        num_engines: engines in the pool (Ray actors); 0 = one engine in the training process,
+            no Ray; ``None`` resolves to what the machine holds: on GPUs
+            ``max(1, n_gpus_per_node * nnodes // tensor_model_parallel_size)``; on the CPU 0
+            for ``hf`` engines and one training process on one node without ``RAY_ADDRESS``,
+            else 1 (see :mod:`agentfly.topology`).
         dtype: engine weights dtype on GPUs; engines on the CPU run in float32, as training does.
         enforce_eager: disable CUDA graphs and compilation in vLLM; ``None`` = eager on the
             CPU, CUDA graphs on GPUs.

@@ -532,6 +532,11 @@ class RolloutDataModule(pl.LightningDataModule):
         rank, world = self._rank()
         return (k * world + rank) * self._rank_batch_size()
 
+    def wait_rollouts_idle(self) -> None:
+        """Wait until the producer has rolled out all the bound allows (no rollout in flight)."""
+        if self._producer is not None:
+            self._producer.wait_idle()
+
     def before_weight_push(self) -> None:
         """Called before new weights reach the engines: in ``one_step_off`` mode, wait for the
         rollout in flight, so that it ends on the weights it began with."""
