@@ -38,6 +38,10 @@ class RolloutBatch:
         prompt_length: P.
         reward_baselines: the reward of the greedy chain of each row's prompt, when the
             estimator ``needs_baselines`` (ReMax); else None. Shape: (B,), float32.
+        rollout_log_probs: the engine's log-probability of each sampled token (the behaviour
+            policy's, :attr:`agentfly.core.trajectory.Trajectory.rollout_logprobs`), 0 where
+            ``response_mask`` is 0. Read by the off-policy correction
+            (:mod:`agentfly.modules.rollout_correction`). Shape: (B, T), float32.
         rollout_metrics: the rollout's own metrics (reward, tools, timing), logged with the
             update's. Not per row: slicing keeps them as they are.
 
@@ -65,6 +69,7 @@ class RolloutBatch:
     index: torch.Tensor
     prompt_length: int
     reward_baselines: torch.Tensor | None = None
+    rollout_log_probs: torch.Tensor | None = None
     rollout_metrics: dict[str, float] = field(default_factory=dict)
     old_log_probs: torch.Tensor | None = None
     ref_log_probs: torch.Tensor | None = None
