@@ -194,7 +194,9 @@ class KLControlConfig:
 class RolloutCorrectionConfig:
     """Off-policy correction between the engine that sampled the tokens (the behaviour policy)
     and the trainer (:mod:`agentfly.modules.rollout_correction`; verl's names and meanings).
-    ``w = π_prox / π_behav``, π_prox the actor's policy before the update.
+    ``w = π_prox / π_behav``, π_prox the actor's policy before the update. ``rollout_rs`` takes
+    ``token``/``sequence``: verl's ``token_k1``/``seq_sum_k1`` with an upper bound only; verl's
+    other rejection statistics, ``rollout_is_batch_normalize`` and ``loss_type`` are not built.
 
     Attributes:
         rollout_is: truncated importance sampling (TIS): each token's policy loss times

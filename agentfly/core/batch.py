@@ -47,7 +47,8 @@ class RolloutBatch:
 
     Set by the module before the callbacks (``AgentRLModule.training_step``), else None:
         old_log_probs: the rollout-time actor's log-probabilities of the response tokens, when
-            the update reuses the rollout (several epochs or mini-batches, KL in the reward).
+            the update reuses the rollout (several epochs or mini-batches, KL in the reward) or a
+            rejection (``rollout_rs``) needs them; with ``bypass_mode``, ``rollout_log_probs``.
             Shape: (B, T), float32.
         ref_log_probs: the reference model's, when a KL term needs them. Shape: (B, T), float32.
         full_kl: full-vocabulary KL(old ‖ ref) per response position (``kl_penalty=full`` in

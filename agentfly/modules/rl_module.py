@@ -3,7 +3,7 @@
 One ``training_step`` is one RL iteration on a :class:`~agentfly.core.batch.RolloutBatch`: reference
 log-probabilities (only when a KL term is on), critic values (only when the estimator needs a
 critic), old log-probabilities (only when an update reuses the rollout: several PPO epochs or
-mini-batches, or a KL penalty in the reward), then the rollout-batch callbacks (KL shaping,
+mini-batches, or a KL penalty in the reward; or when ``rollout_rs`` rejects), then the rollout-batch callbacks (KL shaping,
 advantages: the module's ``rollout_callbacks``, run by
 :func:`~agentfly.callbacks.batch_hooks.apply_rollout_callbacks`), then the updates.
 One loop (:meth:`AgentRLModule._update`) serves the critic and the actor: ``epochs`` passes over
