@@ -135,8 +135,9 @@ def importance_weights(
 def logprob_gap(
     trainer_logprob: torch.Tensor, rollout_logprob: torch.Tensor, response_mask: torch.Tensor
 ) -> dict[str, torch.Tensor]:
-    """How far the engine's log-probabilities of the sampled tokens are from the trainer's, for the
-    same weights.
+    """How far the engine's log-probabilities of the sampled tokens are from the trainer's (the
+    actor before the update): the two implementations' mismatch, plus the policy's drift when the
+    engine sampled with older weights.
 
     With ``r = log π_trainer(y_t) - log π_behav(y_t)`` per sampled token: ``abs_mean`` = mean of
     ``|r|``; ``k3_kl`` = mean of ``exp(r) - 1 - r`` (Schulman's k3), an unbiased, never negative
