@@ -154,6 +154,8 @@ def plan_module(cfg: Any, topology: Topology, iterations: int, estimator: Any) -
     critic_mini = max(1, critic.ppo_mini_batch_size // world)
     critic_steps = iterations * critic.ppo_epochs * max(1, per_rank // critic_mini)
     budget = float(rollout.response_length)
+    corr = cfg.algorithm.rollout_correction
+    rs_bound = corr.rollout_is_threshold if corr.rollout_rs_threshold is None else corr.rollout_rs_threshold
     return dict(
         model_path=str(model.path),
         critic_path=str(critic.model.path) if needs_critic else None,
@@ -188,6 +190,11 @@ def plan_module(cfg: Any, topology: Topology, iterations: int, estimator: Any) -
         critic_loss_agg_mode=str(critic.loss_agg_mode),
         critic_loss_scale_factor=float(critic.loss_scale_factor or budget),
         temperature=float(cfg.actor_rollout_ref.rollout.temperature or 1.0),
+        rollout_is=None if corr.rollout_is is None else str(corr.rollout_is),
+        rollout_is_threshold=float(corr.rollout_is_threshold),
+        rollout_rs=None if corr.rollout_rs is None else str(corr.rollout_rs),
+        rollout_rs_threshold=float(rs_bound),
+        bypass_mode=bool(corr.bypass_mode),
         gradient_checkpointing=bool(model.enable_gradient_checkpointing),
         critic_gradient_checkpointing=bool(critic.model.enable_gradient_checkpointing),
         activation_offload=bool(model.enable_activation_offload),

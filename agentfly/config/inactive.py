@@ -67,14 +67,42 @@ def _steps_given(cfg: Any) -> str | None:
 
 
 def _no_old_log_prob_pass(cfg: Any) -> str | None:
-    """The rollout-time log-probabilities are recomputed only when an update reuses the rollout."""
-    actor = cfg.actor_rollout_ref.actor
+    """The rollout-time log-probabilities are recomputed only when an update reuses the rollout
+    or a rejection needs them, and never in bypass mode (but for the full-vocabulary KL)."""
+    actor, alg = cfg.actor_rollout_ref.actor, cfg.algorithm
+    corr = alg.rollout_correction
+    if alg.use_kl_in_reward and alg.kl_penalty == "full":
+        return None
+    if corr.bypass_mode:
+        return (
+            "algorithm.rollout_correction.bypass_mode=True: the engine's log-probabilities stand "
+            "for the rollout-time ones"
+        )
     trajectories = cfg.data.train_batch_size * cfg.agent.run_config.num_chains
-    if actor.ppo_epochs > 1 or trajectories > actor.ppo_mini_batch_size or cfg.algorithm.use_kl_in_reward:
+    reuses = actor.ppo_epochs > 1 or trajectories > actor.ppo_mini_batch_size or alg.use_kl_in_reward
+    if reuses or corr.rollout_rs is not None:
         return None
     return (
         "one update per rollout (ppo_epochs=1, one mini-batch) needs no separate pass for the "
         "rollout-time log-probabilities"
+    )
+
+
+def _off(key: str) -> Cond:
+    """Inactive while ``key`` is None (the feature it names is off)."""
+
+    def why(cfg: Any) -> str | None:
+        return f"{key}=None" if OmegaConf.select(cfg, key) is None else None
+
+    return why
+
+
+def _is_threshold_unused(cfg: Any) -> str | None:
+    corr = cfg.algorithm.rollout_correction
+    if corr.rollout_is is not None or (corr.rollout_rs is not None and corr.rollout_rs_threshold is None):
+        return None
+    return (
+        "algorithm.rollout_correction.rollout_is=None, and no rejection takes it as its bound"
     )
 
 
@@ -145,6 +173,8 @@ RULES: tuple[Rule, ...] = (
     Rule(("trainer.resume_from_path",), _unless("trainer.resume_mode", "resume_path")),
     Rule(("trainer.max_staleness",), _unless("trainer.rollout_mode", "async")),
     Rule((A + "rollout.log_prob_micro_batch_size_per_gpu",), _no_old_log_prob_pass),
+    Rule(("algorithm.rollout_correction.rollout_is_threshold",), _is_threshold_unused),
+    Rule(("algorithm.rollout_correction.rollout_rs_threshold",), _off("algorithm.rollout_correction.rollout_rs")),
     Rule((A + "actor.optim.min_lr_ratio", A + "actor.optim.num_cycles"), _unless(A + "actor.optim.warmup_style", "cosine")),
     Rule(("critic.optim.min_lr_ratio", "critic.optim.num_cycles"), _unless("critic.optim.warmup_style", "cosine")),
     Rule((A + "actor.optim.lr_warmup_steps_ratio",), _warmup_steps_given(A + "actor.optim")),

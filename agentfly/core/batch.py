@@ -41,12 +41,17 @@ class RolloutBatch:
         policy_version: the policy version that sampled each response token (the weights
             version the engine held, :attr:`Trajectory.policy_versions`); -1 where
             ``response_mask`` is 0. Shape: (B, T), long.
+        rollout_log_probs: the engine's log-probability of each sampled token (the behaviour
+            policy's, :attr:`agentfly.core.trajectory.Trajectory.rollout_logprobs`), 0 where
+            ``response_mask`` is 0. Read by the off-policy correction
+            (:mod:`agentfly.modules.rollout_correction`). Shape: (B, T), float32.
         rollout_metrics: the rollout's own metrics (reward, tools, timing), logged with the
             update's. Not per row: slicing keeps them as they are.
 
     Set by the module before the callbacks (``AgentRLModule.training_step``), else None:
         old_log_probs: the rollout-time actor's log-probabilities of the response tokens, when
-            the update reuses the rollout (several epochs or mini-batches, KL in the reward).
+            the update reuses the rollout (several epochs or mini-batches, KL in the reward) or a
+            rejection (``rollout_rs``) needs them; with ``bypass_mode``, ``rollout_log_probs``.
             Shape: (B, T), float32.
         ref_log_probs: the reference model's, when a KL term needs them. Shape: (B, T), float32.
         full_kl: full-vocabulary KL(old ‖ ref) per response position (``kl_penalty=full`` in
@@ -69,6 +74,7 @@ class RolloutBatch:
     prompt_length: int
     reward_baselines: torch.Tensor | None = None
     policy_version: torch.Tensor | None = None
+    rollout_log_probs: torch.Tensor | None = None
     rollout_metrics: dict[str, float] = field(default_factory=dict)
     old_log_probs: torch.Tensor | None = None
     ref_log_probs: torch.Tensor | None = None

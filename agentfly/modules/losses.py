@@ -110,12 +110,17 @@ def policy_loss(
     clip_ratio_high: float = 0.2,
     clip_ratio_c: float = 3.0,
     loss_agg_mode: str = "token-mean",
+    *,
+    weights: torch.Tensor | None = None,
     **agg_kwargs: float,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """PPO clipped surrogate with dual clip for negative advantages.
 
     Per token: ``max(-A·ρ, -A·clip(ρ, 1-ε_low, 1+ε_high))``, and where A < 0 additionally
-    ``min(·, -A·c)`` (dual clip, ``c = clip_ratio_c > 1``). All tensors (B, T).
+    ``min(·, -A·c)`` (dual clip, ``c = clip_ratio_c > 1``), times ``weights`` when given
+    (detached: the off-policy correction's behaviour weights,
+    :func:`agentfly.modules.rollout_correction.importance_weights`, as in verl's
+    ``rollout_is_weights``). All tensors (B, T).
 
     Returns:
         ``(loss, metrics)``; metrics (detached scalars): ``pg_clipfrac`` (clip active),
@@ -134,6 +139,8 @@ def policy_loss(
     dual = torch.minimum(clipped, loss3)
     negative = advantages < 0
     per_token = torch.where(negative, dual, clipped)
+    if weights is not None:
+        per_token = per_token * weights.detach()
     loss = agg_loss(per_token, mask, loss_agg_mode, **agg_kwargs)
 
     with torch.no_grad():

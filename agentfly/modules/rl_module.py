@@ -3,7 +3,7 @@
 One ``training_step`` is one RL iteration on a :class:`~agentfly.core.batch.RolloutBatch`: reference
 log-probabilities (only when a KL term is on), critic values (only when the estimator needs a
 critic), old log-probabilities (only when an update reuses the rollout: several PPO epochs or
-mini-batches, or a KL penalty in the reward), then the rollout-batch callbacks (KL shaping,
+mini-batches, or a KL penalty in the reward; or when ``rollout_rs`` rejects), then the rollout-batch callbacks (KL shaping,
 advantages: the module's ``rollout_callbacks``, run by
 :func:`~agentfly.callbacks.batch_hooks.apply_rollout_callbacks`), then the updates.
 One loop (:meth:`AgentRLModule._update`) serves the critic and the actor: ``epochs`` passes over
@@ -15,11 +15,23 @@ actor's). Rollout is not done here.
 
 Departure from verl: with one epoch and one mini-batch the old log-probabilities are the current
 ones detached (the ratio is exactly 1 at the only step), so the extra forward pass is skipped.
+
+Off-policy correction (:mod:`agentfly.modules.rollout_correction`; verl's
+``algorithm.rollout_correction``), off by default. The engine's log-probabilities
+(``rollout_log_probs``) are the behaviour policy; the actor's before the update (``old_log_probs``,
+or in the skipped case above the current ones detached) are the proximal policy. ``rollout_is``
+multiplies each token's policy loss by the truncated weight π_prox/π_behav; ``rollout_rs``
+removes tokens or chains whose weight exceeds its bound from the actor's loss (every term, and
+their denominators) after the advantages are computed over every sampled token (verl rejects
+before the advantages: a rejected last token would then drop its chain's reward from GAE);
+``bypass_mode`` makes the engine's log-probabilities PPO's old policy (no pass recomputes them).
+Whenever the batch carries the engine's log-probabilities, their gap to the actor's is logged.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import time
 from collections.abc import Callable
@@ -44,11 +56,23 @@ from agentfly.modules.losses import (
     value_loss,
 )
 from agentfly.modules.response_logits import response_logits
+from agentfly.modules.rollout_correction import IS_LEVELS, importance_weights, logprob_gap
 from agentfly.modules.schedule import lr_multiplier
 
 # Losses computed with the mini-batch's normalisers: each micro-batch holds a share of the
 # mini-batch's value, so they add up within a mini-batch (and average over mini-batches).
 ADDITIVE_METRICS = ("actor/pg_loss", "actor/kl_loss", "critic/vf_loss")
+
+
+def _reduce(name: str, values: list[float]) -> float:
+    """A metric over an update's micro-batches: ``.../max`` the largest, ``.../min`` the smallest,
+    any other the mean."""
+    if name.endswith("/max"):
+        return max(values)
+    if name.endswith("/min"):
+        return min(values)
+    return sum(values) / len(values)
+
 
 # A micro-batch's loss: (micro-batch, loss_agg_mode, the mini-batch's normalisers) -> the loss to
 # back-propagate and its metrics.
@@ -118,6 +142,16 @@ class AgentRLModule(pl.LightningModule):
         critic_loss_agg_mode, critic_loss_scale_factor: the critic's optimizer, schedule and
             update (None: the actor's value).
         temperature: the rollout temperature (log-probabilities use logits / temperature).
+        rollout_is: truncated importance sampling of the behaviour policy, per ``token`` or per
+            ``sequence``; None: off.
+        rollout_is_threshold: its cap C.
+        rollout_rs: rejection (masking) of tokens (``token``) or whole chains (``sequence``)
+            whose weight exceeds ``rollout_rs_threshold``; None: off. Needs the old log-probabilities
+            before the update, so their pass runs whenever it is on.
+        rollout_rs_threshold: its bound (None: ``rollout_is_threshold``).
+        bypass_mode: the engine's log-probabilities are PPO's old log-probabilities (the ratio
+            and the clip are π_θ/π_behav); refused with ``rollout_is`` or ``rollout_rs``, whose
+            weight would be 1 on every token.
         gradient_checkpointing: trade compute for memory in the actor.
         critic_gradient_checkpointing: the same for the critic (None: the actor's).
         activation_offload, critic_activation_offload: keep saved activations on the CPU during
@@ -183,6 +217,11 @@ class AgentRLModule(pl.LightningModule):
         critic_loss_agg_mode: str | None = None,
         critic_loss_scale_factor: float | None = None,
         temperature: float = 1.0,
+        rollout_is: str | None = None,
+        rollout_is_threshold: float = 2.0,
+        rollout_rs: str | None = None,
+        rollout_rs_threshold: float | None = None,
+        bypass_mode: bool = False,
         gradient_checkpointing: bool = False,
         critic_gradient_checkpointing: bool | None = None,
         activation_offload: bool = False,
@@ -201,6 +240,14 @@ class AgentRLModule(pl.LightningModule):
         total_training_steps: int = 1,
     ) -> None:
         super().__init__()
+        for name, level in (("rollout_is", rollout_is), ("rollout_rs", rollout_rs)):
+            if level is not None and level not in IS_LEVELS:
+                raise ValueError(f"{name}={level!r} is not one of: None, {', '.join(IS_LEVELS)}")
+            if level is not None and bypass_mode:
+                raise ValueError(
+                    f"{name}={level!r} with bypass_mode=True: the engine's log-probabilities are "
+                    "then the old policy, so the weight π_old/π_engine is 1 on every token"
+                )
         self.save_hyperparameters()
         self.automatic_optimization = False
         self.actor: Any = None
@@ -215,6 +262,9 @@ class AgentRLModule(pl.LightningModule):
         # the policy's version for the rollout side (checkpointed): actor updates done so far;
         # the engines' samples carry the version they were generated with (staleness)
         self.policy_version = 0
+        # optimizer steps taken so far by the running `_update`: at 0 the weights are still those
+        # the batch arrived with (the proximal policy)
+        self._stepped = 0
 
     def _critic_setting(self, name: str) -> Any:
         """``critic_<name>``, or the actor's ``<name>`` when it is None."""
@@ -362,7 +412,11 @@ class AgentRLModule(pl.LightningModule):
             start = clock()
             batch.old_log_probs, batch.ref_log_probs, batch.full_kl = self.full_kl_to_reference(batch)
             metrics["timing/reference_s"] = clock() - start
-        if self._reuses_rollout(size) and batch.old_log_probs is None:
+        if h.bypass_mode:  # the engine's log-probabilities are the old ones: nothing to recompute
+            batch.old_log_probs = self._behaviour(batch)
+        # rejection decides what leaves the loss before the first step: it needs them up front
+        needs_old = self._reuses_rollout(size) or h.rollout_rs is not None
+        if needs_old and batch.old_log_probs is None:
             start = clock()
             chunk = h.log_prob_micro_batch_size or h.micro_batch_size
             batch.old_log_probs = self._no_grad_pass(lambda b: self.log_probs(self.actor, b), batch, chunk)
@@ -380,6 +434,10 @@ class AgentRLModule(pl.LightningModule):
         metrics.update(batch.rollout_metrics)  # the rollout's own (reward, tools, timing)
         hooks = apply_rollout_callbacks(self.rollout_callbacks, self.trainer, self, batch)
         metrics.update(hooks)  # shaped rewards, advantages
+        actor_batch = batch
+        if h.rollout_rs is not None:
+            actor_batch, rejected = self._reject(batch)
+            metrics.update(rejected)
 
         optimizers = self.optimizers()
         optimizers = optimizers if isinstance(optimizers, list) else [optimizers]
@@ -393,7 +451,7 @@ class AgentRLModule(pl.LightningModule):
         if self.iteration >= h.critic_warmup:
             start = clock()
             actor = (self.actor, self._actor_settings(), self._actor_loss)
-            metrics.update(self._update(*actor, batch, optimizers[0], schedulers[0]))
+            metrics.update(self._update(*actor, actor_batch, optimizers[0], schedulers[0]))
             metrics["timing/update_s"] = clock() - start
             self.weights_version += 1  # on every rank alike: the engines' sync gathers collectively
             self.policy_version += 1
@@ -434,8 +492,10 @@ class AgentRLModule(pl.LightningModule):
     ) -> dict[str, float]:
         """``s.epochs`` passes over ``batch`` in mini-batches, one optimizer step each, their
         micro-batches' gradients accumulated. Returns the metrics averaged over the steps (an
-        additive loss summed over a mini-batch's micro-batches first)."""
+        additive loss summed over a mini-batch's micro-batches first; ``.../max`` and ``.../min``
+        their largest and smallest)."""
         sums: dict[str, list[float]] = {}
+        self._stepped = 0
         for epoch in range(s.epochs):
             for rows in self._minibatches(len(batch), s.mini_batch_size, epoch):
                 mini = batch.select(rows)
@@ -458,7 +518,8 @@ class AgentRLModule(pl.LightningModule):
                 if math.isfinite(float(grad_norm)):
                     opt.step()
                 scheduler.step()
-        out = {k: sum(v) / len(v) for k, v in sums.items()}
+                self._stepped += 1
+        out = {k: _reduce(k, v) for k, v in sums.items()}
         out[f"{s.name}/lr"] = float(scheduler.get_last_lr()[0])
         return out
 
@@ -484,12 +545,13 @@ class AgentRLModule(pl.LightningModule):
         del logits
         old = logp.detach() if micro.old_log_probs is None else micro.old_log_probs
         assert micro.advantages is not None
+        weights, out = self._correction(micro, logp)
         pg, pg_metrics = policy_loss(
             old, logp, micro.advantages, mask, h.clip_ratio_low, h.clip_ratio_high, h.clip_ratio_c,
-            mode, **norms,
+            mode, weights=weights, **norms,
         )
         loss = pg
-        out = {"actor/pg_loss": float(pg.detach())}
+        out["actor/pg_loss"] = float(pg.detach())
         out.update({f"actor/{k}": float(v) for k, v in pg_metrics.items()})
         ent = agg_loss(entropy, mask, mode, **norms)
         out["actor/entropy"] = float(masked_mean(entropy.detach(), mask))
@@ -507,6 +569,58 @@ class AgentRLModule(pl.LightningModule):
             out["actor/kl_loss"] = float(kl_loss.detach())
             out["actor/kl_coef"] = h.kl_loss_coef
         return loss, out
+
+    def _correction(
+        self, micro: RolloutBatch, logp: torch.Tensor
+    ) -> tuple[torch.Tensor | None, dict[str, float]]:
+        """The behaviour weights of a micro-batch's policy loss (``rollout_is``; None when off)
+        and the metrics of the engine's log-probabilities against the actor's.
+
+        The proximal policy is ``old_log_probs`` when a pass computed them; otherwise no step
+        has been taken yet (one epoch, one mini-batch), so the current log-probabilities,
+        detached, are the proximal policy's: no extra forward pass is needed."""
+        h = self.hparams
+        out: dict[str, float] = {}
+        fresh = self._stepped == 0  # the actor still has the weights the batch arrived with
+        own_old = micro.old_log_probs is not None and not h.bypass_mode  # computed by the actor
+        weights = None
+        if h.rollout_is is not None:
+            if micro.old_log_probs is None and not fresh:
+                raise RuntimeError("rollout_is needs the old log-probabilities once a step is taken")
+            proximal = logp.detach() if micro.old_log_probs is None else micro.old_log_probs
+            weights, _, m = importance_weights(
+                proximal, self._behaviour(micro), micro.response_mask, h.rollout_is, "truncate",
+                h.rollout_is_threshold,
+            )
+            out.update({f"actor/is_weight/{k}": float(v) for k, v in m.items()})
+        if micro.rollout_log_probs is not None and fresh and not own_old:  # else per batch
+            gap = logprob_gap(logp.detach(), micro.rollout_log_probs, micro.response_mask)
+            out.update({f"rollout/logprob_gap/{k}": float(v) for k, v in gap.items()})
+        return weights, out
+
+    def _reject(self, batch: RolloutBatch) -> tuple[RolloutBatch, dict[str, float]]:
+        """The batch the actor trains on under ``rollout_rs``: its ``response_mask`` without the
+        tokens (or chains) whose weight π_old/π_behav exceeds the bound. The advantages are
+        already computed; the critic and the logged batch metrics keep every sampled token."""
+        h = self.hparams
+        assert batch.old_log_probs is not None
+        bound = h.rollout_is_threshold if h.rollout_rs_threshold is None else h.rollout_rs_threshold
+        _, keep, m = importance_weights(
+            batch.old_log_probs, self._behaviour(batch), batch.response_mask, h.rollout_rs, "mask",
+            bound,
+        )
+        metrics = {f"actor/rejected/{k}": float(v) for k, v in m.items() if "masked" in k}
+        return dataclasses.replace(batch, response_mask=keep), metrics
+
+    @staticmethod
+    def _behaviour(batch: RolloutBatch) -> torch.Tensor:
+        """The engine's log-probabilities of the sampled tokens (the behaviour policy)."""
+        if batch.rollout_log_probs is None:
+            raise ValueError(
+                "the off-policy correction (rollout_is, rollout_rs, bypass_mode) needs the "
+                "engine's log-probabilities, and this batch has no rollout_log_probs"
+            )
+        return batch.rollout_log_probs
 
     def _critic_loss(
         self, micro: RolloutBatch, mode: str, norms: dict[str, Any]
@@ -529,6 +643,10 @@ class AgentRLModule(pl.LightningModule):
         }
         if batch.ref_log_probs is not None and batch.old_log_probs is not None:
             out["actor/kl_to_ref"] = float(masked_mean(batch.old_log_probs - batch.ref_log_probs, mask))
+        own_old = batch.old_log_probs is not None and not self.hparams.bypass_mode
+        if batch.rollout_log_probs is not None and own_old:  # else in the loss (_correction)
+            gap = logprob_gap(batch.old_log_probs, batch.rollout_log_probs, mask)
+            out.update({f"rollout/logprob_gap/{k}": float(v) for k, v in gap.items()})
         return out
 
     # ------------------------------------------------------------------ validation / checkpoint

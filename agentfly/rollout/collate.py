@@ -1,7 +1,8 @@
 """Trajectories → one padded :class:`~agentfly.core.batch.RolloutBatch` (its docstring gives the layout).
 
-The response mask is the trajectories' loss masks (1 = sampled and trained on); a chain's reward
-sits at its last sampled token; greedy baseline chains (an estimator that ``needs_baselines``)
+The response mask is the trajectories' loss masks (1 = sampled and trained on); the engine's
+log-probabilities are kept where it is 1 (0 elsewhere); a chain's reward sits at its last sampled
+token; greedy baseline chains (an estimator that ``needs_baselines``)
 give each row the reward of its prompt's greedy chain and are not rows themselves.
 """
 
@@ -27,6 +28,7 @@ def collate_trajectories(
     response_mask = torch.zeros(batch, t_len)
     scores = torch.zeros(batch, t_len)
     versions = torch.full((batch, t_len), -1, dtype=torch.long)
+    rollout_logp = torch.zeros(batch, t_len)
     for i, t in enumerate(trajs):
         p, r = len(t.prompt_ids), len(t.response_ids)
         input_ids[i, p_len - p : p_len] = torch.tensor(t.prompt_ids, dtype=torch.long)
@@ -37,6 +39,13 @@ def collate_trajectories(
             response_mask[i, :r] = torch.tensor(t.loss_mask, dtype=torch.float32)
             if len(t.policy_versions) == r:
                 versions[i, :r] = torch.tensor(t.policy_versions, dtype=torch.long)
+            if len(t.rollout_logprobs) != r:
+                raise ValueError(
+                    f"chain {t.group_id}/{t.chain_index} has {r} response tokens but "
+                    f"{len(t.rollout_logprobs)} rollout log-probabilities"
+                )
+            # times the mask: a turn masked after sampling (train_on_last_turn) keeps its log-probs
+            rollout_logp[i, :r] = torch.tensor(t.rollout_logprobs) * response_mask[i, :r]
         sampled = response_mask[i].nonzero()
         if len(sampled) and t.reward is not None:
             scores[i, int(sampled[-1])] = float(t.reward)
@@ -52,6 +61,7 @@ def collate_trajectories(
         prompt_length=p_len,
         reward_baselines=None if baselines is None else collate_baselines(trajs, baselines),
         policy_version=versions.masked_fill(response_mask == 0, -1),
+        rollout_log_probs=rollout_logp,
     )
 
 

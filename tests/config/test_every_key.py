@@ -57,6 +57,8 @@ NO_STEPS = ["trainer.total_training_steps=null"]
 DR_GRPO_LOSS = ["actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum-norm"]
 GRPO = ["algorithm.adv_estimator=grpo"]
 RATIO = ["actor_rollout_ref.actor.optim.lr_warmup_steps=-1"]
+RC = "algorithm.rollout_correction."
+BYPASS = [RC + "bypass_mode=true"]
 CRITIC_RATIO = ["critic.optim.lr_warmup_steps=-1"]
 
 # key -> (new value, context overrides). Values are Hydra words, as on the command line.
@@ -100,6 +102,11 @@ CHANGES: dict[str, tuple[str, list[str]]] = {
     "algorithm.kl_ctrl.kl_coef": ("0.01", []),
     "algorithm.kl_ctrl.target_kl": ("0.5", []),
     "algorithm.kl_ctrl.horizon": ("100", []),
+    RC + "rollout_is": ("token", []),
+    RC + "rollout_is_threshold": ("5.0", [RC + "rollout_is=sequence"]),
+    RC + "rollout_rs": ("sequence", []),
+    RC + "rollout_rs_threshold": ("5.0", [RC + "rollout_rs=token"]),
+    RC + "bypass_mode": ("true", []),
     "actor_rollout_ref.actor.strategy": ("fsdp", []),
     "actor_rollout_ref.actor.ppo_mini_batch_size": ("8", []),
     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": ("2", []),
@@ -277,6 +284,11 @@ RECEIVES = {
     "algorithm.lam": "callbacks",
     "algorithm.norm_adv_by_std_in_grpo": "callbacks",
     "algorithm.use_kl_in_reward": "module.use_kl_in_reward",
+    RC + "rollout_is": "module.rollout_is",
+    RC + "rollout_is_threshold": "module.rollout_is_threshold",
+    RC + "rollout_rs": "module.rollout_rs",
+    RC + "rollout_rs_threshold": "module.rollout_rs_threshold",
+    RC + "bypass_mode": "module.bypass_mode",
     "critic.cliprange_value": "module.cliprange_value",
     "critic.grad_clip": "module.critic_grad_clip",
     "critic.loss_agg_mode": "module.critic_loss_agg_mode",
@@ -346,6 +358,9 @@ REFUSED: dict[str, tuple[str, list[str]]] = {
     "actor_rollout_ref.actor.fsdp_config.optimizer_offload": ("true", FSDP),
     "critic.model.fsdp_config.param_offload": ("true", FSDP),
     "critic.model.fsdp_config.optimizer_offload": ("true", FSDP),
+    # in bypass mode the old policy is the engine's: its weight against the engine is 1
+    RC + "rollout_is": ("token", BYPASS),
+    RC + "rollout_rs": ("sequence", BYPASS),
 }
 
 # Both offload keys together are honoured (the refusals above cover one without the other).
@@ -514,6 +529,10 @@ INACTIVE = [
     ("trainer.resume_from_path=/ckpt", []),
     ("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2",
      ["algorithm.use_kl_in_reward=false", "actor_rollout_ref.actor.ppo_mini_batch_size=32", "critic.ppo_mini_batch_size=32"]),
+    ("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2", [*BYPASS, "algorithm.use_kl_in_reward=false"]),
+    (RC + "rollout_is_threshold=5.0", []),
+    (RC + "rollout_is_threshold=5.0", [RC + "rollout_rs=token", RC + "rollout_rs_threshold=3.0"]),
+    (RC + "rollout_rs_threshold=5.0", [RC + "rollout_is=token"]),
     ("actor_rollout_ref.actor.optim.min_lr_ratio=0.1", []),
     ("critic.optim.num_cycles=1.0", []),
     ("actor_rollout_ref.actor.optim.lr_warmup_steps_ratio=0.1", ["actor_rollout_ref.actor.optim.lr_warmup_steps=3"]),
@@ -541,6 +560,15 @@ def test_a_key_another_setting_turns_off_is_named(data, arg, context):
     said = _warning([*base(data), *context, arg])
     assert f"{key} (" in said, said
     assert f"{key} (" not in _warning([*base(data), *context])  # only what the user set
+
+
+def test_rejection_needs_the_rollout_time_log_prob_pass(data):
+    """One update per rollout skips the pass, unless a rejection has to know the old policy."""
+    one_update = ["algorithm.use_kl_in_reward=false", "actor_rollout_ref.actor.ppo_mini_batch_size=32",
+                  "critic.ppo_mini_batch_size=32"]
+    key = "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu"
+    assert f"{key} (" in _warning([*base(data), *one_update, f"{key}=2"])
+    assert f"{key} (" not in _warning([*base(data), *one_update, RC + "rollout_rs=token", f"{key}=2"])
 
 
 def test_wandb_names_without_wandb_are_named(data):
