@@ -202,6 +202,13 @@ class AlgorithmConfig:
         use_kl_in_reward: subtract ``kl_coef * KL`` from the token rewards.
         kl_penalty: KL estimator in the reward (``kl``, ``abs``, ``mse``, ``low_var_kl``...).
         kl_ctrl: the KL coefficient controller.
+        failed_chains: a chain the infrastructure failed (engine error, tool past its deadline
+            or its worker dead, reward failure; see :mod:`agentfly.rollout.failures`) never
+            enters a baseline as reward 0: ``resample`` runs it again (same prompt and group,
+            a new seed), ``drop`` leaves its whole group out of the batch (one rank only),
+            ``keep`` trains on it as reward 0; counted as ``rollout/failed_chains/<reason>``.
+        max_resamples: re-runs of a failed chain at most (``resample``) before its group is
+            dropped.
     """
 
     adv_estimator: str = "gae"
@@ -211,6 +218,8 @@ class AlgorithmConfig:
     use_kl_in_reward: bool = False
     kl_penalty: str = "kl"
     kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
+    failed_chains: Literal["resample", "drop", "keep"] = "resample"
+    max_resamples: NonNegativeInt = 3
 
 
 # -------------------------------------------------------------------------- actor_rollout_ref

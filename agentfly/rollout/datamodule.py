@@ -33,7 +33,7 @@ from typing import Any, Literal
 
 import lightning.pytorch as pl
 import torch
-from jsonargparse.typing import PositiveInt
+from jsonargparse.typing import NonNegativeInt, PositiveInt
 from torch.utils.data import DataLoader
 
 from agentfly.core import metric_sums
@@ -41,6 +41,7 @@ from agentfly.core.batch import RolloutBatch
 from agentfly.core.metric_sums import Sums
 from agentfly.rollout.collate import collate_trajectories
 from agentfly.rollout.data import DataError, load_rows
+from agentfly.rollout.failures import complete_groups
 from agentfly.rollout.prompt_fit import (
     PromptRenderer,
     fit_prompts,
@@ -168,6 +169,9 @@ class RolloutDataModule(pl.LightningDataModule):
         renderer_factory: builds the prompt renderer without an engine, so that prompts are
             measured before the engines start (None, or a renderer with no ``max_model_len``:
             measured with the session's agent loop once it is built).
+        failed_chains: what becomes of a training chain the infrastructure failed:
+            ``resample``, ``drop`` or ``keep`` (:mod:`agentfly.rollout.failures`).
+        max_resamples: re-runs of a failed chain at most (``resample``).
     """
 
     def __init__(
@@ -193,6 +197,8 @@ class RolloutDataModule(pl.LightningDataModule):
         filter_overlong_prompts: bool = True,
         truncation: Literal["error", "left", "right", "middle"] = "error",
         renderer_factory: Callable[[], PromptRenderer] | None = None,
+        failed_chains: Literal["resample", "drop", "keep"] = "resample",
+        max_resamples: NonNegativeInt = 3,
     ) -> None:
         super().__init__()
         self.session_factory = session_factory
@@ -215,6 +221,8 @@ class RolloutDataModule(pl.LightningDataModule):
         self.filter_overlong_prompts = filter_overlong_prompts
         self.truncation = truncation
         self.renderer_factory = renderer_factory
+        self.failed_chains = failed_chains
+        self.max_resamples = max_resamples
         #: rows dropped or cut for their prompt's length (logged with every rollout)
         self.prompt_counts: dict[str, float] = {}
         self._prompts_fitted = False
@@ -323,6 +331,11 @@ class RolloutDataModule(pl.LightningDataModule):
             )
         else:
             trajs = loop.run(rows, prompt_key=self.prompt_key, group_offset=offset)
+        trajs, baselines, failures = complete_groups(  # failed chains: re-run, or groups dropped
+            trajs, self.failed_chains, baselines=baselines, max_resamples=self.max_resamples,
+            can_drop=self._rank()[1] == 1,
+            resample=lambda chains, k: loop.rerun(chains, attempt=k, prompt_key=self.prompt_key),
+        )
         elapsed = time.perf_counter() - start
         batch = collate_trajectories(
             trajs, self._pad_id(), baselines if self.greedy_baselines else None
@@ -334,6 +347,7 @@ class RolloutDataModule(pl.LightningDataModule):
             "rollout/tokens_per_s": tokens / elapsed if elapsed > 0 else 0.0,
             **{f"rollout/{k}": v for k, v in summary.items() if isinstance(v, int | float) and v is not None},
             **self.prompt_counts,
+            **failures,
         }
         if self.greedy_baselines:
             rewards = [float(b.reward or 0.0) for b in baselines]

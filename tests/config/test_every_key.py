@@ -100,6 +100,8 @@ CHANGES: dict[str, tuple[str, list[str]]] = {
     "algorithm.kl_ctrl.kl_coef": ("0.01", []),
     "algorithm.kl_ctrl.target_kl": ("0.5", []),
     "algorithm.kl_ctrl.horizon": ("100", []),
+    "algorithm.failed_chains": ("keep", []),
+    "algorithm.max_resamples": ("5", []),
     "actor_rollout_ref.actor.strategy": ("fsdp", []),
     "actor_rollout_ref.actor.ppo_mini_batch_size": ("8", []),
     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": ("2", []),
@@ -275,6 +277,8 @@ RECEIVES = {
     "algorithm.lam": "callbacks",
     "algorithm.norm_adv_by_std_in_grpo": "callbacks",
     "algorithm.use_kl_in_reward": "module.use_kl_in_reward",
+    "algorithm.failed_chains": "datamodule.failed_chains",
+    "algorithm.max_resamples": "datamodule.max_resamples",
     "critic.cliprange_value": "module.cliprange_value",
     "critic.grad_clip": "module.critic_grad_clip",
     "critic.loss_agg_mode": "module.critic_loss_agg_mode",
@@ -522,6 +526,7 @@ INACTIVE = [
     ("algorithm.lam=0.9", GRPO),
     ("actor_rollout_ref.actor.loss_scale_factor=100", []),
     ("critic.loss_scale_factor=100", []),
+    ("algorithm.max_resamples=5", ["algorithm.failed_chains=keep"]),
 ]
 
 
@@ -562,3 +567,13 @@ def test_a_request_the_machine_cannot_meet_names_the_resource(data, args, hw, na
     with pytest.raises(ConfigError) as err:
         plan_run(compose([*base(data), *args]), hw)
     assert named in str(err.value), str(err.value)
+
+
+def test_dropping_failed_groups_is_refused_on_several_ranks_and_planned_on_one(data):
+    drop = [*base(data), "algorithm.failed_chains=drop"]
+    with pytest.raises(ConfigError) as err:
+        plan_run(compose(drop), TWO_GPUS)
+    said = str(err.value)
+    assert "algorithm.failed_chains=drop" in said and "2 ranks" in said, said
+    one = plan_run(compose([*drop, "trainer.n_gpus_per_node=1"]), TWO_GPUS)
+    assert one.datamodule["failed_chains"] == "drop"
