@@ -102,6 +102,25 @@ def check_rows(cfg: Any, rows: int) -> None:
         )
 
 
+def check_failed_chains(cfg: Any, world_size: int) -> None:
+    """``algorithm.failed_chains=drop`` needs one rank: a dropped group shrinks that rank's batch,
+    and ranks with different numbers of micro-batches would wait on each other's collectives
+    (DDP's gradient all-reduce, FSDP's all-gathers) forever.
+
+    Raises:
+        ConfigError: naming the key, the ranks and what to use instead.
+    """
+    from agentfly.core.errors import ConfigError
+
+    if cfg.algorithm.failed_chains == "drop" and world_size > 1:
+        raise ConfigError(
+            f"algorithm.failed_chains=drop cannot run on {world_size} ranks: a dropped group "
+            f"would leave the ranks with batches of different sizes, and the update's "
+            f"collectives would wait forever; use algorithm.failed_chains=resample (a group "
+            f"it cannot complete stops the run) or keep"
+        )
+
+
 def total_iterations(cfg: Any, rows: int) -> int:
     """RL iterations: ``trainer.total_training_steps``, else ``total_epochs`` passes over ``rows``."""
     if cfg.trainer.total_training_steps:
@@ -239,6 +258,8 @@ def plan_datamodule(
         max_staleness=int(cfg.trainer.max_staleness),
         max_iterations=iterations,
         producer_threads=_engine_threads(cfg, topology, hw) if topology.num_engines == 0 else None,
+        failed_chains=str(cfg.algorithm.failed_chains),
+        max_resamples=int(cfg.algorithm.max_resamples),
     )
 
 
@@ -416,8 +437,9 @@ def plan_run(cfg: Any, hardware: Hardware | None = None) -> RunPlan:
     Raises:
         ConfigError: a model path that cannot be loaded (:mod:`agentfly.models.paths`),
             the machine cannot run what ``cfg`` asks (see
-            :func:`~agentfly.topology.resolve_topology`), or the batch sizes do not
-            split over the ranks that will run or exceed the training rows.
+            :func:`~agentfly.topology.resolve_topology`), the batch sizes do not
+            split over the ranks that will run or exceed the training rows, or
+            ``algorithm.failed_chains=drop`` with several ranks.
     """
     from agentfly.estimators import get_estimator
 
@@ -427,6 +449,7 @@ def plan_run(cfg: Any, hardware: Hardware | None = None) -> RunPlan:
     needs_critic = estimator.needs_critic
     check_model_paths(cfg, needs_critic)
     check_batches(cfg, topology.world_size, needs_critic)
+    check_failed_chains(cfg, topology.world_size)
     rows = train_rows(cfg)
     check_rows(cfg, rows)
     run_dir = Path(str(cfg.trainer.default_local_dir))

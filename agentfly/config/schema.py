@@ -233,6 +233,13 @@ class AlgorithmConfig:
         kl_penalty: KL estimator in the reward (``kl``, ``abs``, ``mse``, ``low_var_kl``...).
         kl_ctrl: the KL coefficient controller.
         rollout_correction: the off-policy correction (off by default).
+        failed_chains: a chain the infrastructure failed (engine error, tool past its deadline
+            or its worker dead, reward failure; see :mod:`agentfly.rollout.failures`) never
+            enters a baseline as reward 0: ``resample`` runs it again (same prompt and group,
+            a new seed), ``drop`` leaves its whole group out of the batch (one rank only),
+            ``keep`` trains on it as reward 0; counted as ``rollout/failed_chains/<reason>``.
+        max_resamples: re-runs of a failed chain at most (``resample``) before its group is
+            dropped.
     """
 
     adv_estimator: str = "gae"
@@ -243,6 +250,8 @@ class AlgorithmConfig:
     kl_penalty: str = "kl"
     kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
     rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
+    failed_chains: Literal["resample", "drop", "keep"] = "resample"
+    max_resamples: NonNegativeInt = 3
 
 
 # -------------------------------------------------------------------------- actor_rollout_ref

@@ -41,6 +41,20 @@ from agentfly.rollout.tools.call import run_tool_call
 
 logger = logging.getLogger(__name__)
 
+RESEED_STRIDE = 1_000_003
+"""Seed distance between two attempts of one chain: more than any group's chain indices."""
+
+
+def chain_seed(seed: int, group_id: int, chain_index: int, attempt: int = 0) -> int:
+    """The sampling seed of chain ``chain_index`` of group ``group_id``, from the base ``seed``.
+
+    Attempt 0 is the chain's first run; attempt ``a`` > 0 re-runs it after a failure
+    (:meth:`AgentLoop.arerun`) with a seed that no run of a chain of the same group used (for
+    chain indices below :data:`RESEED_STRIDE`).
+    """
+    return seed + group_id * 1009 + chain_index + attempt * RESEED_STRIDE
+
+
 class PhaseTimer:
     """Wall time during which at least one chain is in a phase (generation, tools, reward).
 
@@ -162,6 +176,10 @@ class AgentLoop:
         """:meth:`arun_with_baselines` from synchronous code."""
         return run_sync(self.engine, self.arun_with_baselines(rows, **kwargs))
 
+    def rerun(self, chains: Sequence[Trajectory], **kwargs: Any) -> list[Trajectory]:
+        """:meth:`arerun` from synchronous code."""
+        return run_sync(self.engine, self.arerun(chains, **kwargs))
+
     async def arun(
         self,
         rows: Sequence[dict[str, Any]],
@@ -213,6 +231,32 @@ class AgentLoop:
         chains, baselines = await self._rollout(rows, prompt_key, group_offset, passes)
         return chains, baselines
 
+    async def arerun(
+        self, chains: Sequence[Trajectory], *, attempt: int, prompt_key: str | None = None
+    ) -> list[Trajectory]:
+        """Roll out again the chains of ``chains`` (failed ones, to replace them), in that order.
+
+        Each re-run keeps its chain's data row, group id and chain index, so it joins the same
+        group; its seed is that of attempt ``attempt`` (:func:`chain_seed`), which no chain of the
+        group has used, so it does not replay the failed sample. A chain index of
+        ``num_chains`` or more is a greedy baseline chain (:meth:`arun_with_baselines`) and runs
+        greedily again.
+
+        Args:
+            chains: the chains to run again (their ``row``, ``group_id`` and ``chain_index``).
+            attempt: 1 for the first re-run of these chains, 2 for the next...
+            prompt_key: the field holding the question, as given to :meth:`arun`.
+        """
+        if attempt < 1:
+            raise ValueError(f"a re-run's attempt counts from 1, got {attempt}")
+        greedy = replace(self.sampling, temperature=0.0)
+        jobs = []
+        for i, t in enumerate(chains):
+            base = greedy if t.chain_index >= self.num_chains else self.sampling
+            question = question_of(t.row, prompt_key, i)
+            jobs.append((t.row, question, t.group_id, t.chain_index, base, attempt))
+        return await self._run_chains(jobs)
+
     async def _rollout(
         self,
         rows: Sequence[dict[str, Any]],
@@ -226,24 +270,15 @@ class AgentLoop:
         gets a seed derived from its group and chain index.
         """
         questions = [question_of(row, prompt_key, i) for i, row in enumerate(rows)]
-        limit = self.max_concurrent_chains
-        gate = asyncio.Semaphore(limit) if limit else None
-
-        async def one(i: int, k: int, base: SamplingParams) -> Trajectory:
-            chain_sampling = base
-            if self.seed is not None and not base.greedy:
-                chain_sampling = replace(base, seed=self.seed + (group_offset + i) * 1009 + k)
-            if gate is None:
-                return await self._chain(rows[i], questions[i], group_offset + i, k, chain_sampling)
-            async with gate:
-                return await self._chain(rows[i], questions[i], group_offset + i, k, chain_sampling)
-
         self._timer = PhaseTimer()
         start = time.perf_counter()
-        tasks = [
-            one(i, k, base) for chains, base in passes for i in range(len(rows)) for k in chains
+        jobs = [
+            (rows[i], questions[i], group_offset + i, k, base, 0)
+            for chains, base in passes
+            for i in range(len(rows))
+            for k in chains
         ]
-        done = list(await asyncio.gather(*tasks))
+        done = await self._run_chains(jobs)
         self.last_timing = {f"{k}_s": v for k, v in self._timer.seconds.items()}
         self.last_timing["rollout_s"] = time.perf_counter() - start
         out, at = [], 0
@@ -252,6 +287,29 @@ class AgentLoop:
             out.append(done[at : at + size])
             at += size
         return out
+
+    async def _run_chains(
+        self, jobs: list[tuple[dict[str, Any], str, int, int, SamplingParams, int]]
+    ) -> list[Trajectory]:
+        """Run chains at once, at most ``max_concurrent_chains`` together; a job is (row,
+        question, group id, chain index, sampling, attempt). A sampled chain with a base ``seed``
+        samples with :func:`chain_seed`'s seed."""
+        limit = self.max_concurrent_chains
+        gate = asyncio.Semaphore(limit) if limit else None
+
+        async def one(
+            row: dict[str, Any], question: str, group_id: int, k: int, base: SamplingParams,
+            attempt: int,
+        ) -> Trajectory:
+            chain_sampling = base
+            if self.seed is not None and not base.greedy:
+                chain_sampling = replace(base, seed=chain_seed(self.seed, group_id, k, attempt))
+            if gate is None:
+                return await self._chain(row, question, group_id, k, chain_sampling)
+            async with gate:
+                return await self._chain(row, question, group_id, k, chain_sampling)
+
+        return list(await asyncio.gather(*(one(*job) for job in jobs)))
 
     # ------------------------------------------------------------------ one chain
 

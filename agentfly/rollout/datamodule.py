@@ -37,7 +37,7 @@ from typing import Any, Literal
 
 import lightning.pytorch as pl
 import torch
-from jsonargparse.typing import PositiveInt
+from jsonargparse.typing import NonNegativeInt, PositiveInt
 from torch.utils.data import DataLoader
 
 from agentfly.core import metric_sums
@@ -45,6 +45,7 @@ from agentfly.core.batch import RolloutBatch
 from agentfly.core.metric_sums import Sums
 from agentfly.rollout.collate import collate_trajectories
 from agentfly.rollout.data import DataError, load_rows
+from agentfly.rollout.failures import complete_groups
 from agentfly.rollout.producer import Produced, RolloutProducer, lead, too_stale
 from agentfly.rollout.prompt_fit import (
     PromptRenderer,
@@ -179,6 +180,9 @@ class RolloutDataModule(pl.LightningDataModule):
         max_iterations: the run's iterations (the producer rolls out none beyond); None: no end.
         producer_threads: torch threads of the producer's thread, where an in-process engine
             generates (None: torch's default).
+        failed_chains: what becomes of a training chain the infrastructure failed:
+            ``resample``, ``drop`` or ``keep`` (:mod:`agentfly.rollout.failures`).
+        max_resamples: re-runs of a failed chain at most (``resample``).
     """
 
     def __init__(
@@ -208,6 +212,8 @@ class RolloutDataModule(pl.LightningDataModule):
         max_staleness: PositiveInt = 1,
         max_iterations: int | None = None,
         producer_threads: PositiveInt | None = None,
+        failed_chains: Literal["resample", "drop", "keep"] = "resample",
+        max_resamples: NonNegativeInt = 3,
     ) -> None:
         super().__init__()
         self.session_factory = session_factory
@@ -238,6 +244,8 @@ class RolloutDataModule(pl.LightningDataModule):
         self._producer: RolloutProducer | None = None
         self._rollout_lock = threading.Lock()  # one rollout at a time: the producer's or validation's
         self._batches: IterationBatches | None = None
+        self.failed_chains = failed_chains
+        self.max_resamples = max_resamples
         #: rows dropped or cut for their prompt's length (logged with every rollout)
         self.prompt_counts: dict[str, float] = {}
         self._prompts_fitted = False
@@ -378,7 +386,15 @@ class RolloutDataModule(pl.LightningDataModule):
             items = self._batches.batch(k)
         start = time.perf_counter()
         trajs, baselines = self._run_rows([row for _, row in items], self._group_offset(k))
-        return Produced(k, items, trajs, baselines, seconds=time.perf_counter() - start)
+        loop = self.session.loop
+        trajs, baselines, failures = complete_groups(  # failed chains: re-run, or groups dropped
+            trajs, self.failed_chains, baselines=baselines, max_resamples=self.max_resamples,
+            can_drop=self._rank()[1] == 1,
+            resample=lambda chains, a: loop.rerun(chains, attempt=a, prompt_key=self.prompt_key),
+        )
+        return Produced(
+            k, items, trajs, baselines, seconds=time.perf_counter() - start, metrics=failures
+        )
 
     def _run_rows(self, rows: list[dict[str, Any]], offset: int) -> tuple[list[Any], list[Any]]:
         """The sampled chains of ``rows`` (group ids from ``offset``), and their greedy

@@ -107,6 +107,8 @@ CHANGES: dict[str, tuple[str, list[str]]] = {
     RC + "rollout_rs": ("sequence", []),
     RC + "rollout_rs_threshold": ("5.0", [RC + "rollout_rs=token"]),
     RC + "bypass_mode": ("true", []),
+    "algorithm.failed_chains": ("keep", []),
+    "algorithm.max_resamples": ("5", []),
     "actor_rollout_ref.actor.strategy": ("fsdp", []),
     "actor_rollout_ref.actor.ppo_mini_batch_size": ("8", []),
     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": ("2", []),
@@ -289,6 +291,8 @@ RECEIVES = {
     RC + "rollout_rs": "module.rollout_rs",
     RC + "rollout_rs_threshold": "module.rollout_rs_threshold",
     RC + "bypass_mode": "module.bypass_mode",
+    "algorithm.failed_chains": "datamodule.failed_chains",
+    "algorithm.max_resamples": "datamodule.max_resamples",
     "critic.cliprange_value": "module.cliprange_value",
     "critic.grad_clip": "module.critic_grad_clip",
     "critic.loss_agg_mode": "module.critic_loss_agg_mode",
@@ -546,6 +550,7 @@ INACTIVE = [
     ("algorithm.lam=0.9", GRPO),
     ("actor_rollout_ref.actor.loss_scale_factor=100", []),
     ("critic.loss_scale_factor=100", []),
+    ("algorithm.max_resamples=5", ["algorithm.failed_chains=keep"]),
 ]
 
 
@@ -595,3 +600,13 @@ def test_a_request_the_machine_cannot_meet_names_the_resource(data, args, hw, na
     with pytest.raises(ConfigError) as err:
         plan_run(compose([*base(data), *args]), hw)
     assert named in str(err.value), str(err.value)
+
+
+def test_dropping_failed_groups_is_refused_on_several_ranks_and_planned_on_one(data):
+    drop = [*base(data), "algorithm.failed_chains=drop"]
+    with pytest.raises(ConfigError) as err:
+        plan_run(compose(drop), TWO_GPUS)
+    said = str(err.value)
+    assert "algorithm.failed_chains=drop" in said and "2 ranks" in said, said
+    one = plan_run(compose([*drop, "trainer.n_gpus_per_node=1"]), TWO_GPUS)
+    assert one.datamodule["failed_chains"] == "drop"

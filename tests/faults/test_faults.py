@@ -64,6 +64,9 @@ def fit_command(root: Path, model: Path, run: Path, steps: int) -> list[str]:
         "agent.run_config.workers.num_workers=2",
         "agent.run_config.workers.memory_mb=1024",
         "algorithm.adv_estimator=grpo",
+        # every chain meets every fault: trained on as reward 0 and counted (the default would
+        # re-sample them, then stop the run as none recovers; tests/rollout/test_failures.py)
+        "algorithm.failed_chains=keep",
         "actor_rollout_ref.actor.ppo_mini_batch_size=4",
         "actor_rollout_ref.rollout.name=fault_script",
         "actor_rollout_ref.rollout.num_engines=0",

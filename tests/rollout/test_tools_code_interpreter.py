@@ -60,7 +60,7 @@ def test_timeout_gives_a_timeout_observation_and_loses_state() -> None:
         return hung, after, again
 
     hung, after, again = asyncio.run(main())
-    assert not hung.ok and hung.error == "timeout"
+    assert not hung.ok and hung.error == "cell_timeout"
     assert "ran past 1 seconds" in hung.observation and "variables are lost" in hung.observation
     assert "NameError" in after.observation  # the state went with the killed worker
     assert again.observation == "2"

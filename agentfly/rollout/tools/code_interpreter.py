@@ -23,7 +23,12 @@ from agentfly.rollout.execution.sandbox_isolation import (
     check_isolation,
     isolation_problem,
 )
-from agentfly.rollout.tools.base import TIMEOUT, ToolResult, tool
+from agentfly.rollout.tools.base import ToolResult, tool
+
+CELL_TIMEOUT = "cell_timeout"
+"""The error kind of a cell stopped at the session's own limit: a verdict on the model's code,
+apart from ``timeout`` (the harness's deadline on the tool itself; see
+:mod:`agentfly.rollout.failures`)."""
 
 
 @dataclass(frozen=True)
@@ -104,5 +109,5 @@ def code_interpreter(code: str, resource: PythonSession) -> str | ToolResult:
     result = resource.run(code)
     observation = format_cell(result)
     if result.timed_out:
-        return ToolResult.failure(TIMEOUT, observation)
+        return ToolResult.failure(CELL_TIMEOUT, observation)
     return observation
