@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentfly.config.inactive import bypass_mode
 from agentfly.config.keys import plain
 from agentfly.models.paths import check_model_paths
 from agentfly.rollout.rollout_plan import RolloutPlan
@@ -213,7 +214,7 @@ def plan_module(cfg: Any, topology: Topology, iterations: int, estimator: Any) -
         rollout_is_threshold=float(corr.rollout_is_threshold),
         rollout_rs=None if corr.rollout_rs is None else str(corr.rollout_rs),
         rollout_rs_threshold=float(rs_bound),
-        bypass_mode=bool(corr.bypass_mode),
+        bypass_mode=bypass_mode(cfg),
         gradient_checkpointing=bool(model.enable_gradient_checkpointing),
         critic_gradient_checkpointing=bool(critic.model.enable_gradient_checkpointing),
         activation_offload=bool(model.enable_activation_offload),

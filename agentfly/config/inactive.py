@@ -66,6 +66,16 @@ def _steps_given(cfg: Any) -> str | None:
     return None if steps is None else f"trainer.total_training_steps={steps} sets the run's length"
 
 
+def bypass_mode(cfg: Any) -> bool:
+    """``algorithm.rollout_correction.bypass_mode`` resolved: ``None`` is on off ``sync`` when no
+    importance weight or rejection is chosen."""
+    corr = cfg.algorithm.rollout_correction
+    if corr.bypass_mode is not None:
+        return bool(corr.bypass_mode)
+    no_weights = corr.rollout_is is None and corr.rollout_rs is None
+    return str(cfg.trainer.rollout_mode) != "sync" and no_weights
+
+
 def _no_old_log_prob_pass(cfg: Any) -> str | None:
     """The rollout-time log-probabilities are recomputed only when an update reuses the rollout
     or a rejection needs them, and never in bypass mode (but for the full-vocabulary KL)."""
@@ -73,7 +83,7 @@ def _no_old_log_prob_pass(cfg: Any) -> str | None:
     corr = alg.rollout_correction
     if alg.use_kl_in_reward and alg.kl_penalty == "full":
         return None
-    if corr.bypass_mode:
+    if bypass_mode(cfg):
         return (
             "algorithm.rollout_correction.bypass_mode=True: the engine's log-probabilities stand "
             "for the rollout-time ones"

@@ -211,13 +211,16 @@ class RolloutCorrectionConfig:
         bypass_mode: the engine's log-probabilities are PPO's old policy (the ratio and the clip
             are π_θ / π_behav; no pass recomputes the actor's); ``False``: decoupled PPO, the ratio
             and the clip use π_prox and ``rollout_is``/``rollout_rs`` weigh π_prox against π_behav.
+            ``None`` = ``True`` when ``trainer.rollout_mode`` is not ``sync`` and neither
+            ``rollout_is`` nor ``rollout_rs`` is set (stale samples are then clipped against the
+            policy that sampled them), else ``False``.
     """
 
     rollout_is: Literal["token", "sequence"] | None = None
     rollout_is_threshold: PositiveFloat = 2.0
     rollout_rs: Literal["token", "sequence"] | None = None
     rollout_rs_threshold: PositiveFloat | None = None
-    bypass_mode: bool = False
+    bypass_mode: bool | None = None
 
 
 @dataclass

@@ -610,3 +610,19 @@ def test_dropping_failed_groups_is_refused_on_several_ranks_and_planned_on_one(d
     assert "algorithm.failed_chains=drop" in said and "2 ranks" in said, said
     one = plan_run(compose([*drop, "trainer.n_gpus_per_node=1"]), TWO_GPUS)
     assert one.datamodule["failed_chains"] == "drop"
+
+
+def test_off_sync_without_a_correction_the_engine_is_the_old_policy(data):
+    """bypass_mode=null resolves per rollout mode: off `sync`, stale samples are clipped against
+    the policy that sampled them, unless an importance weight or a rejection is chosen; an
+    explicit value always wins."""
+    def bypass(*args: str) -> bool:
+        return plan_of(base(data) + list(args))["module"]["bypass_mode"]
+
+    assert bypass() is False
+    assert bypass("trainer.rollout_mode=one_step_off") is True
+    assert bypass("trainer.rollout_mode=async", "trainer.max_staleness=2") is True
+    assert bypass("trainer.rollout_mode=async", RC + "rollout_is=token") is False
+    assert bypass("trainer.rollout_mode=async", RC + "rollout_rs=token") is False
+    assert bypass("trainer.rollout_mode=async", RC + "bypass_mode=false") is False
+    assert bypass(RC + "bypass_mode=true") is True
