@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -150,7 +151,8 @@ def main() -> None:
     )
     run_dir.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("VLLM_CACHE_ROOT", str(run_dir / "vllm-cache"))
-    os.environ.setdefault("RAY_TMPDIR", str(run_dir / "ray"))
+    # Ray's socket paths must stay under 107 bytes: a short folder of its own
+    os.environ.setdefault("RAY_TMPDIR", tempfile.mkdtemp(prefix="afbench-ray-"))
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
     import lightning.pytorch as pl
