@@ -24,10 +24,13 @@ def start_head(env: dict[str, str], temp: str) -> tuple[subprocess.Popen, str]:
     Stopping it with SIGTERM to that group ends only this cluster (`ray stop` would end every
     Ray on the machine, other users' included)."""
     log = open(os.path.join(temp, "head.log"), "w+")  # noqa: SIM115 - closed with the process
+    # No drain on SIGTERM: the group's SIGTERM stops the GCS too, so Ray's drain request (for
+    # Serve's proxies) could only time out, after RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S (30 s).
     proc = subprocess.Popen(
         [str(RAY), "start", "--head", "--block", "--num-cpus=2", "--port=0",
          f"--temp-dir={temp}", "--include-dashboard=false"],
-        stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+        stdout=log, stderr=subprocess.STDOUT, env={**env, "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"},
+        start_new_session=True,
     )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
