@@ -23,15 +23,30 @@ MODEL = ROOT / "agentfly" / "demo" / "model"
 ITERATIONS = 3
 
 
-@pytest.fixture
-def env(tmp_path, monkeypatch):
+def set_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RAY_TMPDIR", str(tmp_path / "ray"))
     monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    set_env(tmp_path, monkeypatch)
     return tmp_path
 
 
-def short_demo(tmp_path: Path, run: Path, iterations: int = ITERATIONS) -> list[str]:
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory) -> Path:
+    """One shortened demo of ``ITERATIONS`` iterations: its run directory."""
+    root = tmp_path_factory.mktemp("demo")
+    run = root / "run"
+    with pytest.MonkeyPatch.context() as mp:
+        set_env(root, mp)
+        assert main(short_demo(root, run)) == 0
+    return run
+
+
+def short_demo(tmp_path: Path, run: Path) -> list[str]:
     """The demo config, a few iterations, validation on 8 rows, the engine in-process (no Ray start),
     each update watched by :class:`tests.probes.UpdateProbe` (records in ``run/probe.rank0``)."""
     val = json.loads((ROOT / "agentfly" / "demo" / "data" / "val.json").read_text())[:8]
@@ -40,7 +55,7 @@ def short_demo(tmp_path: Path, run: Path, iterations: int = ITERATIONS) -> list[
         "fit",
         "--config",
         str(CONFIG),
-        f"trainer.total_training_steps={iterations}",
+        f"trainer.total_training_steps={ITERATIONS}",
         f"trainer.default_local_dir={run}",
         f"data.val_files={tmp_path / 'val8.json'}",
         "actor_rollout_ref.rollout.num_engines=0",
@@ -61,9 +76,8 @@ def metric_rows(run: Path) -> list[dict[str, str]]:
 
 
 @pytest.mark.slow
-def test_short_demo_learns_from_its_rewards_and_reports(env):
-    run = env / "run"
-    assert main(short_demo(env, run)) == 0
+def test_short_demo_learns_from_its_rewards_and_reports(demo_run):
+    run = demo_run
     rows = metric_rows(run)
     train = [r for r in rows if r.get("training/iteration")]
     assert [int(float(r["training/iteration"])) for r in train] == list(range(1, ITERATIONS + 1))
@@ -98,13 +112,12 @@ def test_short_demo_learns_from_its_rewards_and_reports(env):
 
 
 @pytest.mark.slow
-def test_same_seed_gives_the_same_curve(env):
-    """Two runs of the shortened demo with the same seed log the same numbers (timings aside),
-    end with the same weights, bit for bit, and learn (a run that learns nothing is reproducible
-    too)."""
-    runs = [env / "a", env / "b"]
-    for run in runs:
-        assert main(short_demo(env, run, iterations=2)) == 0
+def test_same_seed_gives_the_same_curve(demo_run, env):
+    """Two runs of the shortened demo with the same seed (the module's and one more, in this same
+    process) log the same numbers (timings aside), end with the same weights, bit for bit, and
+    learn (a run that learns nothing is reproducible too)."""
+    runs = [demo_run, env / "again"]
+    assert main(short_demo(env, runs[1])) == 0
     logged = []
     for run in runs:
         rows = metric_rows(run)
@@ -119,7 +132,7 @@ def test_same_seed_gives_the_same_curve(env):
             ]
         )
     assert logged[0] == logged[1]
-    assert len([r for r in logged[0] if r.get("training/iteration")]) == 2
+    assert len([r for r in logged[0] if r.get("training/iteration")]) == ITERATIONS
     a, b = (load_file(run / "hf_actor" / "model.safetensors") for run in runs)
     assert all(torch.equal(a[k], b[k]) for k in a)
     # the same run, and one that learns: each update followed the advantages
