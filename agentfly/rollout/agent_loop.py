@@ -376,7 +376,7 @@ class AgentLoop:
             turn_sampling = replace(sampling, max_tokens=min(sampling.max_tokens, budget))
             with self._timer("generation"):
                 (out,) = (await self.engine.generate([traj.input_ids], turn_sampling))[0]
-            traj.append_sampled(out.token_ids, out.logprobs, out.weights_version)
+            traj.append_sampled(out.token_ids, out.logprobs, getattr(out, "weights_version", 0))
             traj.num_turns += 1
             text = self.tokenizer.decode(out.token_ids, skip_special_tokens=False)
             content, closed = self.template.split_turn(text)

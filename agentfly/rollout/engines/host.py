@@ -53,7 +53,8 @@ class EngineHost:
             outputs = self.engine.generate(prompts, sampling)
             for samples in outputs:
                 for out in samples:
-                    out.weights_version = self.weights_version
+                    if isinstance(out, GenerationOutput):
+                        out.weights_version = self.weights_version
             return outputs
 
     def load_weights(self, weights: Weights, version: int | None = None) -> int:
