@@ -119,6 +119,9 @@ def test_same_seed_gives_the_same_curve(demo_run, env):
     runs = [demo_run, env / "again"]
     assert main(short_demo(env, runs[1])) == 0
     logged = []
+    # timings aside, and the engine-vs-trainer log-prob gap (about 4e-7 here): the engine's
+    # log-probabilities carry float noise of the order of that gap from how concurrent chains
+    # were merged into batches, which depends on timing; the sampled tokens do not
     for run in runs:
         rows = metric_rows(run)
         logged.append(
@@ -126,7 +129,9 @@ def test_same_seed_gives_the_same_curve(demo_run, env):
                 {
                     k: v
                     for k, v in r.items()
-                    if not k.startswith("timing/") and "tokens_per_s" not in k
+                    if not k.startswith("timing/")
+                    and "tokens_per_s" not in k
+                    and not k.startswith("rollout/logprob_gap/")
                 }
                 for r in rows
             ]
