@@ -135,8 +135,8 @@ MUTATIONS = [
     Mutation(
         "observation tokens get loss mask 1",
         "agentfly/core/trajectory.py",
-        "self._append(ids, 0, [0.0] * len(ids))",
-        "self._append(ids, 1, [0.0] * len(ids))",
+        "self._append(ids, 0, [0.0] * len(ids), -1)",
+        "self._append(ids, 1, [0.0] * len(ids), -1)",
         (f"{LEARNING}::test_the_update_is_the_gradient_of_the_sampled_tokens_only",),
     ),
     Mutation(
@@ -184,7 +184,7 @@ MUTATIONS = [
     Mutation(
         "weight sync skipped",
         "agentfly/callbacks/weight_sync.py",
-        "            session.pool.update_weights(state)\n",
+        "            session.pool.update_weights(state, version=int(getattr(pl_module, \"policy_version\", 0)))\n",
         "            pass\n",
         ("tests/test_weight_sync.py::test_engine_matches_the_actor_after_an_update[hf]",),
     ),
