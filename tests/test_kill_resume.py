@@ -42,23 +42,28 @@ def iterations_per_launch(run: Path) -> list[list[float]]:
     return out
 
 
+def kill_once_saved(cmd: list[str], checkpoint: Path, log: Path) -> None:
+    """Run ``cmd`` and SIGKILL it as soon as ``checkpoint`` exists (the next iteration has
+    started; nothing gets to clean up). Fails if it exits first or saves nothing within 120 s."""
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120
+        while not checkpoint.exists():
+            assert proc.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, "no checkpoint within 120 s"
+            time.sleep(0.005)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_sigkill_mid_iteration_then_resume(task, tmp_path):
     root, model = task
     run = tmp_path / "run"
     ckpts = run / "checkpoints"
-    log = tmp_path / "first.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(launch(root, model, run, 1000), stdout=out, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 120
-        while not (ckpts / "iter_000001.ckpt").exists():
-            assert proc.poll() is None, log.read_text()[-3000:]
-            assert time.monotonic() < deadline, "no checkpoint within 120 s"
-            time.sleep(0.005)
-        os.kill(proc.pid, signal.SIGKILL)  # iteration 2 has started; nothing gets to clean up
-    finally:
-        proc.kill()
-        proc.wait()
+    kill_once_saved(launch(root, model, run, 1000), ckpts / "iter_000001.ckpt", tmp_path / "first.log")
     assert not (ckpts / "iter_000002.ckpt").exists(), "killed too late: iteration 2 had finished"
     assert torch.load(ckpts / "last.ckpt", weights_only=False)["agentfly_iteration"] == 1
     (ckpts / "last.ckpt.tmp").write_bytes(b"half a checkpoint")  # as if killed mid-write
@@ -83,19 +88,7 @@ def test_async_sigkill_then_resume_trains_on_every_prompt_exactly_once(task, tmp
     run = tmp_path / "run"
     ckpts = run / "checkpoints"
     mode = ["trainer.rollout_mode=async", "trainer.max_staleness=2"]
-    log = tmp_path / "first.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(launch(root, model, run, 1000, mode), stdout=out, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 120
-        while not (ckpts / "iter_000002.ckpt").exists():
-            assert proc.poll() is None, log.read_text()[-3000:]
-            assert time.monotonic() < deadline, "no checkpoint within 120 s"
-            time.sleep(0.005)
-        os.kill(proc.pid, signal.SIGKILL)
-    finally:
-        proc.kill()
-        proc.wait()
+    kill_once_saved(launch(root, model, run, 1000, mode), ckpts / "iter_000002.ckpt", tmp_path / "first.log")
     assert not (ckpts / "iter_000004.ckpt").exists(), "killed too late: the run had finished"
     again = subprocess.run(launch(root, model, run, 4, mode), capture_output=True, text=True, timeout=180)
     assert again.returncode == 0, again.stderr[-3000:]

@@ -237,8 +237,8 @@ class RolloutDataModule(pl.LightningDataModule):
         self.truncation = truncation
         self.renderer_factory = renderer_factory
         self.rollout_mode = rollout_mode
-        self.lead = lead(rollout_mode, int(max_staleness))  # iterations a rollout may run ahead
-        self.max_staleness = self.lead
+        # iterations a rollout may run ahead, which is also the staleness bound a token is held to
+        self.lead = lead(rollout_mode, int(max_staleness))
         self.max_iterations = max_iterations
         self.producer_threads = producer_threads
         self._producer: RolloutProducer | None = None
@@ -406,8 +406,8 @@ class RolloutDataModule(pl.LightningDataModule):
 
     def _refuse_stale(self, produced: Produced, current: int) -> int:
         """Roll out anew, on the engines' current weights, every group with a chain more than
-        ``max_staleness`` versions behind ``current``; returns the chains refused."""
-        refused = too_stale(produced.trajs, current, self.max_staleness)
+        ``lead`` versions behind ``current``; returns the chains refused."""
+        refused = too_stale(produced.trajs, current, self.lead)
         if not refused:
             return 0
         offset = self._group_offset(produced.iteration)
