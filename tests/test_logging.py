@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from agentfly.cli import main
 from tests.test_fit import fit_args, write_task
 
 
@@ -45,12 +44,17 @@ def wandb_records(path: Path) -> list:
     return out
 
 
-def test_console_csv_and_wandb_offline(task, tmp_path):
+def test_console_csv_wandb_offline_and_tensorboard(task, tmp_path):
+    """One run, every logger: the console bar, CSV (always), wandb offline and TensorBoard (a
+    dependency: ``tensorboard`` in ``trainer.logger`` writes event files holding the iterations'
+    metrics)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
     root, model = task
     run, wandb_dir = tmp_path / "run", tmp_path / "wandb"
     wandb_dir.mkdir()
     args = fit_args(root, model, run, 2, [
-        "trainer.logger=['console','wandb']",
+        "trainer.logger=['console','wandb','tensorboard']",
         "trainer.project_name=agentfly-test",
         "trainer.experiment_name=tiny-grpo",
         "trainer.n_gpus_per_node=2",  # a GPU request: on a machine without one, 1 CPU process
@@ -94,15 +98,6 @@ def test_console_csv_and_wandb_offline(task, tmp_path):
     col = table["columns"].index("response_text")
     assert [row[col] for row in table["data"]] == [w["response_text"] for w in written]
 
-
-def test_tensorboard(task, tmp_path):
-    """TensorBoard is a dependency: `trainer.logger=[tensorboard]` writes event files holding the
-    iterations' metrics."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    root, model = task
-    run = tmp_path / "run"
-    assert main(fit_args(root, model, run, 2, ["trainer.logger=[console,tensorboard]"])) == 0
     assert list((run / "tensorboard").glob("events.out.tfevents.*"))
     events = EventAccumulator(str(run / "tensorboard"))
     events.Reload()
