@@ -1,8 +1,9 @@
 """Every registered advantage estimator, and every KL kind in the reward and in the loss, trains
 end to end through `agentfly fit` on the tiny model (CPU, in-process engine).
 
-The reward is a text checksum of the final response, so that chains of a prompt score
-differently and the advantages are not all zero (a random model never answers `a+b` right).
+The reward is a text checksum of the final response (:mod:`tests.rewards`), so that chains of a
+prompt score differently and the advantages are not all zero (a random model never answers `a+b`
+right).
 """
 
 from __future__ import annotations
@@ -16,16 +17,9 @@ import torch
 from agentfly.cli import main
 from agentfly.config.validate import _kl_kinds
 from agentfly.estimators import ESTIMATORS
-from agentfly.rollout.rewards import reward
+from tests.rewards import CHECKSUM as REWARD
+from tests.rewards import checksum_reward
 from tests.test_fit import fit_args, rows, write_task
-
-REWARD = "tests_checksum_reward"
-
-
-@reward(name=REWARD)
-def checksum_reward(prediction: str) -> float:
-    """In (0, 1], from the characters of the response: a deterministic function of the text."""
-    return (sum(map(ord, prediction)) % 101 + 1) / 101
 
 
 @pytest.fixture(scope="module")

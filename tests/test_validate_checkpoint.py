@@ -15,17 +15,10 @@ from pathlib import Path
 import pytest
 
 from agentfly.cli import main
-from agentfly.rollout.rewards import reward
+from tests.rewards import FINGERPRINT
 from tests.test_fit import fit_args, rows, write_task
 
 VAL_KEYS = ("val/val/reward", "val/val/tool_call_rate", "val/val/turns/mean")
-
-
-@reward("char_code_fingerprint")
-def char_code_fingerprint(prediction: str) -> float:
-    """The response's mean code point / 1000: a fingerprint of the text, so the validation
-    reward differs whenever the greedy responses do (and GRPO gets unequal rewards to act on)."""
-    return sum(map(ord, prediction)) / max(1, len(prediction)) / 1000
 
 
 def args(root, model, run, stage="fit", steps=2, extra=()):
@@ -34,7 +27,7 @@ def args(root, model, run, stage="fit", steps=2, extra=()):
     return [
         stage,
         *fit_args(root, model, run, steps, [
-            "agent.init_config.reward_name=char_code_fingerprint",
+            f"agent.init_config.reward_name={FINGERPRINT}",
             "agent.run_config.max_turns=1",
             "actor_rollout_ref.actor.optim.lr=1e-2",
             *extra,
