@@ -21,7 +21,8 @@ with forward and backward passes of its own, writes one JSON line per iteration 
 - ``scores``: each row's score; ``even_share``: the ``probe_even_token_share`` reward recomputed
   from the row's sampled token ids (equal to ``scores`` when that reward is used).
 
-Importing this module registers the reward ``probe_even_token_share``: the share of a chain's
+Importing this module registers the reward ``probe_even_token_share`` (defined in the light
+:mod:`tests.rewards`, the plug-in a fit names for it): the share of a chain's
 sampled tokens whose id is even. A random model scores about one half, differently on nearly every
 chain, so groups of chains have a best and a worst one from the first iteration on.
 """
@@ -36,15 +37,8 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 
-from agentfly.rollout.rewards import reward
 from tests.estimators import reference as ref
-
-
-@reward(name="probe_even_token_share", runs_in="thread")  # this module imports torch and lightning
-def probe_even_token_share(trajectory: Any = None) -> float:
-    """Share of the chain's sampled tokens (loss mask 1) whose id is even; 0 without any."""
-    ids = [i for i, m in zip(trajectory.response_ids, trajectory.loss_mask, strict=True) if m]
-    return sum(1 for i in ids if i % 2 == 0) / len(ids) if ids else 0.0
+from tests.rewards import probe_even_token_share  # noqa: F401  (registers the reward)
 
 
 def _positions(batch: Any) -> tuple[int, int]:

@@ -1,11 +1,14 @@
 """Rewards that end-to-end tests register, in a module that imports nothing heavy.
 
-A reward runs in a worker process, which imports the module defining it (the function travels by
-reference): defined here, each worker of a fit imports this module and ``agentfly.rollout.rewards``
-only, not a test module with torch, Lightning and the CLI behind it.
+A fit's worker processes import the module that defines a reward they run (the function travels
+by reference), and every plug-in of ``agent.init_config.plugins`` when they start. Defined here,
+each worker imports this module and ``agentfly.rollout.rewards`` only, not a test module with
+torch, Lightning and the CLI behind it.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from agentfly.rollout.rewards import reward
 
@@ -24,3 +27,11 @@ def char_code_fingerprint(prediction: str) -> float:
     """The response's mean code point / 1000: a fingerprint of the text, so the validation
     reward differs whenever the greedy responses do (and GRPO gets unequal rewards to act on)."""
     return sum(map(ord, prediction)) / max(1, len(prediction)) / 1000
+
+
+@reward(name="probe_even_token_share", runs_in="thread")  # in the trainer: no worker to start
+def probe_even_token_share(trajectory: Any = None) -> float:
+    """Share of the chain's sampled tokens (loss mask 1) whose id is even; 0 without any (see
+    :mod:`tests.probes`)."""
+    ids = [i for i, m in zip(trajectory.response_ids, trajectory.loss_mask, strict=True) if m]
+    return sum(1 for i in ids if i % 2 == 0) / len(ids) if ids else 0.0

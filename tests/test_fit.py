@@ -68,8 +68,9 @@ def rows(run):
 
 def probe_args(probe) -> list[str]:
     """Adds :class:`tests.probes.UpdateProbe` (writing ``probe.rank{r}``) to the fit's callbacks;
-    ``tests.probes`` is a plug-in of the run, so its reward is known in every rank's process."""
-    return ["agent.init_config.plugins=[tests.probes]",
+    ``tests.rewards`` is a plug-in of the run, so the probe's reward is known in every rank's
+    process (and each worker process imports that light module, not ``tests.probes``)."""
+    return ["agent.init_config.plugins=[tests.rewards]",
             "--trainer.callbacks+=tests.probes.UpdateProbe", "--trainer.callbacks.path", str(probe)]
 
 
