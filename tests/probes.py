@@ -139,7 +139,8 @@ class UpdateProbe(pl.Callback):
         # the ascent direction of the surrogate Σ A·log p / N at the weights the update started from
         params = [p for p in snapshot.parameters() if p.requires_grad]
         with torch.enable_grad():
-            surrogate = (adv * _logprobs_with_grad(snapshot, b)).sum() / mask.sum().clamp(min=1)
+            logp_before = _logprobs_with_grad(snapshot, b)  # (B, T)
+            surrogate = (adv * logp_before).sum() / mask.sum().clamp(min=1)
             direction = torch.autograd.grad(surrogate, params, allow_unused=True)
         named_after = dict(pl_module.actor.named_parameters())
         dot = norm_g = norm_step = 0.0
@@ -153,7 +154,7 @@ class UpdateProbe(pl.Callback):
             dot += float((g * step).sum())
             norm_g += float(g.square().sum())
             norm_step += float(step.square().sum())
-        delta = (sampled_logprobs(pl_module.actor, b) - sampled_logprobs(snapshot, b)) * mask
+        delta = (sampled_logprobs(pl_module.actor, b) - logp_before.detach()) * mask
         count = mask.sum(-1).clamp(min=1)  # (B,)
         record: dict[str, Any] = {
             "iteration": int(pl_module.iteration),
