@@ -111,7 +111,9 @@ class UpdateProbe(pl.Callback):
         keys = ("input_ids", "attention_mask", "position_ids", "response_mask")
         frozen = {k: getattr(batch, k).detach().clone() for k in keys}
         self._before = {"batch": dataclasses.replace(batch, **frozen)}
-        self._before["actor"] = copy.deepcopy(pl_module.actor)
+        self._before["actor"] = snapshot = copy.deepcopy(pl_module.actor)
+        if getattr(snapshot, "is_gradient_checkpointing", False):  # the same gradient, no recompute
+            snapshot.gradient_checkpointing_disable()
         self._values_before = None
         if pl_module.critic is not None:
             self._values_before = critic_values(pl_module.critic, batch)
