@@ -55,6 +55,14 @@ def portable(spec: str) -> str:
 PLUGIN_PREFIX = "agentfly_plugin_"
 """The module names of plug-in files start with this (they cannot be imported by name)."""
 
+_FILES: dict[str, str] = {}  # module name -> file, of the plug-in files imported as files
+
+
+def plugin_files() -> list[str]:
+    """The plug-in files this process has imported as files (a worker process imports them too
+    before it runs a call: their functions cannot be imported by name)."""
+    return sorted(file for name, file in list(_FILES.items()) if name in sys.modules)
+
 
 def _module_name(path: Path) -> str:
     digest = hashlib.sha1(str(path).encode()).hexdigest()[:10]
@@ -93,6 +101,7 @@ def _import_file(path_text: str) -> ModuleType:
         raise PluginError(
             f"importing plugin file {str(path)!r} failed: {type(e).__name__}: {e}"
         ) from e
+    _FILES[name] = str(path)
     return module
 
 

@@ -33,7 +33,7 @@ from agentfly.rollout.data import question_of
 from agentfly.rollout.engines.base import SamplingParams
 from agentfly.rollout.engines.caller_thread import run_sync
 from agentfly.rollout.execution.workers import WorkerPool, WorkerStartError
-from agentfly.rollout.prompt import render_prompt
+from agentfly.rollout.prompt import RenderedPrompt, render_prompt
 from agentfly.rollout.rewards import ascore_trajectory
 from agentfly.rollout.templates.base import ChatTemplate
 from agentfly.rollout.tools.base import INVALID_ARGUMENTS, ToolResult
@@ -296,6 +296,14 @@ class AgentLoop:
         samples with :func:`chain_seed`'s seed."""
         limit = self.max_concurrent_chains
         gate = asyncio.Semaphore(limit) if limit else None
+        rendered: dict[str, RenderedPrompt] = {}  # a group's chains share their prompt
+
+        def prompt_of(question: str) -> RenderedPrompt:
+            if question not in rendered:
+                rendered[question] = render_prompt(
+                    self.agent, self.template, self.tokenizer, question
+                )
+            return rendered[question]
 
         async def one(
             row: dict[str, Any], question: str, group_id: int, k: int, base: SamplingParams,
@@ -304,10 +312,11 @@ class AgentLoop:
             chain_sampling = base
             if self.seed is not None and not base.greedy:
                 chain_sampling = replace(base, seed=chain_seed(self.seed, group_id, k, attempt))
+            prompt = prompt_of(question)
             if gate is None:
-                return await self._chain(row, question, group_id, k, chain_sampling)
+                return await self._chain(row, prompt, group_id, k, chain_sampling)
             async with gate:
-                return await self._chain(row, question, group_id, k, chain_sampling)
+                return await self._chain(row, prompt, group_id, k, chain_sampling)
 
         return list(await asyncio.gather(*(one(*job) for job in jobs)))
 
@@ -319,15 +328,14 @@ class AgentLoop:
     async def _chain(
         self,
         row: dict[str, Any],
-        question: str,
+        prompt: RenderedPrompt,
         group_id: int,
         chain_index: int,
         sampling: SamplingParams,
     ) -> Trajectory:
-        prompt = render_prompt(self.agent, self.template, self.tokenizer, question)
         tools = prompt.tools
         traj = Trajectory(
-            prompt_ids=prompt.ids,
+            prompt_ids=list(prompt.ids),
             messages=list(prompt.messages),
             group_id=group_id,
             chain_index=chain_index,

@@ -43,7 +43,7 @@ from typing import Any
 
 import cloudpickle
 
-from agentfly.core.plugins import PLUGIN_PREFIX
+from agentfly.core.plugins import plugin_files
 from agentfly.rollout.execution.worker_main import HEADER, RemoteError, ReplyTooLarge
 
 logger = logging.getLogger(__name__)
@@ -165,15 +165,6 @@ def by_reference(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
-def _plugin_files() -> list[str]:
-    """Plugin files imported in this process (see :mod:`agentfly.core.plugins`), for the workers."""
-    return sorted(
-        str(getattr(m, "__file__", ""))
-        for name, m in list(sys.modules.items())
-        if name.startswith(PLUGIN_PREFIX) and getattr(m, "__file__", None)
-    )
-
-
 # ---------------------------------------------------------------------------- the process pool
 
 
@@ -290,7 +281,7 @@ class WorkerPool:
                 f"{label} cannot be sent to a worker process ({describe_error(e)}); code that "
                 "cannot be pickled runs in the trainer with runs_in='thread'"
             ) from e
-        frame = pickle.dumps((_plugin_files(), payload), protocol=pickle.HIGHEST_PROTOCOL)
+        frame = pickle.dumps((plugin_files(), payload), protocol=pickle.HIGHEST_PROTOCOL)
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
         job = _Job(future, HEADER.pack(len(frame)) + frame, time.monotonic() + timeout, timeout, label)
         with self._lock:

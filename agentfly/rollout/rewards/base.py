@@ -212,7 +212,7 @@ def worker_imports(name: str) -> list[str]:
     info = _INFOS.get(REWARDS.canonical(name))
     module = getattr(fn, "__module__", None)
     # a plug-in file's module (agentfly.core.plugins names it agentfly_plugin_*) cannot be imported by
-    # name: the worker imports the file itself before the call (workers._plugin_files)
+    # name: the worker imports the file itself before the call (plugins.plugin_files)
     own = [module] if module and module != "__main__" and not module.startswith(PLUGIN_PREFIX) else []
     return [*own, *(info.preload if info else ())]
 
