@@ -259,6 +259,7 @@ def plan_datamodule(
         max_staleness=int(cfg.trainer.max_staleness),
         max_iterations=iterations,
         producer_threads=_engine_threads(cfg, topology, hw) if topology.num_engines == 0 else None,
+        idle_threads=_idle_threads(cfg, topology, hw),
         failed_chains=str(cfg.algorithm.failed_chains),
         max_resamples=int(cfg.algorithm.max_resamples),
     )
@@ -281,6 +282,17 @@ def _trainer_threads(cfg: Any, topology: Topology, hw: Hardware) -> int | None:
     if _engine_threads(cfg, topology, hw) is None:
         return None
     return max(1, hw.cpus - hw.cpus // 2)
+
+
+def _idle_threads(cfg: Any, topology: Topology, hw: Hardware) -> int | None:
+    """The training thread's torch threads while the in-process engine's producer is idle: every
+    core, where the split of :func:`_engine_threads` is the plan's own (``trainer.num_threads``
+    unset). None: no switch (sync, engines in Ray actors or on GPUs, or threads set by hand)."""
+    if topology.num_engines != 0 or cfg.trainer.num_threads is not None:
+        return None
+    if _engine_threads(cfg, topology, hw) is None:
+        return None
+    return hw.cpus
 
 
 def plan_rollout(cfg: Any, topology: Topology, hw: Hardware | None = None) -> RolloutPlan:

@@ -100,7 +100,8 @@ class AgentflyTrainer(pl.Trainer):
                 weights of update k − 1 while update k runs) or ``async`` (rollouts run up to
                 ``max_staleness`` iterations ahead; new weights reach the engines as each update
                 ends). See :mod:`agentfly.rollout.producer`. Off ``sync`` on a CPU machine the
-                engines get half the cores and the trainer the other half.
+                engines get half the cores and the trainer the other half, and the trainer all
+                of them while the in-process engine has no rollout to run.
             max_staleness: in ``async`` mode, how many policy versions (actor updates) older than
                 the policy training on it a sampled token may be; an older chain's group is
                 rolled out again, and counted (``rollout/stale_refused_chains``).

@@ -54,6 +54,7 @@ from agentfly.rollout.prompt_fit import (
     renderer_from_loop,
 )
 from agentfly.rollout.summary import summarize, trajectory_record
+from agentfly.rollout.trainer_threads import TrainerThreads
 
 logger = logging.getLogger(__name__)
 
@@ -180,6 +181,9 @@ class RolloutDataModule(pl.LightningDataModule):
         max_iterations: the run's iterations (the producer rolls out none beyond); None: no end.
         producer_threads: torch threads of the producer's thread, where an in-process engine
             generates (None: torch's default).
+        idle_threads: torch threads of the training thread while the producer is idle until the
+            next hand-over (its share of the cores otherwise; :mod:`agentfly.rollout.trainer_threads`).
+            None: the training thread keeps its count.
         failed_chains: what becomes of a training chain the infrastructure failed:
             ``resample``, ``drop`` or ``keep`` (:mod:`agentfly.rollout.failures`).
         max_resamples: re-runs of a failed chain at most (``resample``).
@@ -212,6 +216,7 @@ class RolloutDataModule(pl.LightningDataModule):
         max_staleness: PositiveInt = 1,
         max_iterations: int | None = None,
         producer_threads: PositiveInt | None = None,
+        idle_threads: PositiveInt | None = None,
         failed_chains: Literal["resample", "drop", "keep"] = "resample",
         max_resamples: NonNegativeInt = 3,
     ) -> None:
@@ -241,6 +246,8 @@ class RolloutDataModule(pl.LightningDataModule):
         self.lead = lead(rollout_mode, int(max_staleness))
         self.max_iterations = max_iterations
         self.producer_threads = producer_threads
+        self.idle_threads = idle_threads
+        self._threads: TrainerThreads | None = None
         self._producer: RolloutProducer | None = None
         self._rollout_lock = threading.Lock()  # one rollout at a time: the producer's or validation's
         self._batches: IterationBatches | None = None
@@ -302,6 +309,9 @@ class RolloutDataModule(pl.LightningDataModule):
         if self._producer is not None:
             self._producer.stop()
             self._producer = None
+        if self._threads is not None:
+            self._threads.detach()
+            self._threads = None
 
     def close(self) -> None:
         """Stop the engine pool (the session outlives fit so that a final validation reuses it)."""
@@ -367,6 +377,9 @@ class RolloutDataModule(pl.LightningDataModule):
                     self._roll, first=k, lead=self.lead, last=self.max_iterations,
                     lock=self._rollout_lock, on_start=self._producer_threads,
                 )
+                self._lend_idle_cores(self._producer)
+            if self._threads is not None:
+                self._threads.before_hand_over()
             produced, waited = self._producer.take(k)
             if [i for i, _ in produced.items] != [i for i, _ in items]:
                 raise RuntimeError(
@@ -378,6 +391,15 @@ class RolloutDataModule(pl.LightningDataModule):
     def _producer_threads(self) -> None:
         if self.producer_threads:
             torch.set_num_threads(int(self.producer_threads))
+
+    def _lend_idle_cores(self, producer: RolloutProducer) -> None:
+        """With ``idle_threads``, the module's models switch the training thread to them at
+        their block boundaries while ``producer`` is idle."""
+        share = torch.get_num_threads()
+        if not self.idle_threads or self.idle_threads == share or self.trainer is None:
+            return
+        self._threads = TrainerThreads(share, int(self.idle_threads), lambda: producer.idle)
+        self._threads.attach(self.trainer.lightning_module)
 
     def _roll(self, k: int, items: list[tuple[int, dict[str, Any]]] | None = None) -> Produced:
         """Roll out iteration ``k``'s prompts (drawn here when ``items`` is None)."""

@@ -205,6 +205,13 @@ class RolloutProducer:
         return time.perf_counter() - start
 
     @property
+    def idle(self) -> bool:
+        """No rollout runs, and none may start before the trainer's next :meth:`take` (the bound
+        holds the producer back, the run's last rollout has ended, or the producer stopped)."""
+        with self._cond:
+            return self._stopped or self._error is not None or not (self._busy or self._may_start())
+
+    @property
     def buffered(self) -> list[int]:
         """The iterations rolled out and not yet handed over."""
         with self._cond:
