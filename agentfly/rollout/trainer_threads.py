@@ -16,6 +16,7 @@ overlapped modes from being slower than ``sync``.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -32,6 +33,9 @@ class TrainerThreads:
         idle: threads while ``producer_idle()`` says none runs nor can start before the next
             hand-over (:meth:`before_hand_over`).
         producer_idle: whether the producer is idle (:attr:`RolloutProducer.idle`).
+
+    Made on the training thread; the hooks do nothing on any other thread (a thread's torch
+    thread count is its own).
     """
 
     def __init__(self, share: int, idle: int, producer_idle: Callable[[], bool]) -> None:
@@ -39,6 +43,7 @@ class TrainerThreads:
             raise ValueError(f"thread counts must be >= 1, got share={share}, idle={idle}")
         self.share, self.idle = int(share), int(idle)
         self._producer_idle = producer_idle
+        self._thread = threading.get_ident()
         self._current = torch.get_num_threads()
         self._handles: list[Any] = []
         self.switches = 0  # times the count went up to ``idle``
@@ -52,6 +57,8 @@ class TrainerThreads:
 
     def refresh(self) -> None:
         """On the training thread: ``idle`` threads if the producer is idle, else ``share``."""
+        if threading.get_ident() != self._thread:
+            return
         self._set(self.idle if self._producer_idle() else self.share)
 
     def before_hand_over(self) -> None:

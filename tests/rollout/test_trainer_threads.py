@@ -81,8 +81,14 @@ def test_blocks_run_on_every_core_only_while_the_producer_is_idle(threads_restor
     run()
     assert {n for _, n in log} == {1}
 
+    idle[0] = True  # a forward on another thread (an engine's) leaves its own count alone
+    seen = []
+    other = threading.Thread(target=lambda: (torch.set_num_threads(1), run(), seen.append(torch.get_num_threads())))
+    other.start()
+    other.join(10)
+    assert seen == [1] and torch.get_num_threads() == 1
+
     share.detach()
-    idle[0] = True
     log.clear()
     run()  # no hooks: the count stays where detach left it
     assert torch.get_num_threads() == 1 and {n for _, n in log} == {1}
