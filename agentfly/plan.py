@@ -290,9 +290,7 @@ def _idle_threads(cfg: Any, topology: Topology, hw: Hardware) -> int | None:
     unset). None: no switch (sync, engines in Ray actors or on GPUs, or threads set by hand)."""
     if topology.num_engines != 0 or cfg.trainer.num_threads is not None:
         return None
-    if _engine_threads(cfg, topology, hw) is None:
-        return None
-    return hw.cpus
+    return None if _engine_threads(cfg, topology, hw) is None else hw.cpus
 
 
 def plan_rollout(cfg: Any, topology: Topology, hw: Hardware | None = None) -> RolloutPlan:

@@ -9,9 +9,8 @@ more threads than cores between them.
 
 The switch happens on the training thread (a thread's OpenMP team size is its own), at the
 boundaries of the model's blocks: before each block's forward, and in the backward pass as the
-gradient reaches each block's output. Where the update itself is the longer stage (a CPU update
-takes about twice as long on half the cores, generation about 1.5 times), this is what keeps the
-overlapped modes from being slower than ``sync``.
+gradient reaches each block's output. It matters where the update is the longer stage: the
+part of it after the rollout has ended runs on every core instead of its share.
 """
 
 from __future__ import annotations
@@ -46,14 +45,11 @@ class TrainerThreads:
         self._thread = threading.get_ident()
         self._current = torch.get_num_threads()
         self._handles: list[Any] = []
-        self.switches = 0  # times the count went up to ``idle``
 
     def _set(self, n: int) -> None:
         if n != self._current:
             torch.set_num_threads(n)
             self._current = n
-            if n == self.idle and n != self.share:
-                self.switches += 1
 
     def refresh(self) -> None:
         """On the training thread: ``idle`` threads if the producer is idle, else ``share``."""

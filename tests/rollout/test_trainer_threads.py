@@ -71,7 +71,6 @@ def test_blocks_run_on_every_core_only_while_the_producer_is_idle(threads_restor
 
     run()
     assert dict(log) == {"fwd0": 1, "fwd1": 1, "fwd2": 2, "fwd3": 2, "bwd3": 2, "bwd2": 2, "bwd1": 2, "bwd0": 2}
-    assert share.switches == 1
 
     idle[0] = False  # the producer may start again: the trainer's hand-over comes first
     share.before_hand_over()
