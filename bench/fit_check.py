@@ -14,9 +14,9 @@ Per round it runs, one after another:
 
 It prints both and their ratio per round, and beside them fit's own ``timing/iteration_s`` (the
 wall time from one iteration's end to the next one's) over the same iterations of the long run:
-the per-process spread of a W1 iteration on this shared machine (±15 %) swamps a two-iteration
-difference of whole-process times, while the logged iterations of the same process do not carry
-the start-up's noise. It writes ``bench/results/fit_<workload>.md`` / ``.json``.
+on a shared machine the same W1 iteration's time varies widely from one process to the next
+(figures in bench/README.md), which a difference of two short whole-process times magnifies,
+while the logged iterations of the same process do not carry the start-up's noise. It writes ``bench/results/fit_<workload>.md`` / ``.json``.
 The issue's acceptance: fit within 10 % of the benchmark. The order of the three runs rotates
 every round.
 """
