@@ -57,11 +57,10 @@ def fit_seconds(workload: str, iterations: int, run_dir: Path, log: Path, env: d
 
 def logged_seconds(run_dir: Path, first: int, last: int) -> float:
     """Mean ``timing/iteration_s`` of iterations ``first .. last - 1`` of a fit's CSV metrics."""
-    import csv
+    from agentfly.report import read_metrics
 
-    (path,) = sorted(run_dir.glob("metrics/*/metrics.csv"))[-1:]
-    with path.open() as f:
-        seconds = [float(r["timing/iteration_s"]) for r in csv.DictReader(f) if r.get("timing/iteration_s")]
+    train, _ = read_metrics(run_dir)
+    seconds = [train[i]["timing/iteration_s"] for i in sorted(train) if "timing/iteration_s" in train[i]]
     return statistics.mean(seconds[first:last])
 
 
