@@ -408,14 +408,21 @@ class RolloutDataModule(pl.LightningDataModule):
             items = self._batches.batch(k)
         start = time.perf_counter()
         trajs, baselines = self._run_rows([row for _, row in items], self._group_offset(k))
-        loop = self.session.loop
-        trajs, baselines, failures = complete_groups(  # failed chains: re-run, or groups dropped
-            trajs, self.failed_chains, baselines=baselines, max_resamples=self.max_resamples,
-            can_drop=self._rank()[1] == 1,
-            resample=lambda chains, a: loop.rerun(chains, attempt=a, prompt_key=self.prompt_key),
-        )
+        trajs, baselines, failures = self._complete(trajs, baselines)
         return Produced(
             k, items, trajs, baselines, seconds=time.perf_counter() - start, metrics=failures
+        )
+
+    def _complete(
+        self, trajs: list[Any], baselines: list[Any], others_kept: bool = False
+    ) -> tuple[list[Any], list[Any], dict[str, float]]:
+        """``trajs`` without the chains the infrastructure failed: re-run, or their groups
+        dropped (``failed_chains``); with the counts to log."""
+        loop = self.session.loop
+        return complete_groups(
+            trajs, self.failed_chains, baselines=baselines, max_resamples=self.max_resamples,
+            can_drop=self._rank()[1] == 1, others_kept=others_kept,
+            resample=lambda chains, a: loop.rerun(chains, attempt=a, prompt_key=self.prompt_key),
         )
 
     def _run_rows(self, rows: list[dict[str, Any]], offset: int) -> tuple[list[Any], list[Any]]:
@@ -428,25 +435,44 @@ class RolloutDataModule(pl.LightningDataModule):
 
     def _refuse_stale(self, produced: Produced, current: int) -> int:
         """Roll out anew, on the engines' current weights, every group with a chain more than
-        ``lead`` versions behind ``current``; returns the chains refused."""
+        ``lead`` versions behind ``current``; returns the chains refused.
+
+        The new chains go through the same failure handling as a first rollout (re-run or
+        dropped, counted in ``produced.metrics``)."""
         refused = too_stale(produced.trajs, current, self.lead)
         if not refused:
             return 0
         offset = self._group_offset(produced.iteration)
         count = sum(1 for t in produced.trajs if t.group_id in refused)
-        fresh: dict[int, tuple[list[Any], list[Any]]] = {}
+        fresh_trajs: list[Any] = []
+        fresh_baselines: list[Any] = []
         with self._rollout_lock:
             for gid in sorted(refused):  # group id = offset + the row's position in the batch
-                fresh[gid] = self._run_rows([produced.items[gid - offset][1]], gid)
+                t, b = self._run_rows([produced.items[gid - offset][1]], gid)
+                fresh_trajs += t
+                fresh_baselines += b
+            others = any(t.group_id not in refused for t in produced.trajs)
+            fresh_trajs, fresh_baselines, failures = self._complete(
+                fresh_trajs, fresh_baselines, others_kept=others
+            )
+        by_group: dict[int, list[Any]] = {}
+        for t in fresh_trajs:
+            by_group.setdefault(t.group_id, []).append(t)
         trajs, baselines = [], []
         for t in produced.trajs:
             if t.group_id not in refused:
                 trajs.append(t)
             elif t.chain_index == 0:
-                trajs.extend(fresh[t.group_id][0])
+                trajs.extend(by_group.get(t.group_id, []))
+        fresh_by_group = {b.group_id: b for b in fresh_baselines}
         for b in produced.baselines:
-            baselines.extend(fresh[b.group_id][1] if b.group_id in refused else [b])
+            if b.group_id not in refused:
+                baselines.append(b)
+            elif b.group_id in fresh_by_group:
+                baselines.append(fresh_by_group[b.group_id])
         produced.trajs, produced.baselines = trajs, baselines
+        for key, value in failures.items():
+            produced.metrics[key] = produced.metrics.get(key, 0.0) + value
         return count
 
     def _hand_over(self, produced: Produced, waited: float) -> RolloutBatch:
@@ -476,7 +502,9 @@ class RolloutDataModule(pl.LightningDataModule):
             rewards = [float(b.reward or 0.0) for b in baselines]
             self.last_rollout["rollout/reward_baseline/mean"] = sum(rewards) / len(rewards)
         batch.rollout_metrics = self.last_rollout
-        self._write_rollout_record(produced.items, trajs, baselines, current)
+        self._write_rollout_record(
+            produced.items, trajs, baselines, current, self._group_offset(produced.iteration)
+        )
         return batch
 
     @staticmethod
@@ -496,13 +524,14 @@ class RolloutDataModule(pl.LightningDataModule):
 
     def _write_rollout_record(
         self, items: list[tuple[int, dict[str, Any]]], trajs: list[Any], baselines: list[Any],
-        current: int,
+        current: int, offset: int,
     ) -> None:
         """One JSON line per training batch in ``rollouts_rank{r}.jsonl``, written when it is
         handed to the update: which rows this rank trains on at which iteration, their rewards
         (the per-rank record of a DDP run), the greedy baseline chains' rewards (one per row)
         when there are any, and the policy versions that sampled them (``policy_version``: the
-        one training on them)."""
+        one training on them). ``rows`` are the rows drawn; ``dropped_rows`` those of them whose
+        group was dropped (``algorithm.failed_chains``): no chain of theirs is in ``rewards``."""
         if not self.trajectory_dir:
             return
         rank, world = self._rank()
@@ -512,6 +541,8 @@ class RolloutDataModule(pl.LightningDataModule):
                   "rows": [i for i, _ in items], "chains": len(trajs), "rewards": rewards,
                   "policy_version": current,
                   "sampled_by": [min(sampled), max(sampled)] if sampled else None}
+        kept = {t.group_id for t in trajs}
+        record["dropped_rows"] = [i for p, (i, _) in enumerate(items) if offset + p not in kept]
         if baselines:
             record["baseline_rewards"] = [b.reward for b in baselines]
         path = Path(self.trajectory_dir) / f"rollouts_rank{rank}.jsonl"

@@ -27,7 +27,9 @@ What counts as an infrastructure failure (:func:`failure_reason`), and what does
 - ``tool_timeout``: a tool call passed the harness's deadline (``Tool.timeout``): the tool gave
   no answer at all. ``tool_worker_died``: the process running the tool died (a crash, a signal,
   the worker's memory limit). ``tool_malformed_output``: the tool returned something that is
-  not text (a bug in the tool). One such call fails the chain, whatever its reward: the chain
+  not text (a bug in the tool). ``tool_unavailable``: the service behind the tool failed (the
+  search API unreachable or answering 5xx: ``ToolUnavailableError``). One such call fails the
+  chain, whatever its reward: the chain
   saw an error the healthy system would not have shown it.
 - ``reward_<kind>``: the reward function failed (``timeout``, ``exception``, ``malformed``,
   ``worker_died``, ``output_too_large``, ``missing_field``, ``bad_signature``; see
@@ -78,7 +80,7 @@ FailedChains = Literal["resample", "drop", "keep"]
 POLICIES: tuple[str, ...] = ("resample", "drop", "keep")
 
 #: tool error kinds that fail the chain (the harness's verdicts on the tool, not on the call)
-INFRA_TOOL_ERRORS = frozenset({"timeout", "worker_died", "malformed_output"})
+INFRA_TOOL_ERRORS = frozenset({"timeout", "worker_died", "malformed_output", "unavailable"})
 #: exceptions out of a chain that are the engine's
 ENGINE_ERRORS = frozenset(e.__name__ for e in (EngineLostError, EngineTimeoutError, EngineStartError))
 
@@ -130,6 +132,7 @@ def complete_groups(
     max_resamples: int = 3,
     baselines: Sequence[Trajectory] | None = None,
     can_drop: bool = True,
+    others_kept: bool = False,
 ) -> Completed:
     """Keep failed chains out of the batch: re-sample them, or drop their groups, per ``policy``.
 
@@ -143,6 +146,8 @@ def complete_groups(
             group like a training chain does, and it is re-run or dropped with it.
         can_drop: False where a dropped group would hang the update (several ranks): a group
             that cannot be completed raises instead.
+        others_kept: ``trajs`` are part of a batch whose other groups stay (the groups of a
+            batch rolled out again), so dropping all of them still leaves a batch to train on.
 
     Returns:
         The kept chains and baselines, and the counts to log (:class:`Completed`). Nothing
@@ -189,7 +194,7 @@ def complete_groups(
             f"cannot be dropped with several ranks (their batches would differ in size and the "
             f"update's collectives would wait forever); {summary}"
         )
-    if n and not kept:
+    if n and not kept and not others_kept:
         raise FailedChainsError(
             f"every group of this rollout had a chain failed by the infrastructure "
             f"(algorithm.failed_chains={policy}, max_resamples={max_resamples}): nothing is "

@@ -3,6 +3,7 @@ token, the staleness bound the producer keeps, and the refusal of a chain beyond
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from types import SimpleNamespace
@@ -10,9 +11,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from agentfly.core.trajectory import Trajectory
+from agentfly.core.trajectory import ToolCallRecord, Trajectory
 from agentfly.rollout.collate import collate_trajectories
 from agentfly.rollout.datamodule import RolloutDataModule
+from agentfly.rollout.failures import failure_reason
 from agentfly.rollout.producer import Produced, RolloutProducer, lead, staleness, too_stale
 from tests.rollout.test_agent_loop import ROWS, call, make_loop, model_dir  # noqa: F401
 
@@ -93,6 +95,67 @@ def test_the_data_module_rolls_a_refused_group_out_again_and_counts_it():
     assert rolled == [([{"q": "b"}], 7)]  # the refused group's row, under its own group id
     assert produced.trajs[:2] == kept
     assert [(t.group_id, t.chain_index, t.sampled_versions) for t in produced.trajs[2:]] == [(7, 0, [5]), (7, 1, [5])]
+
+
+def _timed_out(t: Trajectory) -> Trajectory:
+    """``t`` with a tool call past the harness's deadline: a chain the infrastructure failed."""
+    t.tool_calls = [ToolCallRecord("calc", {}, "Error: timeout", ok=False, error="timeout")]
+    t.reward = 0.0
+    return t
+
+
+def _refusing_module(policy: str, reruns: list) -> RolloutDataModule:
+    """Iteration 3 at version 5, bound 1, batch of rows 10 and 11 (groups 6 and 7): the fresh
+    rollout of a refused group has chain 1 failed by a hung tool; a re-run answers."""
+    dm = RolloutDataModule(
+        lambda: None, train_batch_size=2, rollout_mode="async", max_staleness=1,
+        failed_chains=policy, max_resamples=1,
+    )
+
+    class Loop:
+        def run(self, rows, prompt_key=None, group_offset=0):
+            chains = [_traj(group_offset, c, [5]) for c in range(2)]
+            _timed_out(chains[1])
+            return chains
+
+        def rerun(self, chains, attempt, prompt_key=None):
+            reruns.append([(t.group_id, t.chain_index) for t in chains])
+            return [_traj(t.group_id, t.chain_index, [5]) for t in chains]
+
+    dm.session = SimpleNamespace(loop=Loop())
+    return dm
+
+
+def test_a_failed_chain_of_a_group_rolled_out_again_is_resampled_not_trained_on():
+    reruns: list = []
+    dm = _refusing_module("resample", reruns)
+    kept = [_traj(6, 0, [4]), _traj(6, 1, [4])]
+    produced = Produced(3, [(10, {"q": "a"}), (11, {"q": "b"})],
+                        [*kept, _traj(7, 0, [3]), _traj(7, 1, [4])],
+                        metrics={"rollout/failed_chains": 2.0, "rollout/resampled_chains": 2.0})
+    assert dm._refuse_stale(produced, current=5) == 2
+    assert reruns == [[(7, 1)]]  # the failed fresh chain alone, re-run once
+    assert [failure_reason(t) for t in produced.trajs] == [None] * 4
+    assert [(t.group_id, t.chain_index) for t in produced.trajs] == [(6, 0), (6, 1), (7, 0), (7, 1)]
+    # the first rollout's counts and the new ones add up
+    assert produced.metrics["rollout/failed_chains"] == 3
+    assert produced.metrics["rollout/failed_chains/tool_timeout"] == 1
+    assert produced.metrics["rollout/resampled_chains"] == 3
+
+
+def test_a_group_rolled_out_again_that_fails_is_dropped_and_its_row_recorded(tmp_path):
+    dm = _refusing_module("drop", [])
+    dm.trajectory_dir = str(tmp_path)
+    kept = [_traj(6, 0, [4]), _traj(6, 1, [4])]
+    produced = Produced(3, [(10, {"q": "a"}), (11, {"q": "b"})],
+                        [*kept, _traj(7, 0, [3]), _traj(7, 1, [4])])
+    assert dm._refuse_stale(produced, current=5) == 2
+    assert produced.trajs == kept
+    assert produced.metrics["rollout/dropped_groups"] == 1
+    dm._write_rollout_record(produced.items, produced.trajs, [], 5, offset=6)
+    record = json.loads((tmp_path / "rollouts_rank0.jsonl").read_text())
+    assert record["rows"] == [10, 11] and record["dropped_rows"] == [11]
+    assert len(record["rewards"]) == 2
 
 
 def test_lead_per_mode():

@@ -70,6 +70,7 @@ INFRA = [
     ({"tool_calls": tool_failure("timeout")}, "tool_timeout"),
     ({"tool_calls": tool_failure("worker_died")}, "tool_worker_died"),
     ({"tool_calls": tool_failure("malformed_output")}, "tool_malformed_output"),
+    ({"tool_calls": tool_failure("unavailable")}, "tool_unavailable"),
     ({"reward_failed": True, "reward_error": "timeout", "reward": 0.0}, "reward_timeout"),
     ({"reward_failed": True, "reward_error": "exception", "reward": 0.0}, "reward_exception"),
 ]

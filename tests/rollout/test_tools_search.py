@@ -197,9 +197,44 @@ def test_http_backend_get(server: str) -> None:
     assert _Handler.requests[0]["auth"] is None
 
 
-def test_http_backend_down_is_an_error_observation() -> None:
+def test_http_backend_down_is_the_infrastructures_failure() -> None:
     # Port 9 (discard) on the loopback: nothing listens there, the connection is refused.
     tool = search_with(backend="http", url="http://127.0.0.1:9/retrieve", http_timeout=2)
     result = search(tool, "anything")
-    assert not result.ok and result.error == "exception"
+    assert not result.ok and result.error == "unavailable"
     assert "the search service at http://127.0.0.1:9/retrieve failed" in result.observation
+
+
+class _Failing(BaseHTTPRequestHandler):
+    status = 500
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(self.status)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("status", "error"),
+    [(500, "unavailable"), (503, "unavailable"), (429, "unavailable"), (401, "unavailable"),
+     (400, "exception"), (422, "exception")],
+)
+def test_an_http_error_is_the_services_unless_it_refused_the_query(status: int, error: str) -> None:
+    """5xx, throttling and auth are the service's or the setup's (the chain is failed, see
+    agentfly.rollout.failures); another 4xx refused what the model asked (its reward stands)."""
+    handler = type("Handler", (_Failing,), {"status": status})
+    httpd = HTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{httpd.server_address[1]}/retrieve"
+        result = search(search_with(backend="http", url=url, http_timeout=5), "anything")
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert not result.ok and result.error == error
+    assert str(status) in result.observation

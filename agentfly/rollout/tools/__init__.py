@@ -8,7 +8,15 @@ settings are bound per run with ``tool.configure(...)`` (see :mod:`agentfly.roll
 
 # Imported for their side effect: each module registers its tool.
 from agentfly.rollout.tools import answer, calculator, code_interpreter, search, webshop  # noqa: F401
-from agentfly.rollout.tools.base import TOOLS, Tool, ToolResult, get_tool, tool, tool_schemas
+from agentfly.rollout.tools.base import (
+    TOOLS,
+    Tool,
+    ToolResult,
+    ToolUnavailableError,
+    get_tool,
+    tool,
+    tool_schemas,
+)
 from agentfly.rollout.tools.call import run_tool_call
 from agentfly.rollout.tools.settings import ToolSettingsError, configure_tool
 
@@ -17,6 +25,7 @@ __all__ = [
     "Tool",
     "ToolResult",
     "ToolSettingsError",
+    "ToolUnavailableError",
     "configure_tool",
     "get_tool",
     "run_tool_call",

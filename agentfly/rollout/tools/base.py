@@ -54,9 +54,17 @@ EXCEPTION = "exception"
 MALFORMED_OUTPUT = "malformed_output"
 WORKER_DIED = "worker_died"
 OUTPUT_TOO_LARGE = "output_too_large"
+UNAVAILABLE = "unavailable"
 
 RUNS_IN = ("process", "thread")
 """Where a sync stateless tool runs: a worker process (default) or a daemon thread."""
+
+
+class ToolUnavailableError(RuntimeError):
+    """Raised by a tool when the service it depends on failed (unreachable, an HTTP 5xx, a
+    reply in no known shape): the infrastructure's fault, not the call's. The chain it happens
+    to is failed (``tool_unavailable`` in :mod:`agentfly.rollout.failures`) instead of scored
+    on it; a tool that refuses the model's input raises anything else."""
 
 
 @dataclass
@@ -68,8 +76,9 @@ class ToolResult:
         ok: whether the call succeeded.
         error: a short error kind when it did not: ``"unknown_tool"``, ``"invalid_arguments"``,
             ``"timeout"``, ``"exception"``, ``"malformed_output"``, ``"worker_died"`` (the
-            worker process running the call died) or ``"output_too_large"`` (the result,
-            pickled, passed the worker pool's reply cap).
+            worker process running the call died), ``"output_too_large"`` (the result,
+            pickled, passed the worker pool's reply cap) or ``"unavailable"`` (the service
+            behind the tool failed: :class:`ToolUnavailableError`).
         ends_chain: the chain stops after this call (the ``answer`` tool).
         final_answer: the chain's final response when ``ends_chain``.
     """

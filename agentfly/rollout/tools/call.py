@@ -46,10 +46,12 @@ from agentfly.rollout.tools.base import (
     OUTPUT_TOO_LARGE,
     TIMEOUT,
     TOOLS,
+    UNAVAILABLE,
     UNKNOWN_TOOL,
     WORKER_DIED,
     Tool,
     ToolResult,
+    ToolUnavailableError,
     get_tool,
 )
 from agentfly.rollout.tools.schema import validate_arguments
@@ -209,6 +211,8 @@ async def run_tool_call(
         return ToolResult.failure(
             OUTPUT_TOO_LARGE, f"Error: tool {tool.name!r} returned too much: {e}."
         )
+    except ToolUnavailableError as e:
+        return ToolResult.failure(UNAVAILABLE, f"Error: tool {tool.name!r} is unavailable: {e}")
     except (Exception, SystemExit) as e:
         logger.debug("tool %s raised", tool.name, exc_info=True)
         return ToolResult.failure(

@@ -20,13 +20,14 @@ from __future__ import annotations
 import json
 import os
 import threading
+import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from agentfly.rollout.tools.base import tool
+from agentfly.rollout.tools.base import ToolUnavailableError, tool
 
 
 @dataclass(frozen=True)
@@ -164,8 +165,18 @@ def _passage(item: Any) -> Passage | None:
     return None
 
 
+#: HTTP statuses of a 4xx reply that are the service's or the setup's, not the query's
+_SERVICE_4XX = frozenset({401, 403, 407, 408, 429})
+
+
 def http_search(query: str, settings: SearchSettings) -> list[Passage]:
-    """Ask the configured search service; raises ``RuntimeError`` with the reason if it fails."""
+    """Ask the configured search service.
+
+    Raises:
+        ToolUnavailableError: the service is unreachable, timed out, answered 5xx (or 401, 403,
+            407, 408, 429) or sent a reply in no known shape.
+        ValueError: the service refused the query itself (any other 4xx).
+    """
     headers = {"Accept": "application/json"}
     if settings.api_key_env:
         headers["Authorization"] = f"Bearer {os.environ.get(settings.api_key_env, '')}"
@@ -180,15 +191,19 @@ def http_search(query: str, settings: SearchSettings) -> list[Passage]:
     try:
         with urllib.request.urlopen(request, timeout=settings.http_timeout) as response:
             reply = json.loads(response.read().decode("utf-8"))
+    except urllib.error.HTTPError as e:
+        if 400 <= e.code < 500 and e.code not in _SERVICE_4XX:
+            raise ValueError(f"the search service at {settings.url} refused the query: {e}") from None
+        raise ToolUnavailableError(f"the search service at {settings.url} failed: {e}") from None
     except Exception as e:
-        raise RuntimeError(f"the search service at {settings.url} failed: {e}") from None
+        raise ToolUnavailableError(f"the search service at {settings.url} failed: {e}") from None
     if isinstance(reply, dict):
         keys = ("results", "result", "passages", "documents", "items", "organic")
         reply = next((reply[k] for k in keys if k in reply), [])
     if isinstance(reply, list) and reply and isinstance(reply[0], list):
         reply = reply[0]  # a batched reply to ``queries``
     if not isinstance(reply, list):
-        raise RuntimeError(f"the search service at {settings.url} sent no list of passages")
+        raise ToolUnavailableError(f"the search service at {settings.url} sent no list of passages")
     passages = [p for p in map(_passage, reply) if p is not None]
     return passages[: settings.top_k]
 
