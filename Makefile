@@ -34,7 +34,7 @@ install: $(STAMP)
 test: $(STAMP)
 	bash scripts/install_system_packages.sh  # bubblewrap for the sandbox tests, a real single-host SLURM for the srun tests (root + apt; else they skip)
 	$(PY) -m ruff check agentfly tests scripts
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=25  # the slowest tests, to keep the suite under its 15 minutes
 
 # Break the learning code on purpose, one mutation at a time (scripts/mutants.py): every mutation
 # must make a test fail.

@@ -32,16 +32,19 @@ def wait_go(before_trim: Any = None) -> bool:
     running one needs. It is not done between iterations: the next iteration would page that
     memory back in, a cost no training run pays (figures in bench/README.md). ``before_trim``
     runs first (an agentfly worker that rolls out ahead lets its rollouts in flight end, so
-    that none runs during another system's turn).
+    that none runs during another system's turn); the ``trimmed`` event's ``drained_s`` is the
+    time it took, work done for the next turn's iterations, which the parent counts in them.
     """
     while True:
         word = sys.stdin.readline().strip()
         if word != "trim":
             return word == "go"
+        started = time.perf_counter()
         if before_trim is not None:
             before_trim()
+        drained = time.perf_counter() - started
         trim_memory()
-        emit("trimmed")
+        emit("trimmed", drained_s=round(drained, 4))
 
 
 def trim_memory() -> None:

@@ -146,6 +146,16 @@ def summarize(args, results: dict[str, list[dict]], hw: dict, loads: list[str]) 
             + (f" {max(i.get('peak_gpu_gib') or 0 for i in its):.1f} |" if gpu else "")
         )
     lines.append("")
+    drains = {s: [i.get("drained_s", 0.0) for i in its] for s, its in results.items()}
+    drains = {s: d for s, d in drains.items() if any(d)}
+    if drains:
+        lines.append(
+            "Counted in s/iteration: what a worker's rollouts ran on between its turns (rolled out "
+            "ahead for the next turn), a share per counted iteration, median (max): "
+            + ", ".join(f"{s} {statistics.median(d):.2f} ({max(d):.2f}) s" for s, d in drains.items())
+            + "."
+        )
+        lines.append("")
     lines.append("Time per phase (median seconds per iteration):")
     lines.append("")
     lines.append("| system | " + " | ".join(PHASES) + " | total |")
@@ -239,6 +249,7 @@ def main() -> None:
     workers: dict[str, Worker] = {}
     results: dict[str, list[dict]] = {s: [] for s in systems}
     startup: dict[str, float] = {}
+    drained: dict[str, float] = {}  # per system: seconds its rollouts ran on between its turns
     name = args.workload if args.device == "cpu" else f"{args.workload}_{args.device}"
     try:
         for s in systems:  # one at a time: start-up is not what is measured
@@ -255,14 +266,21 @@ def main() -> None:
                 for kind in turn:
                     workers[s].send("go")
                     ev = workers[s].read_event()
+                    if kind == "counted" and drained.get(s):
+                        # the rollouts the worker finished between its turns were made for these
+                        # iterations: their time is counted in them, a share each (the most
+                        # they can cost: in a run they would overlap the update)
+                        ev["drained_s"] = drained[s] / args.per_turn
+                        ev["wall_s"] += ev["drained_s"]
                     tag = kind if kind != "counted" else f"round {r - args.warmup + 1}"
                     print(f"{tag} {s}: {ev['wall_s']:.2f} s, {ev['samples']} samples, "
                           f"{ev['gen_tokens']} tokens, load {load_avg()}, "
-                          + ", ".join(f"{k} {v:.2f}" for k, v in ev["phases"].items() if v), flush=True)
+                          + ", ".join(f"{k} {v:.2f}" for k, v in ev["phases"].items() if v)
+                          + (f", drained {ev['drained_s']:.2f}" if ev.get("drained_s") else ""), flush=True)
                     if kind == "counted":
                         results[s].append(ev)
                 workers[s].send("trim")  # its freed heap back to the OS before the next system
-                workers[s].read_event()
+                drained[s] = workers[s].read_event().get("drained_s", 0.0)
             loads.append(load_avg())
     finally:
         for wk in workers.values():

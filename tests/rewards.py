@@ -35,3 +35,14 @@ def probe_even_token_share(trajectory: Any = None) -> float:
     :mod:`tests.probes`)."""
     ids = [i for i, m in zip(trajectory.response_ids, trajectory.loss_mask, strict=True) if m]
     return sum(1 for i in ids if i % 2 == 0) / len(ids) if ids else 0.0
+
+
+@reward(name="fails_on_rank_1", runs_in="thread")  # in the trainer process, which knows its rank
+def fails_on_rank_1(prediction: str) -> float:
+    """Scores 0.5 on every rank but rank 1 of a process group, where it raises (a broken reward
+    on one rank: :mod:`tests.test_ddp`)."""
+    import torch
+
+    if torch.distributed.is_available() and torch.distributed.is_initialized() and torch.distributed.get_rank() == 1:
+        raise RuntimeError("this reward fails on rank 1")
+    return 0.5

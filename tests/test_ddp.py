@@ -70,6 +70,36 @@ def test_two_cpu_ranks_roll_out_different_prompts(task, tmp_path, estimator):
         assert abs(float(val[key]) * 3 - round(float(val[key]) * 3)) < 1e-6, (key, val[key])
 
 
+@pytest.mark.parametrize("stage", ["rollout", "validation"])
+def test_a_failure_on_one_rank_stops_every_rank_naming_it(task, tmp_path, stage):
+    """rollout: rank 1's reward raises on every chain, so its rollout fails (no group can be
+    dropped with two ranks). validation: rank 1's validation batches raise (it holds two, rank 0
+    one). Either way rank 0 stops too, naming rank 1's error, instead of waiting for a rank that
+    is gone in the update's gradient all-reduce or the gather of the validation sums."""
+    root, model = task
+    faults = {
+        "rollout": ["agent.init_config.reward_name=fails_on_rank_1", "algorithm.max_resamples=0"],
+        "validation": ["trainer.val_before_train=True", "data.val_batch_size=1",
+                       "--trainer.callbacks+=tests.rank_faults.ValidationFailsOnRank1"],
+    }[stage]
+    args = fit_args(root, model, tmp_path / "run", 1, [
+        "trainer.device=cpu",
+        "trainer.n_gpus_per_node=2",
+        "data.train_batch_size=4",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        "agent.init_config.plugins=[tests.rewards]",
+        *faults,
+    ])
+    proc = subprocess.run([sys.executable, "-m", "agentfly.cli", *args], capture_output=True, text=True, timeout=240)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-3000:]
+    what = {"rollout": "the rollout of iteration 0", "validation": "the validation at iteration 0"}[stage]
+    assert f"PeerRankFailedError: {what} failed on 1 of 2 ranks" in out, out[-3000:]
+    cause = {"rollout": "rank 1: FailedChainsError", "validation": "rank 1: RuntimeError: the validation rollout broke on rank 1"}[stage]
+    assert cause in out, out[-3000:]
+    assert not (tmp_path / "run" / "checkpoints" / "last.ckpt").exists()  # no update ran
+
+
 @pytest.mark.parametrize(
     ("device", "expected", "says_no_gpu"),
     [("cpu", ("cpu", 2, 1), False), ("auto", ("cpu", 1, 1), True)],

@@ -44,6 +44,7 @@ import torch
 from agentfly.callbacks.batch_hooks import RolloutBatchCallback, apply_rollout_callbacks
 from agentfly.core import metric_sums
 from agentfly.core.batch import RolloutBatch
+from agentfly.core.ranks import fail_together
 from agentfly.core.reductions import masked_mean
 from agentfly.estimators.kl import full_kl_from_logits, kl_penalty
 from agentfly.modules.fsdp import total_norm
@@ -653,16 +654,22 @@ class AgentRLModule(pl.LightningModule):
 
     def on_validation_epoch_start(self) -> None:
         self._val_sums: metric_sums.Sums = {}
+        self._val_error: Exception | None = None
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         """Validation batches are scored rollouts: the data module hands over ``val_sums``, the
-        [sum, count] per metric (:mod:`agentfly.core.metric_sums`)."""
+        [sum, count] per metric (:mod:`agentfly.core.metric_sums`), or with several ranks the
+        error that stopped the batch (``val_error``, raised at the epoch's end on every rank)."""
+        if batch.get("val_error") is not None and getattr(self, "_val_error", None) is None:
+            self._val_error = batch["val_error"]
         metric_sums.merge([batch.get("val_sums", {})], into=self._val_sums)
 
     def on_validation_epoch_end(self) -> None:
-        """Add every rank's sums and counts (each rank validated its own rows), then log the means."""
+        """Add every rank's sums and counts (each rank validated its own rows), then log the means;
+        a validation rollout that failed on any rank stops every rank here."""
         parts = [dict(getattr(self, "_val_sums", {}))]
         if self.trainer.world_size > 1 and torch.distributed.is_available() and torch.distributed.is_initialized():
+            fail_together(getattr(self, "_val_error", None), f"the validation at iteration {self.iteration}")
             gathered: list[Any] = [None] * torch.distributed.get_world_size()
             torch.distributed.all_gather_object(gathered, parts[0])
             parts = gathered

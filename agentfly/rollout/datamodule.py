@@ -43,6 +43,7 @@ from torch.utils.data import DataLoader
 from agentfly.core import metric_sums
 from agentfly.core.batch import RolloutBatch
 from agentfly.core.metric_sums import Sums
+from agentfly.core.ranks import fail_together
 from agentfly.rollout.collate import collate_trajectories
 from agentfly.rollout.data import DataError, load_rows
 from agentfly.rollout.failures import complete_groups
@@ -366,8 +367,20 @@ class RolloutDataModule(pl.LightningDataModule):
 
     def rollout(self, items: list[tuple[int, dict[str, Any]]]) -> RolloutBatch:
         """Iteration k's batch: rolled out now (``sync``, the on-policy point), or taken from the
-        producer, which rolled it out while earlier updates ran; then collated."""
+        producer, which rolled it out while earlier updates ran; then collated.
+
+        With several ranks, a rollout that raised on one rank stops every rank here
+        (:func:`~agentfly.core.ranks.fail_together`), before the update's collectives."""
         k = self._iteration()
+        try:
+            batch = self._rollout(k, items)
+        except Exception as error:
+            fail_together(error, f"the rollout of iteration {k}")
+            raise
+        fail_together(None, f"the rollout of iteration {k}")
+        return batch
+
+    def _rollout(self, k: int, items: list[tuple[int, dict[str, Any]]]) -> RolloutBatch:
         if self.rollout_mode == "sync":
             produced = self._roll(k, items)
             waited = produced.seconds
@@ -552,9 +565,19 @@ class RolloutDataModule(pl.LightningDataModule):
 
     def validate_rollout(self, items: list[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
         """Roll out a validation batch: ``{"index": ..., "val_sums": {metric: [sum, count]}}``
-        (after the producer's rollout in flight, if any: the two do not share the engines)."""
-        with self._rollout_lock:
-            return self._validate_rollout(items)
+        (after the producer's rollout in flight, if any: the two do not share the engines).
+
+        With several ranks an error is not raised here but handed over as ``val_error``: the
+        ranks may hold different numbers of batches, so they agree on failures at the epoch's
+        end, where the module raises on every rank (:func:`~agentfly.core.ranks.fail_together`)
+        instead of one rank waiting for the others' sums."""
+        try:
+            with self._rollout_lock:
+                return self._validate_rollout(items)
+        except Exception as error:
+            if self._rank()[1] == 1:
+                raise
+            return {"index": torch.arange(0), "val_sums": {}, "val_error": error}
 
     def _validate_rollout(self, items: list[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
         rows = [row for _, row in items]

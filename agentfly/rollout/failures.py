@@ -64,7 +64,9 @@ Several ranks: a dropped group shrinks this rank's batch, and the update runs on
 micro-batch, each a collective under DDP (the gradient all-reduce) and FSDP (the all-gathers):
 ranks with different batch sizes would wait on each other forever. So ``drop`` is refused at
 plan time with more than one rank, and a ``resample`` that cannot complete a group raises
-:class:`FailedChainsError` there instead of dropping it (``can_drop=False``).
+:class:`FailedChainsError` there instead of dropping it (``can_drop=False``); the other ranks
+stop with it at the hand-over (:func:`agentfly.core.ranks.fail_together`) instead of waiting on
+it in the update's collectives.
 """
 
 from __future__ import annotations
