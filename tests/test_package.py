@@ -107,14 +107,3 @@ def test_no_import_cycles():
         f"folder import cycle: {' -> '.join(cycle)} "
         f"({'; '.join(example[step] for step in itertools.pairwise(cycle))})"
     )
-
-
-def test_the_module_loads_no_rollout_code():
-    """Importing the LightningModule imports nothing of ``agentfly.rollout`` (engines, sandbox)."""
-    code = (
-        "import sys, agentfly.modules.rl_module;"
-        "print(sorted(m for m in sys.modules if m.startswith('agentfly.rollout')))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]"

@@ -1,5 +1,5 @@
 """Weight sync is real: after an update, the engine's log-probabilities of a sequence equal the
-actor's (and differ from the initial model's), for the transformers and the vLLM engine."""
+actor's (and differ from the initial model's)."""
 
 from __future__ import annotations
 
@@ -21,11 +21,11 @@ def teacher_forced(model, ids: list[int], n_new: int) -> torch.Tensor:
     return picked[-n_new:]
 
 
-@pytest.mark.parametrize("engine", ["hf", "vllm"])
-def test_engine_matches_the_actor_after_an_update(tmp_path, monkeypatch, engine):
-    if engine == "vllm":
-        pytest.importorskip("vllm")
-        monkeypatch.setenv("VLLM_CACHE_ROOT", str(tmp_path / "vllm-cache"))
+# The transformers engine only: the vLLM engine's reload of the same Hugging Face-named state
+# dict (the tied embedding included) is checked against transformers in
+# tests/rollout/test_vllm_engine.py (test_load_weights_follows_the_perturbed_model).
+@pytest.mark.parametrize("engine", ["hf"])
+def test_engine_matches_the_actor_after_an_update(tmp_path, engine):
     from transformers import AutoModelForCausalLM
 
     model = build_tiny_model(tmp_path / "m", hidden_size=128, head_dim=32, initializer_range=0.2)

@@ -4,7 +4,6 @@ and the requeue that Lightning's SLURMEnvironment performs. Skipped without slur
 
 from __future__ import annotations
 
-import json
 import sys
 import textwrap
 import time
@@ -12,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.slurm.cluster import SlurmCluster, free_port
+from tests.slurm.cluster import SlurmCluster
 
 # A task that records SIGUSR1 and, when asked, requeues its job from rank 0 the way Lightning's
 # SIGUSR1 handler does (`scontrol requeue $SLURM_JOB_ID`); a restarted run exits at once.
@@ -179,52 +178,6 @@ def test_usr1_handler_requeues_the_job_and_it_runs_again(cluster: SlurmCluster, 
         "ready rank=1 restart=0",
         "ready rank=1 restart=1",
     ], lines
-
-
-@pytest.mark.slow
-def test_lightning_requeues_on_usr1_and_resumes_from_its_hpc_checkpoint(
-    cluster: SlurmCluster,
-    tmp_path: Path,
-):
-    """DESIGN "Scale": Lightning's SLURMEnvironment takes the ranks from `srun` and, on SIGUSR1,
-    saves hpc_ckpt_1.ckpt and requeues the job; the restarted job resumes from it."""
-    pytest.importorskip("lightning")
-    script = Path(__file__).with_name("lightning_requeue_task.py")
-    job = write_job(
-        tmp_path / "job.sh",
-        f"""\
-        # Lightning derives MASTER_PORT from the job id; two test clusters share job ids.
-        export MASTER_ADDR=127.0.0.1 MASTER_PORT={free_port()}
-        srun {sys.executable} {script} {tmp_path}
-    """,
-    )
-    job_id = cluster.sbatch(
-        job,
-        "-N1",
-        "--ntasks-per-node=2",
-        "--requeue",
-        "--open-mode=append",
-        f"-o{tmp_path}/out.txt",
-    )
-    deadline = time.monotonic() + 90
-    while not all((tmp_path / f"ready.{rank}").exists() for rank in (0, 1)):
-        info = cluster.job(job_id)
-        assert time.monotonic() < deadline and info.get("JobState") in ("PENDING", "RUNNING"), (
-            info,
-            (tmp_path / "out.txt").read_text() if (tmp_path / "out.txt").exists() else "",
-        )
-        time.sleep(0.3)
-    cluster.run(["scancel", "--signal=USR1", job_id])
-    info = cluster.wait_job(job_id, timeout=90)
-    out = (tmp_path / "out.txt").read_text()
-    assert info["JobState"] == "COMPLETED" and info["Restarts"] == "1", (info, out)
-    assert (tmp_path / "hpc_ckpt_1.ckpt").exists(), out
-    results = [json.loads((tmp_path / f"result.{rank}").read_text()) for rank in (0, 1)]
-    for rank, result in enumerate(results):
-        assert result["rank"] == rank and result["world_size"] == 2, result
-        assert result["environment"] == "SLURMEnvironment", result
-        assert result["restart"] == 1 and result["resumed_at"] >= 3, result
-        assert result["global_step"] == 6, result
 
 
 def test_signal_before_time_limit_reaches_the_tasks(cluster: SlurmCluster, time_limit_job):
