@@ -180,9 +180,11 @@ def resolve_topology(cfg: Any, hw: Hardware) -> Topology:
                 "parallelism, or set it to 1"
             )
         total_gpus = max(hw.gpus, 1) * nodes
-        engines = (
-            max(1, devices * nodes // tp) if rollout.num_engines is None else int(rollout.num_engines)
-        )
+        # one training process on one GPU with a transformers engine: the engine shares the
+        # process and the GPU (as on the CPU: no Ray, no weight copy through an object store)
+        in_process = devices == 1 and nodes == 1 and not hw.ray_address and rollout.name == "hf"
+        default = 0 if in_process else max(1, devices * nodes // tp)
+        engines = default if rollout.num_engines is None else int(rollout.num_engines)
         if engines * tp > total_gpus and not errors:
             errors.append(
                 f"{engines} rollout engine{'s' if engines != 1 else ''} × tensor_model_parallel_size"

@@ -1,7 +1,9 @@
 """The machine's own limits, measured by the benchmark itself: fp32 matmul and memory bandwidth.
 
 On ``device="cuda"`` both are the GPU's: fp32 GEMM at torch's default precision (TF32 off, as
-both systems run) and a device-to-device copy; timings are taken after a synchronize.
+both systems run) and a device-to-device copy; timings are taken after a synchronize. There the
+bf16 GEMM is measured too, the GPU's tensor-core peak, which the update's rate is also set
+against.
 
 Also the model's FLOP count, so an update's achieved FLOP/s can be set against the matmul
 throughput, and the decode bound that generation tokens/s is set against.
@@ -16,12 +18,17 @@ from typing import Any
 from _worker import cuda_sync
 
 
-def matmul_gflops(device: str = "cpu", n: int | None = None, reps: int = 6) -> float:
-    """Best-of fp32 GEMM throughput (GFLOP/s): torch's default thread count on the CPU."""
+def matmul_gflops(
+    device: str = "cpu", n: int | None = None, reps: int = 6, dtype: str = "float32"
+) -> float:
+    """Best-of GEMM throughput (GFLOP/s): fp32 by default (torch's default thread count on the
+    CPU); ``dtype="bfloat16"`` on a GPU gives the tensor-core peak its share is set against."""
     import torch
 
     n = n or (8192 if device == "cuda" else 2048)
-    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
+    kind = getattr(torch, dtype)
+    a = torch.randn(n, n, device=device, dtype=kind)
+    b = torch.randn(n, n, device=device, dtype=kind)
     a @ b
     best = 0.0
     for _ in range(reps):

@@ -119,9 +119,10 @@ def summarize(args, results: dict[str, list[dict]], hw: dict, loads: list[str]) 
     where = f"{hw['cpu']}, {hw['cores']} cores, torch threads {hw['threads']}"
     if hw.get("gpu"):
         where = f"{hw['gpu']} (beside {where})"
+    bf16 = f", bf16 matmul {hw['bf16_gflops'] / 1e3:.0f} TFLOP/s" if hw.get("bf16_gflops") else ""
     lines.append(
         f"Machine: {where}; fp32 matmul {hw['matmul_gflops']:.0f} GFLOP/s, copy bandwidth "
-        f"{hw['memory_gbps']:.1f} GB/s{' (GPU)' if hw.get('gpu') else ''}; "
+        f"{hw['memory_gbps']:.1f} GB/s{' (GPU)' if hw.get('gpu') else ''}{bf16}; "
         f"load average (1/5/15 min) before/after: {loads[0]} / {loads[-1]}."
     )
     lines.append("")
@@ -167,9 +168,11 @@ def summarize(args, results: dict[str, list[dict]], hw: dict, loads: list[str]) 
     lines.append("")
     lines.append("Against the machine (medians):")
     lines.append("")
+    peak = hw.get("bf16_gflops")
     lines.append("| system | gen tokens / iteration | generation tokens/s | decode bound tokens/s | "
-                 "fraction | update model GFLOP | update GFLOP/s | fraction of matmul |")
-    lines.append("|---|---|---|---|---|---|---|---|")
+                 "fraction | update model GFLOP | update GFLOP/s | fraction of matmul |"
+                 + (" fraction of bf16 peak |" if peak else ""))
+    lines.append("|---|---|---|---|---|---|---|---|" + ("---|" if peak else ""))
     for system, its in results.items():
         toks = statistics.median(i["gen_tokens"] for i in its)
         gen_s = statistics.median(i["phases"]["generation"] for i in its)
@@ -184,6 +187,7 @@ def summarize(args, results: dict[str, list[dict]], hw: dict, loads: list[str]) 
         lines.append(
             f"| {system} | {toks:.0f} | {gen_tps:.1f} | {bound:.0f} | {gen_tps / bound:.1%} | "
             f"{statistics.median(flops) / 1e9:.0f} | {rate:.1f} | {rate / hw['matmul_gflops']:.1%} |"
+            + (f" {rate / peak:.2%} |" if peak else "")
         )
     lines.append("")
     extra = []
@@ -236,6 +240,7 @@ def main() -> None:
         "memory_gbps": memory_gbps(args.device),
     }
     if args.device == "cuda":
+        hw["bf16_gflops"] = matmul_gflops(args.device, dtype="bfloat16")
         hw["gpu"] = torch.cuda.get_device_name()
         hw["torch"] = torch.__version__
         torch.cuda.empty_cache()  # the probe's buffers: the workers are other processes

@@ -27,4 +27,8 @@ def test_a_visible_gpu_takes_the_engine_unless_told_otherwise(tiny_model_dir):
     plan = _settings(tiny_model_dir)  # trainer.device=auto
     assert "device" not in plan.engine_kwargs  # the engine picks CUDA itself
     assert plan.engine_kwargs["dtype"] == "bfloat16"  # actor_rollout_ref.rollout.dtype's default
-    assert plan.pool_kwargs["num_gpus_per_engine"] == 1
+    # one GPU, one process, the transformers engine: it shares the training process (no Ray)
+    assert plan.num_engines == 0
+    plan = _settings(tiny_model_dir, "actor_rollout_ref.rollout.num_engines=1")
+    assert plan.num_engines == 1
+    assert plan.pool_kwargs["num_gpus_per_engine"] == 1  # a Ray actor holding the GPU

