@@ -29,6 +29,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "conf" / "examples" / "demo_calculator.yaml"
 CHAINS_PER_PROMPT = 8  # the demo config's num_chains
