@@ -293,9 +293,14 @@ def _idle_threads(cfg: Any, topology: Topology, hw: Hardware) -> int | None:
     return None if _engine_threads(cfg, topology, hw) is None else hw.cpus
 
 
-def plan_rollout(cfg: Any, topology: Topology, hw: Hardware | None = None) -> RolloutPlan:
-    """The engines, the agent and the agent loop's settings."""
+def plan_rollout(
+    cfg: Any, topology: Topology, hw: Hardware | None = None, *, training: bool = False
+) -> RolloutPlan:
+    """The engines, the agent and the agent loop's settings; ``training``: for ``fit``, whose
+    failed chains are re-run or dropped (``algorithm.failed_chains``), which the warning of a
+    failed reward says."""
     from agentfly.core.plugins import is_object_spec, portable
+    from agentfly.rollout.failures import describe_policy
 
     init, run = cfg.agent.init_config, cfg.agent.run_config
     rollout, model = cfg.actor_rollout_ref.rollout, cfg.actor_rollout_ref.model
@@ -332,6 +337,11 @@ def plan_rollout(cfg: Any, topology: Topology, hw: Hardware | None = None) -> Ro
         train_on_last_turn=bool(cfg.agent.train_on_last_turn),
         seed=int(cfg.trainer.seed),
     )
+    if training:
+        alg = cfg.algorithm
+        loop["failed_chain_consequence"] = describe_policy(
+            str(alg.failed_chains), int(alg.max_resamples)
+        )
     name = str(rollout.name)
     pool_kwargs: dict[str, Any] = {"num_gpus_per_engine": topology.gpus_per_engine}
     threads = _engine_threads(cfg, topology, hw) if hw is not None and topology.num_engines else None
@@ -356,6 +366,10 @@ def plan_rollout(cfg: Any, topology: Topology, hw: Hardware | None = None) -> Ro
             num_workers=run.workers.num_workers,
             memory_mb=int(run.workers.memory_mb),
             start_timeout=float(run.workers.start_timeout),
+            queue_timeout=float(run.workers.queue_timeout),
+        ),
+        chains_in_flight=int(
+            run.max_concurrent_chains or int(cfg.data.train_batch_size) * int(run.num_chains)
         ),
         reward_timeout=float(init.reward_timeout) if init.reward_timeout is not None else None,
     )
@@ -474,7 +488,7 @@ def plan_run(cfg: Any, hardware: Hardware | None = None) -> RunPlan:
         run_dir=str(cfg.trainer.default_local_dir),
         module=plan_module(cfg, topology, iterations, estimator),
         datamodule=plan_datamodule(cfg, topology, run_dir, estimator, iterations, hw),
-        rollout=plan_rollout(cfg, topology, hw),
+        rollout=plan_rollout(cfg, topology, hw, training=True),
         callbacks=plan_callbacks(cfg, run_dir, iterations),
         user_callbacks=list(plain(cfg.trainer.callbacks) or []),
         loggers=plan_loggers(cfg, run_dir),

@@ -196,6 +196,21 @@ MUTATIONS = [
         "    elif True:",
         (f"{WORKERS}::test_hung_tools_time_out_at_their_deadline_and_later_calls_run",),
     ),
+    # a fault in some calls costs only the chains it hits (issue 29)
+    Mutation(
+        "a queued call's deadline counts from its submission again",
+        "agentfly/rollout/execution/workers.py",
+        "            job.deadline = started + job.timeout  # its own time starts now\n",
+        "            job.deadline = job.submitted + job.timeout\n",
+        (f"{WORKERS}::test_a_queued_call_s_deadline_starts_when_a_worker_takes_it",),
+    ),
+    Mutation(
+        "a tool with no call running waits behind another tool's hung calls",
+        "agentfly/rollout/execution/call_queue.py",
+        "        return self._running[label] == 0 and running < 2 * self.num_workers\n",
+        "        return False\n",
+        (f"{WORKERS}::test_a_tool_whose_calls_hang_never_keeps_another_tool_from_running",),
+    ),
     Mutation(
         "rewards beyond float32 accepted",
         "agentfly/rollout/rewards/base.py",

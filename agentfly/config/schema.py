@@ -116,19 +116,28 @@ class WorkersConfig:
     """The worker processes that run sync tools and rewards (killed at a call's deadline).
 
     Attributes:
-        num_workers: processes at most, started on first use and reused; ``None`` = the
-            usable CPU count, within 2..8.
+        num_workers: calls running at once in the worker processes (started once, reused);
+            beyond it, a tool or the reward with no call running still gets one worker, so
+            that a tool whose calls hang never stalls another. ``None`` = the usable CPU count
+            within 2..8, or, when a tool or reward that runs in the workers is declared
+            ``io_bound``, one per chain in flight (``max_concurrent_chains``, else a training
+            batch's chains) up to 64.
         memory_mb: each worker's address-space limit in MiB (``RLIMIT_AS``, virtual memory,
             set after the plugins are imported): an allocation past it is a ``MemoryError`` in
             the worker (a counted ``exception`` failure); 0 = no limit (needed by code that
             initialises CUDA, which reserves far more address space than it uses).
         start_timeout: seconds a worker may take to start (import the plugins) before the
             rollout stops with an error naming what failed.
+        queue_timeout: seconds a call may wait for a worker; past it the call fails as
+            ``queue_timeout`` (``rollout/failed_chains/tool_queue_timeout``, ``..._reward_...``):
+            the pool is too small for the calls in flight. A call's own timeout counts only
+            from when a worker takes it.
     """
 
     num_workers: PositiveInt | None = None
     memory_mb: NonNegativeInt = 4096
     start_timeout: PositiveFloat = 60.0
+    queue_timeout: PositiveFloat = 600.0
 
 
 @dataclass

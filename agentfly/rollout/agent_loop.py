@@ -35,6 +35,7 @@ from agentfly.rollout.engines.caller_thread import run_sync
 from agentfly.rollout.execution.workers import WorkerPool, WorkerStartError
 from agentfly.rollout.prompt import RenderedPrompt, render_prompt
 from agentfly.rollout.rewards import ascore_trajectory
+from agentfly.rollout.rewards.base import NO_POLICY
 from agentfly.rollout.templates.base import ChatTemplate
 from agentfly.rollout.tools.base import INVALID_ARGUMENTS, ToolResult
 from agentfly.rollout.tools.call import run_tool_call
@@ -108,6 +109,8 @@ class AgentLoop:
         train_on_last_turn: keep the loss mask only on the last assistant turn.
         seed: base seed; chain ``k`` of group ``g`` samples with a seed derived from it, so a
             rerun gives the same trajectories. None samples from the engines' own generators.
+        failed_chain_consequence: what becomes of a chain whose reward fails, in words, for
+            the warning (in training: :func:`agentfly.rollout.failures.describe_policy`).
     """
 
     def __init__(
@@ -132,6 +135,7 @@ class AgentLoop:
         top_k: int = -1,
         train_on_last_turn: bool = False,
         seed: int | None = None,
+        failed_chain_consequence: str = NO_POLICY,
     ) -> None:
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
@@ -152,6 +156,7 @@ class AgentLoop:
         self.max_response_len = max_response_len
         self.train_on_last_turn = train_on_last_turn
         self.seed = seed
+        self.failed_chain_consequence = failed_chain_consequence
         #: wall seconds of the last ``arun`` spent generating / in tools / scoring (union over chains)
         self.last_timing: dict[str, float] = {}
         self._timer = PhaseTimer()
@@ -368,7 +373,8 @@ class AgentLoop:
         if self.reward is not None:
             with self._timer("reward"):
                 await ascore_trajectory(
-                    self.reward, traj, timeout=self.reward_timeout, workers=self.workers
+                    self.reward, traj, timeout=self.reward_timeout, workers=self.workers,
+                    consequence=self.failed_chain_consequence,
                 )
         return traj
 

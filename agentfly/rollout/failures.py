@@ -24,16 +24,19 @@ What counts as an infrastructure failure (:func:`failure_reason`), and what does
   ``EngineStartError``: a dead or stuck engine actor). ``chain_error``: any other exception
   out of the chain (``finish_reason == "error"``): a parser, template or resource bug, which
   no output of the model should be able to cause.
-- ``tool_timeout``: a tool call passed the harness's deadline (``Tool.timeout``): the tool gave
-  no answer at all. ``tool_worker_died``: the process running the tool died (a crash, a signal,
+- ``tool_timeout``: a tool call ran past the harness's deadline (``Tool.timeout``, counted from
+  when a worker took it): the tool gave no answer at all. ``tool_queue_timeout``: the call
+  waited past the worker pool's queue bound (``agent.run_config.workers.queue_timeout``) and
+  never ran: the pool is too small for the calls in flight. ``tool_worker_died``: the process running the tool died (a crash, a signal,
   the worker's memory limit). ``tool_malformed_output``: the tool returned something that is
   not text (a bug in the tool). ``tool_unavailable``: the service behind the tool failed (the
   search API unreachable or answering 5xx: ``ToolUnavailableError``). One such call fails the
   chain, whatever its reward: the chain
   saw an error the healthy system would not have shown it.
-- ``reward_<kind>``: the reward function failed (``timeout``, ``exception``, ``malformed``,
-  ``worker_died``, ``output_too_large``, ``missing_field``, ``bad_signature``; see
-  :mod:`agentfly.rollout.rewards.base`): the 0 it scored is no verdict on the response.
+- ``reward_<kind>``: the reward function failed (``timeout``, ``queue_timeout``,
+  ``exception``, ``malformed``, ``worker_died``, ``output_too_large``, ``missing_field``,
+  ``bad_signature``; see :mod:`agentfly.rollout.rewards.base`): the 0 it records is no
+  verdict on the response.
 
 The model's own faults keep their real reward and stay: a malformed call
 (``invalid_arguments``), an unknown tool, a tool that raised on the model's arguments
@@ -82,7 +85,9 @@ FailedChains = Literal["resample", "drop", "keep"]
 POLICIES: tuple[str, ...] = ("resample", "drop", "keep")
 
 #: tool error kinds that fail the chain (the harness's verdicts on the tool, not on the call)
-INFRA_TOOL_ERRORS = frozenset({"timeout", "worker_died", "malformed_output", "unavailable"})
+INFRA_TOOL_ERRORS = frozenset(
+    {"timeout", "queue_timeout", "worker_died", "malformed_output", "unavailable"}
+)
 #: exceptions out of a chain that are the engine's
 ENGINE_ERRORS = frozenset(e.__name__ for e in (EngineLostError, EngineTimeoutError, EngineStartError))
 
@@ -110,6 +115,21 @@ class Completed(NamedTuple):
     trajectories: list[Trajectory]
     baselines: list[Trajectory]
     metrics: dict[str, float]
+
+
+def describe_policy(policy: FailedChains, max_resamples: int) -> str:
+    """What becomes of a training chain the infrastructure failed, under ``policy``, in words
+    (the warning of a failed reward says it); validation scores it 0 whatever the policy."""
+    if policy == "resample":
+        what = (
+            f"a training chain is rolled out again (algorithm.failed_chains=resample, up to "
+            f"{max_resamples} times, then its group is dropped)"
+        )
+    elif policy == "drop":
+        what = "a training chain's group is dropped from the batch (algorithm.failed_chains=drop)"
+    else:
+        what = "a training chain is trained on with reward 0 (algorithm.failed_chains=keep)"
+    return f"{what}; a validation chain counts as reward 0"
 
 
 def failure_reason(traj: Trajectory) -> str | None:

@@ -32,6 +32,9 @@ class RolloutPlan:
         workers: :class:`~agentfly.rollout.execution.workers.WorkerPool` keyword arguments (the worker
             processes of sync tools and rewards).
         reward_timeout: seconds a reward call may take (None: the reward's own).
+        chains_in_flight: chains running at once at most (``max_concurrent_chains``, else a
+            training batch's chains): the default worker pool of I/O-bound tools and rewards
+            has a worker for each (up to a cap).
         loop: :class:`~agentfly.rollout.agent_loop.AgentLoop` keyword arguments (``max_model_len``
             None = the engine's).
     """
@@ -52,3 +55,4 @@ class RolloutPlan:
     loop: dict[str, Any]
     workers: dict[str, Any] = field(default_factory=dict)
     reward_timeout: float | None = None
+    chains_in_flight: int = 0

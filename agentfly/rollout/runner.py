@@ -18,7 +18,7 @@ from typing import Any
 
 from agentfly.core.plugins import load_plugins
 from agentfly.rollout.agent_loop import AgentLoop
-from agentfly.rollout.execution.workers import WorkerPool
+from agentfly.rollout.execution.workers import WorkerPool, default_num_workers
 from agentfly.rollout.rollout_plan import RolloutPlan
 from agentfly.rollout.summary import summarize, trajectory_record
 
@@ -52,12 +52,38 @@ class RolloutSession:
                 self.workers.close()
 
 
+def worker_pool(plan: RolloutPlan, tools: list[Any]) -> WorkerPool:
+    """The worker processes of the plan's sync tools (``tools``, configured) and reward, started
+    in the background when any runs there (their imports overlap the engines' loading).
+
+    With ``num_workers`` unset, the pool is sized for code that waits when such a tool or reward
+    is declared ``io_bound`` (one worker per chain in flight), else for the cores
+    (:func:`~agentfly.rollout.execution.workers.default_num_workers`).
+    """
+    from agentfly.rollout.rewards.base import is_io_bound, runs_in_process, worker_imports
+
+    in_process = [t for t in tools if t.runs_in_process]
+    reward_in_process = bool(plan.reward) and runs_in_process(plan.reward)
+    settings = dict(plan.workers)
+    if settings.get("num_workers") is None:
+        io_bound = any(t.io_bound for t in in_process) or (
+            reward_in_process and is_io_bound(plan.reward)
+        )
+        settings["num_workers"] = default_num_workers(io_bound, plan.chains_in_flight)
+    preload = worker_imports(plan.reward) if plan.reward else []
+    if in_process:
+        preload.append("agentfly.rollout.tools.call")  # what a tool call runs in the worker
+    workers = WorkerPool(**settings, plugins=plan.plugins, preload=preload)
+    if in_process or reward_in_process:
+        workers.start()
+    return workers
+
+
 def build_rollout(plan: RolloutPlan, *, ray_init: dict[str, Any] | None = None) -> RolloutSession:
     """The engine pool (Ray, started on demand) and the agent loop of a rollout plan."""
     from agentfly.rollout.agents import get_agent
     from agentfly.rollout.engines import EnginePool
     from agentfly.rollout.rewards import get_reward
-    from agentfly.rollout.rewards.base import runs_in_process, worker_imports
     from agentfly.rollout.templates import get_template
     from agentfly.rollout.tools.resources import ResourcePool
 
@@ -69,12 +95,7 @@ def build_rollout(plan: RolloutPlan, *, ray_init: dict[str, Any] | None = None) 
     if plan.template:
         get_template(plan.template)  # an unknown name fails before any engine starts
 
-    workers = WorkerPool(
-        **plan.workers, plugins=plan.plugins,
-        preload=worker_imports(plan.reward) if plan.reward else (),
-    )
-    if any(t.runs_in_process for t in tools) or (plan.reward and runs_in_process(plan.reward)):
-        workers.start()  # in the background: the workers' imports overlap the engines' loading
+    workers = worker_pool(plan, tools)
     backend = "ray" if plan.num_engines > 0 else "local"
     try:
         pool = EnginePool(

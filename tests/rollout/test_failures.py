@@ -69,10 +69,12 @@ INFRA = [
     ({"finish_reason": "error", "error": "KeyError: 'role'"}, "chain_error"),
     ({"tool_calls": tool_failure("timeout")}, "tool_timeout"),
     ({"tool_calls": tool_failure("worker_died")}, "tool_worker_died"),
+    ({"tool_calls": tool_failure("queue_timeout")}, "tool_queue_timeout"),  # the pool too small
     ({"tool_calls": tool_failure("malformed_output")}, "tool_malformed_output"),
     ({"tool_calls": tool_failure("unavailable")}, "tool_unavailable"),
     ({"reward_failed": True, "reward_error": "timeout", "reward": 0.0}, "reward_timeout"),
     ({"reward_failed": True, "reward_error": "exception", "reward": 0.0}, "reward_exception"),
+    ({"reward_failed": True, "reward_error": "queue_timeout", "reward": 0.0}, "reward_queue_timeout"),
 ]
 MODEL = [
     {"tool_calls": tool_failure("invalid_arguments"), "reward": 0.0},  # malformed call

@@ -11,6 +11,7 @@ import pytest
 
 from agentfly.core.registry import UnknownNameError
 from agentfly.core.trajectory import Trajectory
+from agentfly.rollout.failures import describe_policy
 from agentfly.rollout.rewards import (
     REWARDS,
     RewardError,
@@ -134,6 +135,28 @@ def test_raising_reward_scores_zero_and_fails(caplog: pytest.LogCaptureFixture):
     assert first.error.startswith("exception: ZeroDivisionError: boom")
     # logged once per kind of failure, not once per call
     assert sum("broken" in r.getMessage() for r in caplog.records) == 1
+
+
+@pytest.mark.parametrize(
+    ("policy", "fate"),
+    [
+        ("resample", "a training chain is rolled out again (algorithm.failed_chains=resample, up to 2"),
+        ("drop", "a training chain's group is dropped from the batch (algorithm.failed_chains=drop)"),
+        ("keep", "a training chain is trained on with reward 0 (algorithm.failed_chains=keep)"),
+    ],
+)
+def test_a_failed_reward_s_warning_says_what_becomes_of_the_chain(policy, fate, caplog):
+    """Not "scoring 0": the chain is failed, and the policy in force decides its fate."""
+
+    def unscored(prediction: str) -> float:
+        return math.nan
+
+    with caplog.at_level(logging.WARNING):
+        result = compute_reward(unscored, "p", consequence=describe_policy(policy, 2))
+    assert result.failed and result.kind == "malformed"
+    (message,) = [r.getMessage() for r in caplog.records if "unscored" in r.getMessage()]
+    assert "the chain gets no score" in message and "scoring 0" not in message
+    assert fate in message and "a validation chain counts as reward 0" in message
 
 
 @pytest.mark.parametrize(

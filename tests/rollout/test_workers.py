@@ -4,6 +4,7 @@ failures, memory and output limits, no thread or process left behind."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import subprocess
 import sys
@@ -16,8 +17,10 @@ import pytest
 
 from agentfly.core.plugins import load_plugins
 from agentfly.core.trajectory import Trajectory
-from agentfly.rollout.execution.workers import WorkerPool, WorkerStartError
+from agentfly.rollout.execution.workers import WorkerPool, WorkerStartError, default_num_workers
 from agentfly.rollout.rewards import acompute_reward, compute_reward, get_reward, reward
+from agentfly.rollout.rollout_plan import RolloutPlan
+from agentfly.rollout.runner import worker_pool
 from agentfly.rollout.summary import summarize
 from agentfly.rollout.tools import get_tool, tool
 from agentfly.rollout.tools.call import run_tool_call
@@ -65,6 +68,13 @@ def _hangs() -> str:
 def _pid() -> str:
     """The process it runs in."""
     return str(os.getpid())
+
+
+@tool(name="test_workers_waits", io_bound=True)
+def _waits() -> str:
+    """Waits on a service (here: sleeps)."""
+    time.sleep(0.1)
+    return "done"
 
 
 @tool(name="test_workers_exits")
@@ -118,33 +128,53 @@ def _huge_extra(prediction: str) -> dict:
 
 
 def test_hung_tools_time_out_at_their_deadline_and_later_calls_run():
-    """20 calls of a tool that never returns on 2 workers: each is a timeout within about its
-    1 s deadline, the rollout's ``asyncio.run`` returns, a fast call afterwards runs in a
-    (new) worker, and closing the pool leaves no process."""
+    """4 calls of a tool that never returns on 2 workers: each is a timeout after running its
+    own 1 s (two waves: waiting for a worker is not counted in a call's deadline), the
+    rollout's ``asyncio.run`` returns, a fast call afterwards runs in a (new) worker, and
+    closing the pool leaves no process."""
     others = set(_children())  # other pools' workers (the default pool of earlier tests)
     pool = WorkerPool(2, start_timeout=30)
 
-    async def one() -> tuple[float, object]:
-        start = time.monotonic()
-        result = await run_tool_call("test_workers_hangs", {}, workers=pool)
-        return time.monotonic() - start, result
-
-    async def rollout() -> list[tuple[float, object]]:
-        return await asyncio.gather(*(one() for _ in range(20)))
+    async def rollout() -> list:
+        return await asyncio.gather(
+            *(run_tool_call("test_workers_hangs", {}, workers=pool) for _ in range(4))
+        )
 
     start = time.monotonic()
-    timed = asyncio.run(rollout())
-    assert time.monotonic() - start < 1.0 + 1.5  # asyncio.run waited on nothing stuck
-    for seconds, result in timed:
+    results = asyncio.run(rollout())
+    elapsed = time.monotonic() - start
+    assert 2 * 1.0 <= elapsed < 2 * 1.0 + 3.0  # asyncio.run waited on nothing stuck
+    for result in results:
         assert not result.ok and result.error == "timeout", result
-        assert seconds < 1.0 + 1.0
-    assert pool.stats["timed_out"] >= 1  # the running ones had their workers killed
+    assert pool.stats["timed_out"] == 4  # every one ran, and had its worker killed
     fast = asyncio.run(run_tool_call("test_workers_pid", {}, workers=pool))
     assert fast.ok and int(fast.observation) != os.getpid()
     pids = pool.pids()
     pool.close()
     assert pids and not any(_alive(p) for p in pids)
     assert set(_children()) <= others
+
+
+def test_a_tool_whose_calls_hang_never_keeps_another_tool_from_running():
+    """4 hanging calls hold both workers of the pool for 1 s; calls of another tool submitted
+    meanwhile still run at once, on a worker beyond the two, and succeed."""
+    with WorkerPool(2) as pool:
+
+        async def healthy() -> tuple[float, object]:
+            await asyncio.sleep(0.3)  # the hung calls hold every worker by now
+            start = time.monotonic()
+            result = await run_tool_call("test_workers_pid", {}, workers=pool)
+            return time.monotonic() - start, result
+
+        async def rollout() -> list:
+            hung = [run_tool_call("test_workers_hangs", {}, workers=pool) for _ in range(4)]
+            return await asyncio.gather(*hung, *(healthy() for _ in range(3)))
+
+        *hung, a, b, c = asyncio.run(rollout())
+        assert all(r.error == "timeout" for r in hung)
+        for seconds, result in (a, b, c):
+            assert result.ok, result
+            assert seconds < 0.6  # not behind the hung calls (they end 0.7 s later at least)
 
 
 def test_a_worker_that_exits_is_a_counted_failure_and_the_next_call_runs():
@@ -200,7 +230,7 @@ def test_hung_rewards_time_out_without_leaving_threads_or_processes():
 
         asyncio.run(score(2))  # the pool's own thread and workers exist now
         threads, others = threading.active_count(), set(_children()) - set(pool.pids())
-        results = asyncio.run(score(12)) + asyncio.run(score(12))
+        results = asyncio.run(score(4)) + asyncio.run(score(4))
         assert all(r.failed and r.kind == "timeout" for r in results)
         assert threading.active_count() <= threads
         assert len(set(_children()) - others) <= pool.num_workers
@@ -289,16 +319,83 @@ def test_a_worker_that_does_not_start_in_time_names_the_deadline(tmp_path):
             pool.submit(os.getpid, timeout=30).result(1)
 
 
-def test_queued_calls_time_out_by_their_own_deadlines():
-    """A short call queued behind a long one fails at its own deadline."""
+def test_a_queued_call_s_deadline_starts_when_a_worker_takes_it():
+    """A 0.5 s call queued behind a 1 s one waits 1 s for the worker, then runs and succeeds."""
     with WorkerPool(1) as pool:
-        pool.submit(time.sleep, (30,), timeout=30)
-        pool.submit(time.sleep, (30,), timeout=20)
-        start = time.monotonic()
+        pool.submit(time.sleep, (1.0,), timeout=10)
         short = pool.submit(os.getpid, timeout=0.5)
-        with pytest.raises(TimeoutError, match=r"did not start within 0\.5 s"):
-            short.result(5)
-        assert time.monotonic() - start < 0.5 + 1.0
+        assert short.result(10) in pool.pids()
+        assert pool.stats["longest_wait_s"] >= 0.9
+
+
+def test_a_call_that_waits_past_the_queue_bound_fails_as_the_pool_too_small():
+    """One worker, a queue bound of 0.3 s: the second call of a hanging tool never runs and
+    fails as ``queue_timeout`` at 0.3 s, naming the pool's size; a reward likewise."""
+    with WorkerPool(1, queue_timeout=0.3) as pool:
+
+        async def calls() -> list:
+            return await asyncio.gather(
+                *(run_tool_call("test_workers_hangs", {}, workers=pool) for _ in range(2))
+            )
+
+        start = time.monotonic()
+        ran, waited = asyncio.run(calls())
+        assert ran.error == "timeout" and waited.error == "queue_timeout"
+        assert "num_workers=1" in waited.observation and "too small" in waited.observation
+        assert time.monotonic() - start < 1.0 + 1.5
+        assert pool.stats["queue_timed_out"] == 1
+
+        async def scores() -> list:
+            calls = (acompute_reward("test_workers_hung_reward", "p", workers=pool) for _ in range(2))
+            return await asyncio.gather(*calls)
+
+        kinds = sorted(r.kind for r in asyncio.run(scores()))
+        assert kinds == ["queue_timeout", "timeout"]
+
+
+def test_a_started_pool_keeps_a_spare_so_a_dead_worker_is_not_waited_for(tmp_path):
+    """Workers that take 1.5 s to start: after a call kills its worker, the next call runs on
+    the spare at once, and the dead worker's replacement is started at once."""
+    slow = tmp_path / "slow_start_plugin.py"
+    slow.write_text("import time\ntime.sleep(1.5)\n")
+    with WorkerPool(1, spares=1, plugins=[str(slow)]) as pool:
+        pool.start()
+        assert pool.submit(os.getpid, timeout=30).result(30)
+        time.sleep(2.0)  # the spare has started too
+        assert pool.stats["started"] == 2
+        died = pool.submit(os._exit, (3,), timeout=30)
+        with pytest.raises(Exception, match="died"):
+            died.result(30)
+        start = time.monotonic()
+        assert pool.submit(os.getpid, timeout=30).result(30)
+        assert time.monotonic() - start < 1.0  # a worker starting now would take 1.5 s
+        assert pool.stats["started"] == 3
+
+
+def test_the_default_pool_size_follows_the_cores_or_the_calls_in_flight():
+    cores = default_num_workers()
+    assert 2 <= cores <= 8
+    assert default_num_workers(io_bound=True, calls_in_flight=40) == max(cores, 40)
+    assert default_num_workers(io_bound=True, calls_in_flight=1000) == 64
+    assert default_num_workers(io_bound=True, calls_in_flight=1) == cores
+
+
+def test_a_run_s_pool_has_a_worker_per_chain_in_flight_for_a_tool_that_waits():
+    """The run's pool (:func:`worker_pool`): 12 chains in flight, an ``io_bound`` tool gets 12
+    workers, one that computes the cores' count, and ``num_workers`` set wins."""
+    plan = RolloutPlan(
+        engine="scripted", num_engines=0, engine_kwargs={}, pool_kwargs={}, agent_type="hermes",
+        tool_parser=None, system_prompt=None, tools=[], tool_config={}, reward=None,
+        template=None, resource_backend="local", plugins=[], loop={},
+        workers={"num_workers": None}, chains_in_flight=12,
+    )
+    for tool_name, settings, size in [
+        ("test_workers_waits", {"num_workers": None}, max(default_num_workers(), 12)),
+        ("test_workers_pid", {"num_workers": None}, default_num_workers()),
+        ("test_workers_waits", {"num_workers": 3}, 3),
+    ]:
+        with worker_pool(dataclasses.replace(plan, workers=settings), [get_tool(tool_name)]) as pool:
+            assert pool.num_workers == size
 
 
 def test_close_kills_a_stuck_call_at_once():

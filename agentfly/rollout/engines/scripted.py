@@ -74,7 +74,7 @@ class ScriptedEngine(Engine):
         for prompt, sp in zip(prompts, per_prompt(prompts, sampling), strict=True):
             text = self._tokenizer.decode(prompt, skip_special_tokens=False)
             turn = max(text.count(self.turn_marker) - 1, 0)
-            reply = self.script[min(turn, len(self.script) - 1)] + self.end_of_turn
+            reply = self.turn_text(turn) + self.end_of_turn
             ids = self._tokenizer.encode(reply, add_special_tokens=False)
             finish = "stop"
             if len(ids) > sp.max_tokens:
@@ -82,6 +82,11 @@ class ScriptedEngine(Engine):
             out = GenerationOutput(ids, [self.logprob] * len(ids), finish)
             outputs.append([out] * sp.n)
         return outputs
+
+    def turn_text(self, turn: int) -> str:
+        """The text of a chain's assistant turn ``turn`` (from 0): ``script[turn]``, the last
+        once exhausted. A subclass may vary it by call (a test's random draw)."""
+        return self.script[min(turn, len(self.script) - 1)]
 
     def load_weights(self, weights: Any) -> None:
         """A script has no weights."""

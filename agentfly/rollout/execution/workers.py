@@ -1,14 +1,20 @@
 """Where sync user code (tools, rewards) runs: a pool of worker processes.
 
 :class:`WorkerPool` runs sync user code in persistent worker processes (started on first use,
-reused across rollouts), one call per worker at a time. Each call has a deadline counted from
-its submission: a call still queued or running at its deadline fails with :class:`WorkerTimeout`,
-and a running one has its worker's whole process group killed and replaced. A worker that dies
-mid-call (``os._exit``, a signal, a segfault) fails its call with :class:`WorkerDied` and is
-replaced; the trainer never sees more than the failure. Each worker has an address-space limit
-(``RLIMIT_AS``), so an allocation past it is a ``MemoryError`` in the worker, and a cap on the
-size of a reply, applied in the worker before anything crosses the pipe. Workers kill themselves
-(and their process group) when the process that started them is gone, however it ended.
+reused across rollouts), one call per worker at a time. A call has two bounds
+(:mod:`agentfly.rollout.execution.call_queue`): it waits for a worker at most ``queue_timeout``
+seconds (past that it fails with :class:`WorkerQueueTimeout`: the pool is too small for the
+calls in flight), and it runs at most its own ``timeout``, counted from the moment a worker takes
+it (past that it fails with :class:`WorkerTimeout` and its worker's whole process group is
+killed). Waiting calls are shared out by what they call (each tool, the reward), so a tool whose
+calls hang never keeps another's from running. A worker that dies mid-call (``os._exit``, a
+signal, a segfault) fails its call with :class:`WorkerDied`; the trainer never sees more than
+the failure. A condemned worker (killed or dead) is replaced at once, and a started pool keeps
+spare workers ready, so a replacement's start is never what a waiting call waits for. Each
+worker has an address-space limit (``RLIMIT_AS``), so an allocation past it is a
+``MemoryError`` in the worker, and a cap on the size of a reply, applied in the worker before
+anything crosses the pipe. Workers kill themselves (and their process group) when the process
+that started them is gone, however it ended.
 
 One manager thread per pool does all the I/O with ``select`` and a timeout, so it never blocks on
 a worker; calls return ``concurrent.futures.Future`` (``asyncio.wrap_future`` from any loop).
@@ -25,7 +31,6 @@ import collections
 import concurrent.futures
 import contextlib
 import fcntl
-import importlib
 import json
 import logging
 import os
@@ -44,12 +49,15 @@ from typing import Any
 import cloudpickle
 
 from agentfly.core.plugins import plugin_files
+from agentfly.rollout.execution.call_queue import Call, CallQueue
 from agentfly.rollout.execution.worker_main import HEADER, RemoteError, ReplyTooLarge
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_MEMORY_MB = 4096
 DEFAULT_START_TIMEOUT_S = 60.0
+DEFAULT_QUEUE_TIMEOUT_S = 600.0
+IO_BOUND_MAX_WORKERS = 64  # the default pool of tools that wait: one worker per chain, up to this
 DEFAULT_MAX_REPLY_BYTES = 16 * 1024 * 1024
 _TICK_S = 0.25  # the manager's longest sleep with nothing due
 _STDERR_TAIL_BYTES = 4096
@@ -63,17 +71,23 @@ __all__ = [
     "ReplyTooLarge",
     "WorkerDied",
     "WorkerPool",
+    "WorkerQueueTimeout",
     "WorkerStartError",
     "WorkerTimeout",
-    "by_reference",
     "default_num_workers",
     "default_pool",
+    "default_spares",
     "describe_error",
 ]
 
 
 class WorkerTimeout(TimeoutError):
-    """A call passed its deadline (queued or running); a running call's worker was killed."""
+    """A call ran past its deadline (counted from when a worker took it); its worker was killed."""
+
+
+class WorkerQueueTimeout(RuntimeError):
+    """A call waited past the pool's ``queue_timeout`` for a worker and never ran: the pool is
+    too small for the calls in flight (not a verdict on the call)."""
 
 
 class WorkerDied(RuntimeError):
@@ -103,78 +117,27 @@ def describe_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def default_num_workers() -> int:
-    """Workers of a pool sized ``None``: the usable CPU count, within 2..8."""
+def default_num_workers(io_bound: bool = False, calls_in_flight: int = 0) -> int:
+    """Workers of a pool sized ``None``: the usable CPU count, within 2..8, for code that
+    computes; for code that waits (``io_bound``: an HTTP call, a subprocess), one per call in
+    flight (``calls_in_flight``, e.g. the chains running at once), up to
+    :data:`IO_BOUND_MAX_WORKERS`, and never fewer than for code that computes."""
     try:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cores = os.cpu_count() or 2
-    return min(8, max(2, cores))
+    cpu_bound = min(8, max(2, cores))
+    if not io_bound:
+        return cpu_bound
+    return max(cpu_bound, min(IO_BOUND_MAX_WORKERS, int(calls_in_flight)))
 
 
-# ---------------------------------------------------------------------------- functions by name
-
-
-@dataclass(frozen=True)
-class FunctionRef:
-    """A function named by module and qualified name, resolved where it is called.
-
-    cloudpickle copies a function by value when its module attribute is not the function itself,
-    which is the case of every ``@tool`` (the attribute is the ``Tool``): by value, each call
-    would also carry the module globals the function reads (an index, a table). By name, the
-    worker imports the module once and calls the function it holds (a ``Tool``'s ``fn``).
-    """
-
-    module: str
-    qualname: str
-
-    def resolve(self) -> Callable[..., Any]:
-        return _resolve(self.module, self.qualname)
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.resolve()(*args, **kwargs)
-
-
-_resolved: dict[tuple[str, str], Callable[..., Any]] = {}
-
-
-def _resolve(module: str, qualname: str) -> Callable[..., Any]:
-    key = (module, qualname)
-    if key not in _resolved:
-        obj: Any = sys.modules.get(module) or importlib.import_module(module)
-        for part in qualname.split("."):
-            obj = getattr(obj, part)
-        fn = getattr(obj, "fn", obj)  # a Tool holds its function
-        if not callable(fn):
-            raise TypeError(f"{module}:{qualname} is not callable")
-        _resolved[key] = fn
-    return _resolved[key]
-
-
-def by_reference(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``fn`` as a :class:`FunctionRef` when its module attribute is it (or a ``Tool`` holding
-    it), else ``fn`` itself (cloudpickle copies it by value: a lambda, a local function)."""
-    module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
-    if not module or module == "__main__" or "<locals>" in qualname or not qualname:
-        return fn
-    obj: Any = sys.modules.get(module)
-    for part in qualname.split("."):
-        obj = getattr(obj, part, None)
-    if obj is fn or getattr(obj, "fn", None) is fn:
-        return FunctionRef(module, qualname)
-    return fn
+def default_spares(num_workers: int) -> int:
+    """Idle workers a started pool keeps ready beyond ``num_workers``: a quarter, 1 to 4."""
+    return max(1, min(4, num_workers // 4))
 
 
 # ---------------------------------------------------------------------------- the process pool
-
-
-@dataclass
-class _Job:
-    future: concurrent.futures.Future[Any]
-    frame: bytes
-    deadline: float
-    timeout: float
-    label: str
 
 
 @dataclass
@@ -182,7 +145,7 @@ class _Worker:
     proc: subprocess.Popen[bytes]
     start_deadline: float
     state: str = "starting"  # starting | idle | busy
-    job: _Job | None = None
+    job: Call | None = None
     inbox: bytearray = field(default_factory=bytearray)
     outbox: memoryview | None = None
     stderr_tail: collections.deque[bytes] = field(default_factory=collections.deque)
@@ -197,7 +160,9 @@ class WorkerPool:
     """Worker processes for sync user code; see the module docstring.
 
     Args:
-        num_workers: processes at most (None: :func:`default_num_workers`).
+        num_workers: calls running at once (None: :func:`default_num_workers`); beyond it, one
+            more call of each tool or reward that has none running (see
+            :mod:`~agentfly.rollout.execution.call_queue`), ``num_workers`` more at most.
         memory_mb: each worker's address-space limit in MiB (``RLIMIT_AS``, set after its
             plugins are imported); 0 = none.
         start_timeout: seconds a worker may take to start (import its plugins) before
@@ -208,6 +173,10 @@ class WorkerPool:
         preload: further modules every worker imports at start (what the run's reward and
             tools import on their first call), so that no call pays for it.
         max_reply_bytes: the largest pickled result a call may send back.
+        queue_timeout: seconds a call may wait for a worker before :class:`WorkerQueueTimeout`.
+        spares: idle workers a started pool (:meth:`start`) keeps ready beyond the busy ones,
+            so that a killed or dead worker's replacement is already running (None:
+            :func:`default_spares`).
     """
 
     def __init__(
@@ -219,10 +188,16 @@ class WorkerPool:
         plugins: Iterable[str] = (),
         preload: Iterable[str] = (),
         max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
+        queue_timeout: float = DEFAULT_QUEUE_TIMEOUT_S,
+        spares: int | None = None,
     ) -> None:
         size = default_num_workers() if num_workers is None else int(num_workers)
         if size < 1:
             raise ValueError(f"num_workers must be >= 1, got {num_workers!r}")
+        if not queue_timeout > 0:
+            raise ValueError(f"queue_timeout must be positive, got {queue_timeout!r}")
+        if spares is not None and spares < 0:
+            raise ValueError(f"spares must be >= 0, got {spares!r}")
         if memory_mb < 0:
             raise ValueError(f"memory_mb must be >= 0 (0: no limit), got {memory_mb!r}")
         if not start_timeout > 0:
@@ -233,8 +208,16 @@ class WorkerPool:
         self.plugins = [str(p) for p in plugins]
         self.preload = list(dict.fromkeys(str(m) for m in preload))
         self.max_reply_bytes = int(max_reply_bytes)
-        #: counts since the pool was made: workers started, killed at a deadline, died mid-call
-        self.stats = {"started": 0, "timed_out": 0, "died": 0, "largest_reply_bytes": 0}
+        self.queue_timeout = float(queue_timeout)
+        self.spares = default_spares(size) if spares is None else int(spares)
+        #: processes at most: the calls that may run (:mod:`.call_queue`) and the spares
+        self.max_processes = 2 * size + self.spares
+        #: since the pool was made: workers started, killed at a deadline, died mid-call; calls
+        #: that waited past ``queue_timeout``; the longest wait of a call for a worker
+        self.stats = {
+            "started": 0, "timed_out": 0, "died": 0, "queue_timed_out": 0,
+            "longest_wait_s": 0.0, "largest_reply_bytes": 0,
+        }
         self._lock = threading.Lock()
         self._closed = False
         self._start_error: WorkerStartError | None = None
@@ -243,10 +226,10 @@ class WorkerPool:
 
     def _reset(self) -> None:
         self._pid = os.getpid()
-        self._queue: collections.deque[_Job] = collections.deque()
+        self._queue = CallQueue(self.num_workers)
         self._workers: list[_Worker] = []
         self._thread: threading.Thread | None = None
-        self._warm = False  # keep num_workers running (start() was called)
+        self._warm = False  # keep num_workers and the spares running (start() was called)
         self._wake_r, self._wake_w = os.pipe()
         for fd in (self._wake_r, self._wake_w):
             _nonblocking(fd)
@@ -262,13 +245,16 @@ class WorkerPool:
         timeout: float,
         label: str = "call",
     ) -> concurrent.futures.Future[Any]:
-        """Run ``fn(*args, **kwargs)`` in a worker within ``timeout`` seconds from now.
+        """Run ``fn(*args, **kwargs)`` in a worker, for ``timeout`` seconds at most once a worker
+        has taken it; it waits for one ``queue_timeout`` seconds at most. ``label`` names the
+        call in errors, and calls of one label (one tool, one reward) share the workers fairly
+        with other labels' (:mod:`~agentfly.rollout.execution.call_queue`).
 
         Returns:
             A future with the result, or the exception: the call's own (as raised in the worker,
             or a :class:`RemoteError` when it cannot be sent back), :class:`WorkerTimeout`,
-            :class:`WorkerDied`, :class:`ReplyTooLarge`, :class:`WorkerStartError` or
-            :class:`PoolClosed`.
+            :class:`WorkerQueueTimeout`, :class:`WorkerDied`, :class:`ReplyTooLarge`,
+            :class:`WorkerStartError` or :class:`PoolClosed`.
 
         Raises:
             NotPicklable: the call cannot be sent (it holds a lock, a socket...).
@@ -283,7 +269,11 @@ class WorkerPool:
             ) from e
         frame = pickle.dumps((plugin_files(), payload), protocol=pickle.HIGHEST_PROTOCOL)
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        job = _Job(future, HEADER.pack(len(frame)) + frame, time.monotonic() + timeout, timeout, label)
+        now = time.monotonic()
+        job = Call(
+            future, HEADER.pack(len(frame)) + frame, float(timeout), label,
+            submitted=now, queue_deadline=now + self.queue_timeout,
+        )
         with self._lock:
             if self._closed:
                 raise PoolClosed("the worker pool is closed")
@@ -292,7 +282,7 @@ class WorkerPool:
             if self._start_error is not None:
                 future.set_exception(self._start_error)
                 return future
-            self._queue.append(job)
+            self._queue.push(job)
             self._ensure_thread()
         self._wake()
         return future
@@ -327,8 +317,7 @@ class WorkerPool:
                 return
             self._closed = True
             workers, self._workers = self._workers, []
-            jobs = [*self._queue, *(w.job for w in workers if w.job is not None)]
-            self._queue.clear()
+            jobs = [*self._queue.drain(), *(w.job for w in workers if w.job is not None)]
             mine = self._pid == os.getpid()
         for job in jobs:
             _settle(job.future, error=PoolClosed(f"{job.label}: the worker pool was closed"))
@@ -356,7 +345,7 @@ class WorkerPool:
     def _serve(self) -> None:
         try:
             while True:
-                settled: list[tuple[_Job, Any, BaseException | None]] = []
+                settled: list[tuple[Call, Any, BaseException | None]] = []
                 with self._lock:
                     if self._closed:
                         return
@@ -385,7 +374,7 @@ class WorkerPool:
         reads, writes = [self._wake_r], []
         due = [w.start_deadline for w in self._workers if w.state == "starting"]
         due += [w.job.deadline for w in self._workers if w.job is not None]
-        due += [j.deadline for j in self._queue]
+        due.append(self._queue.next_deadline())
         for w in self._workers:
             reads += [w.proc.stdout.fileno(), w.proc.stderr.fileno()]  # type: ignore[union-attr]
             if w.outbox is not None:
@@ -393,8 +382,8 @@ class WorkerPool:
         wait = min([_TICK_S, *(d - time.monotonic() for d in due)])
         return reads, writes, max(0.0, wait)
 
-    def _step(self, settled: list[tuple[_Job, Any, BaseException | None]]) -> None:
-        """Deadlines, then dispatch: queued jobs to idle workers, new workers as needed."""
+    def _step(self, settled: list[tuple[Call, Any, BaseException | None]]) -> None:
+        """Deadlines, then dispatch: waiting calls to idle workers, new workers as needed."""
         now = time.monotonic()
         for w in list(self._workers):
             if w.state == "starting" and now >= w.start_deadline:
@@ -402,35 +391,38 @@ class WorkerPool:
                     w, f"it did not report ready within {self.start_timeout:g} s", settled
                 )
             elif w.job is not None and now >= w.job.deadline:
-                job = w.job
-                self._discard(w)
+                job = self._condemn(w)
                 self.stats["timed_out"] += 1
                 settled.append((job, None, WorkerTimeout(
-                    f"{job.label} did not finish within {job.timeout:g} s; its worker was killed"
+                    f"{job.label} did not finish within {job.timeout:g} s of starting; its "
+                    "worker was killed"
                 )))
-        if any(j.deadline <= now for j in self._queue):  # calls of any timeout, in any order
-            waiting = list(self._queue)
-            self._queue = collections.deque(j for j in waiting if j.deadline > now)
-            settled += [(job, None, WorkerTimeout(
-                f"{job.label} did not start within {job.timeout:g} s: all "
-                f"{self.num_workers} workers were busy"
-            )) for job in waiting if job.deadline <= now]
+        for job in self._queue.expired(now):
+            self.stats["queue_timed_out"] += 1
+            settled.append((job, None, WorkerQueueTimeout(
+                f"{job.label} waited {self.queue_timeout:g} s for a worker process and never "
+                f"started ({self._queue.running} calls were running, num_workers="
+                f"{self.num_workers}): the pool is too small for the calls in flight; raise "
+                "agent.run_config.workers.num_workers (or workers.queue_timeout)"
+            )))
         if self._start_error is not None:
             return
-        while self._queue:
-            idle = next((w for w in self._workers if w.state == "idle"), None)
-            if idle is None:
-                break
-            job = self._queue.popleft()
+        idle = [w for w in self._workers if w.state == "idle"]
+        while idle and (job := self._queue.pop()) is not None:
             if not job.future.set_running_or_notify_cancel():
-                continue  # the caller cancelled it
-            idle.state, idle.job, idle.outbox = "busy", job, memoryview(job.frame)
-            idle.forwarded = 0
-        starting = sum(1 for w in self._workers if w.state == "starting")
-        wanted = self.num_workers if self._warm else len(self._queue) - starting + len(self._workers)
-        while len(self._workers) < min(wanted, self.num_workers):
+                self._queue.finished(job)  # the caller cancelled it
+                continue
+            w, started = idle.pop(), time.monotonic()
+            job.deadline = started + job.timeout  # its own time starts now
+            waited = started - job.submitted
+            self.stats["longest_wait_s"] = max(self.stats["longest_wait_s"], waited)
+            w.state, w.job, w.outbox, w.forwarded = "busy", job, memoryview(job.frame), 0
+        busy = sum(1 for w in self._workers if w.job is not None)
+        wanted = busy + self._queue.startable()
+        if self._warm:  # spares: a condemned worker's replacement is already running
+            wanted = max(wanted + self.spares, self.num_workers + self.spares)
+        while len(self._workers) < min(wanted, self.max_processes):
             self._spawn()
-            starting += 1
 
     def _spawn(self) -> None:
         paths = [os.path.abspath(p) if p else os.getcwd() for p in sys.path]
@@ -451,7 +443,7 @@ class WorkerPool:
 
     def _io(
         self, readable: list[int], writable: list[int],
-        settled: list[tuple[_Job, Any, BaseException | None]],
+        settled: list[tuple[Call, Any, BaseException | None]],
     ) -> None:
         for w in list(self._workers):
             if w not in self._workers:
@@ -493,7 +485,7 @@ class WorkerPool:
                 sys.stderr.write(text)
         return True
 
-    def _replies(self, w: _Worker, settled: list[tuple[_Job, Any, BaseException | None]]) -> None:
+    def _replies(self, w: _Worker, settled: list[tuple[Call, Any, BaseException | None]]) -> None:
         try:
             data = os.read(w.proc.stdout.fileno(), 1 << 20)  # type: ignore[union-attr]
         except BlockingIOError:
@@ -507,8 +499,7 @@ class WorkerPool:
         while len(w.inbox) >= HEADER.size:
             (size,) = HEADER.unpack_from(w.inbox)
             if size > self.max_reply_bytes + 4096:  # the worker enforces the cap; never trust it
-                job = w.job
-                self._discard(w)
+                job = self._condemn(w)
                 if job is not None:
                     settled.append((job, None, ReplyTooLarge(size, self.max_reply_bytes)))
                 return
@@ -520,7 +511,7 @@ class WorkerPool:
             self._reply(w, frame, settled)
 
     def _reply(
-        self, w: _Worker, frame: bytes, settled: list[tuple[_Job, Any, BaseException | None]]
+        self, w: _Worker, frame: bytes, settled: list[tuple[Call, Any, BaseException | None]]
     ) -> None:
         try:
             reply = pickle.loads(frame)
@@ -535,6 +526,7 @@ class WorkerPool:
         job, w.job, w.state = w.job, None, "idle"
         if job is None:
             return
+        self._queue.finished(job)
         if reply[0] == "ok":
             settled.append((job, reply[1], None))
             return
@@ -547,7 +539,7 @@ class WorkerPool:
             error = RemoteError(type_name, message)
         settled.append((job, None, error))
 
-    def _gone(self, w: _Worker, settled: list[tuple[_Job, Any, BaseException | None]]) -> None:
+    def _gone(self, w: _Worker, settled: list[tuple[Call, Any, BaseException | None]]) -> None:
         """The worker closed its reply pipe: it died (or closed the pipe; it is killed then)."""
         try:
             code = w.proc.wait(timeout=0.2)
@@ -557,8 +549,7 @@ class WorkerPool:
         if w.state == "starting":
             self._start_failed(w, f"it exited ({how})", settled)
             return
-        job = w.job
-        self._discard(w)
+        job = self._condemn(w)
         if job is None:
             logger.warning("an idle tool/reward worker (pid %d) exited (%s)", w.pid, how)
             return
@@ -566,7 +557,7 @@ class WorkerPool:
         settled.append((job, None, WorkerDied(job.label, how)))
 
     def _start_failed(
-        self, w: _Worker, why: str, settled: list[tuple[_Job, Any, BaseException | None]]
+        self, w: _Worker, why: str, settled: list[tuple[Call, Any, BaseException | None]]
     ) -> None:
         for _ in range(20):  # what the worker wrote last, up to 0.1 s
             if not self._stderr(w):
@@ -579,8 +570,16 @@ class WorkerPool:
             f"{plugins} failed to start: {why}."
             + (f" Its stderr ended with:\n{tail}" if tail else " It wrote nothing to stderr.")
         )
-        while self._queue:
-            settled.append((self._queue.popleft(), None, self._start_error))
+        settled += [(job, None, self._start_error) for job in self._queue.drain()]
+
+    def _condemn(self, w: _Worker) -> Call | None:
+        """Discard ``w`` (killed at a deadline, dead, or not to be trusted); its call, if any,
+        no longer runs. Its replacement starts in the next :meth:`_step`, before any waiting."""
+        job, w.job = w.job, None
+        if job is not None:
+            self._queue.finished(job)
+        self._discard(w)
+        return job
 
     def _discard(self, w: _Worker) -> None:
         """Kill ``w``'s process group and forget it (reaped now if already dead, else later)."""
@@ -663,30 +662,37 @@ def default_pool() -> WorkerPool:
         return _default
 
 
-async def wait_call(future: concurrent.futures.Future[Any], timeout: float, *, pool: bool) -> Any:
-    """Await a call's future from any event loop, ``timeout`` seconds at most.
+async def wait_call(
+    future: concurrent.futures.Future[Any], timeout: float, *, pool: WorkerPool | None
+) -> Any:
+    """Await a call's future from any event loop.
 
-    A pool's future (``pool=True``) is settled by the pool at its deadline; this waits a few
-    seconds longer only should the pool's own thread be gone. A thread's future is abandoned
-    at the timeout.
+    A pool's future (``pool`` given) is settled by the pool: within ``pool.queue_timeout``
+    waiting for a worker plus ``timeout`` running; this waits a few seconds longer only should
+    the pool's own thread be gone. A thread's future (``pool=None``) is abandoned at
+    ``timeout``.
     """
     import asyncio
 
     try:
-        return await asyncio.wait_for(asyncio.wrap_future(future), timeout + _grace(pool))
+        return await asyncio.wait_for(asyncio.wrap_future(future), _longest_wait(timeout, pool))
     except asyncio.TimeoutError as e:
+        if future.done():  # the pool's own WorkerTimeout
+            raise
         raise WorkerTimeout(f"no answer within {timeout:g} s") from e
 
 
-def result_of(future: concurrent.futures.Future[Any], timeout: float, *, pool: bool) -> Any:
+def result_of(
+    future: concurrent.futures.Future[Any], timeout: float, *, pool: WorkerPool | None
+) -> Any:
     """:func:`wait_call` from sync code."""
     try:
-        return future.result(timeout + _grace(pool))
+        return future.result(_longest_wait(timeout, pool))
     except concurrent.futures.TimeoutError as e:
         if future.done():  # the call's own timeout
             raise
         raise WorkerTimeout(f"no answer within {timeout:g} s") from e
 
 
-def _grace(pool: bool) -> float:
-    return _GRACE_S if pool else 0.0
+def _longest_wait(timeout: float, pool: WorkerPool | None) -> float:
+    return timeout if pool is None else pool.queue_timeout + timeout + _GRACE_S

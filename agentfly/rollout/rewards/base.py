@@ -10,14 +10,18 @@ name too. It returns a float, or a dict with key ``reward`` plus extra numeric m
 
 ``compute_reward`` / ``acompute_reward`` never let a reward break a rollout: a reward that raises,
 runs past its timeout, kills the process running it, returns something malformed (NaN, a
-magnitude beyond float32's range, a string, a dict without ``reward``) or needs a row field the
-row lacks scores 0 with ``failed=True`` and an ``error`` saying what happened (its kind first:
-``timeout: ...``), logged once per reward and kind of failure. An unknown reward *name* still
-raises: that is a configuration error, and silently scoring 0 for a whole run would hide it.
+magnitude beyond float32's range, a string, a dict without ``reward``), needs a row field the
+row lacks, or never gets a worker process (``queue_timeout``: the pool is too small) gives no
+score: the result has reward 0, ``failed=True`` and an ``error`` saying what happened (its kind
+first: ``timeout: ...``), logged once per reward, kind of failure and consequence. The chain is
+then failed, not scored 0: the caller says what becomes of it (``consequence``; in training,
+``algorithm.failed_chains``: :func:`agentfly.rollout.failures.describe_policy`). An unknown
+reward *name* still raises: that is a configuration error, and silently scoring 0 for a whole
+run would hide it.
 
 Where a reward runs: a sync reward in a worker process of a
 :class:`~agentfly.rollout.execution.workers.WorkerPool` (the one given, else the process's default pool),
-killed at its timeout; one declared ``@reward(runs_in="thread")`` (trusted code, or code that
+killed at its timeout (counted from when a worker takes the call); one declared ``@reward(runs_in="thread")`` (trusted code, or code that
 cannot be pickled) in a daemon thread of the package, abandoned at its timeout (a thread cannot
 be killed); an async reward on the caller's event loop under ``asyncio.wait_for`` (it must not
 block the loop). Rewards must not rely on ``signal.alarm`` (it only works on a main thread): the
@@ -40,12 +44,13 @@ from typing import TYPE_CHECKING, Any
 from agentfly.core.plugins import PLUGIN_PREFIX
 from agentfly.core.registry import Registry
 from agentfly.rollout.execution.daemon_threads import THREADS
+from agentfly.rollout.execution.function_ref import by_reference
 from agentfly.rollout.execution.workers import (
     ReplyTooLarge,
     WorkerDied,
     WorkerPool,
+    WorkerQueueTimeout,
     WorkerStartError,
-    by_reference,
     default_pool,
     describe_error,
     result_of,
@@ -66,6 +71,9 @@ FLOAT32_MAX = 3.4028234663852886e38
 """The largest finite float32: a reward or extra beyond it would overflow the training batch."""
 
 RUNS_IN = ("process", "thread")
+
+NO_POLICY = "it is recorded as failed, with reward 0"
+"""What becomes of a failed call's chain when the caller says nothing (a direct call)."""
 
 
 def _as_reward(obj: Any, spec: str) -> RewardFn:
@@ -90,6 +98,7 @@ class RewardInfo:
     timeout: float
     runs_in: str = "process"
     preload: tuple[str, ...] = ()
+    io_bound: bool = False
 
 
 @dataclass
@@ -101,8 +110,9 @@ class RewardResult:
         extras: extra numeric metrics the reward returned (``acc``, ``f1``...), as floats.
         failed: the reward raised, timed out, returned something malformed, or lacked a field.
         error: what went wrong, prefixed by its kind (``timeout: ...``); None when not failed.
-        kind: the kind of failure alone (``timeout``, ``exception``, ``malformed``,
-            ``worker_died``, ``output_too_large``, ``missing_field``, ``bad_signature``).
+        kind: the kind of failure alone (``timeout``, ``queue_timeout``, ``exception``,
+            ``malformed``, ``worker_died``, ``output_too_large``, ``missing_field``,
+            ``bad_signature``).
     """
 
     reward: float
@@ -120,7 +130,7 @@ class RewardError(Exception):
     """A reward call went wrong.
 
     ``kind`` is one of ``missing_field``, ``bad_signature``, ``exception``, ``timeout``,
-    ``malformed``, ``worker_died``, ``output_too_large``.
+    ``queue_timeout``, ``malformed``, ``worker_died``, ``output_too_large``.
     """
 
     def __init__(self, kind: str, message: str) -> None:
@@ -135,6 +145,7 @@ def reward(
     aliases: tuple[str, ...] = (),
     runs_in: str = "process",
     preload: tuple[str, ...] = (),
+    io_bound: bool = False,
 ) -> Callable[[RewardFn], RewardFn]:
     """Register a reward function under ``name`` (default: the function's name).
 
@@ -142,14 +153,17 @@ def reward(
 
     Args:
         name: the name configs use (``agent.init_config.reward_name``).
-        timeout: seconds a call may take before it scores 0 as failed; default
-            ``DEFAULT_TIMEOUT_S``.
+        timeout: seconds a call may run before it fails (not counting its wait for a worker
+            process); default ``DEFAULT_TIMEOUT_S``.
         aliases: other names that resolve to the same reward.
         runs_in: where a sync reward runs: ``"process"`` (a worker process, killed at the
             timeout) or ``"thread"`` (a daemon thread of the trainer, for trusted code or code
             that cannot be pickled; abandoned at the timeout, not stopped).
         preload: modules the reward imports on its first call (a heavy dependency), which
             worker processes import when they start instead.
+        io_bound: a call mostly waits (a judge model behind HTTP) instead of computing: with
+            ``agent.run_config.workers.num_workers`` unset, the worker pool gets a worker per
+            chain in flight instead of one per CPU core.
 
     Returns:
         A decorator that registers the function and returns it unchanged (still directly
@@ -165,7 +179,9 @@ def reward(
         ...     return -max(0, len(prediction) - max_chars) / max_chars
     """
     if callable(name):  # bare @reward
-        return reward(timeout=timeout, aliases=aliases, runs_in=runs_in, preload=preload)(name)
+        return reward(
+            timeout=timeout, aliases=aliases, runs_in=runs_in, preload=preload, io_bound=io_bound
+        )(name)
     if timeout is not None and not timeout > 0:
         raise ValueError(f"reward timeout must be positive, got {timeout!r}")
     if runs_in not in RUNS_IN:
@@ -178,7 +194,9 @@ def reward(
         if not reward_name:
             raise ValueError(f"@reward needs a name for {fn!r}")
         REWARDS.register(reward_name, fn, aliases=aliases)
-        info = RewardInfo(reward_name, timeout or DEFAULT_TIMEOUT_S, runs_in, tuple(preload))
+        info = RewardInfo(
+            reward_name, timeout or DEFAULT_TIMEOUT_S, runs_in, tuple(preload), bool(io_bound)
+        )
         _INFOS[reward_name] = info
         with contextlib.suppress(AttributeError):  # e.g. a bound method
             fn.reward_info = info
@@ -203,6 +221,12 @@ def runs_in_process(name: str) -> bool:
     info = _INFOS.get(REWARDS.canonical(name))
     runs_in = info.runs_in if info else "process"
     return runs_in == "process" and not inspect.iscoroutinefunction(fn)
+
+
+def is_io_bound(name: str) -> bool:
+    """Whether the reward ``name`` was declared ``@reward(io_bound=True)``."""
+    info = _INFOS.get(REWARDS.canonical(name))
+    return bool(info and info.io_bound)
 
 
 def worker_imports(name: str) -> list[str]:
@@ -318,20 +342,22 @@ def _within_float32(number: float, what: str) -> float:
     return number
 
 
-_logged: set[tuple[str, str]] = set()
+_logged: set[tuple[str, str, str]] = set()
 _logged_lock = threading.Lock()
 
 
-def _failure(name: str, kind: str, message: str) -> RewardResult:
+def _failure(name: str, kind: str, message: str, consequence: str = NO_POLICY) -> RewardResult:
     error = f"{kind}: {message}"
     with _logged_lock:
-        first = (name, kind) not in _logged
-        _logged.add((name, kind))
+        first = (name, kind, consequence) not in _logged
+        _logged.add((name, kind, consequence))
     if first:
         logger.warning(
-            "reward %r failed (%s); scoring 0. Further %s failures of this reward are not logged.",
+            "reward %r failed (%s): the chain gets no score; %s. Further %s failures of this "
+            "reward are not logged.",
             name,
             error,
+            consequence,
             kind,
         )
     return RewardResult(reward=0.0, failed=True, error=error, kind=kind)
@@ -378,31 +404,40 @@ def _submit(
     """The future of a sync reward's call: on a daemon thread, or in a worker process."""
     if runs_in == "thread":
         return THREADS.submit(call_reward, fn, kwargs)
-    pool = workers if workers is not None else default_pool()
-    return pool.submit(
+    return _pool(workers).submit(
         call_reward, (by_reference(fn), kwargs), timeout=limit, label=f"reward {name!r}"
     )
 
 
-def _from_exception(name: str, exc: BaseException, timeout: float) -> RewardResult:
+def _pool(workers: WorkerPool | None) -> WorkerPool:
+    return workers if workers is not None else default_pool()
+
+
+def _from_exception(
+    name: str, exc: BaseException, timeout: float, consequence: str = NO_POLICY
+) -> RewardResult:
     if isinstance(exc, WorkerStartError):
         raise exc
     if isinstance(exc, RewardError):
-        return _failure(name, exc.kind, str(exc))
-    if isinstance(exc, TimeoutError | asyncio.TimeoutError):
-        return _failure(name, "timeout", f"did not return within {timeout:g} s")
-    if isinstance(exc, WorkerDied):
-        return _failure(name, "worker_died", f"the process running it died ({exc.how})")
-    if isinstance(exc, ReplyTooLarge):
-        return _failure(name, "output_too_large", str(exc))
-    return _failure(name, "exception", describe_error(exc))
+        kind, message = exc.kind, str(exc)
+    elif isinstance(exc, WorkerQueueTimeout):
+        kind, message = "queue_timeout", str(exc)
+    elif isinstance(exc, TimeoutError | asyncio.TimeoutError):
+        kind, message = "timeout", f"did not return within {timeout:g} s"
+    elif isinstance(exc, WorkerDied):
+        kind, message = "worker_died", f"the process running it died ({exc.how})"
+    elif isinstance(exc, ReplyTooLarge):
+        kind, message = "output_too_large", str(exc)
+    else:
+        kind, message = "exception", describe_error(exc)
+    return _failure(name, kind, message, consequence)
 
 
-def _from_value(name: str, value: Any) -> RewardResult:
+def _from_value(name: str, value: Any, consequence: str = NO_POLICY) -> RewardResult:
     try:
         reward_value, extras = normalize_reward_output(value)
     except RewardError as exc:
-        return _failure(name, exc.kind, f"reward {name!r} {exc}")
+        return _failure(name, exc.kind, f"reward {name!r} {exc}", consequence)
     return RewardResult(reward=reward_value, extras=extras)
 
 
@@ -413,6 +448,7 @@ def compute_reward(
     row: Mapping[str, Any] | None = None,
     timeout: float | None = None,
     workers: WorkerPool | None = None,
+    consequence: str = NO_POLICY,
 ) -> RewardResult:
     """Score one response safely (blocking); see the module docstring for the failure rules.
 
@@ -421,12 +457,15 @@ def compute_reward(
         prediction: the chain's final response.
         trajectory: the chain (the reward may look at its tool calls and messages).
         row: the data row; its fields become keyword arguments.
-        timeout: seconds before the call scores 0 as failed; default: the reward's own.
+        timeout: seconds the call may run before it fails; default: the reward's own.
         workers: the worker pool of sync rewards (None: the process's default pool).
+        consequence: what becomes of the chain when the call fails, for the warning (the
+            agent loop's ``algorithm.failed_chains``).
 
     Returns:
         The reward, its extras, and whether (and why) it failed. Returns within about
-        ``timeout`` seconds whatever the reward does.
+        ``timeout`` seconds whatever the reward does, once a worker has taken the call (the
+        pool's ``queue_timeout`` bounds the wait for one).
 
     Raises:
         UnknownNameError: ``name_or_fn`` names no registered reward.
@@ -436,16 +475,16 @@ def compute_reward(
     try:
         kwargs = bind_reward_kwargs(fn, prediction, trajectory, row or {})
     except RewardError as exc:
-        return _failure(name, exc.kind, str(exc))
+        return _failure(name, exc.kind, str(exc), consequence)
     try:
         if inspect.iscoroutinefunction(fn):  # on a thread, in a loop of its own
-            value = result_of(THREADS.submit(_run_async, fn, kwargs, limit), limit, pool=False)
+            value = result_of(THREADS.submit(_run_async, fn, kwargs, limit), limit, pool=None)
         else:
             future = _submit(fn, kwargs, runs_in, name, limit, workers)
-            value = result_of(future, limit, pool=runs_in == "process")
+            value = result_of(future, limit, pool=_pool(workers) if runs_in == "process" else None)
     except Exception as exc:
-        return _from_exception(name, exc, limit)
-    return _from_value(name, value)
+        return _from_exception(name, exc, limit, consequence)
+    return _from_value(name, value, consequence)
 
 
 async def acompute_reward(
@@ -455,6 +494,7 @@ async def acompute_reward(
     row: Mapping[str, Any] | None = None,
     timeout: float | None = None,
     workers: WorkerPool | None = None,
+    consequence: str = NO_POLICY,
 ) -> RewardResult:
     """Async ``compute_reward`` for the agent loop: a sync reward runs off the event loop.
 
@@ -467,16 +507,17 @@ async def acompute_reward(
     try:
         kwargs = bind_reward_kwargs(fn, prediction, trajectory, row or {})
     except RewardError as exc:
-        return _failure(name, exc.kind, str(exc))
+        return _failure(name, exc.kind, str(exc), consequence)
     try:
         if inspect.iscoroutinefunction(fn):
             value = await asyncio.wait_for(fn(**kwargs), timeout=limit)
         else:
             future = _submit(fn, kwargs, runs_in, name, limit, workers)
-            value = await wait_call(future, limit, pool=runs_in == "process")
+            pool = _pool(workers) if runs_in == "process" else None
+            value = await wait_call(future, limit, pool=pool)
     except Exception as exc:  # CancelledError is not an Exception: cancelling the caller works
-        return _from_exception(name, exc, limit)
-    return _from_value(name, value)
+        return _from_exception(name, exc, limit, consequence)
+    return _from_value(name, value, consequence)
 
 
 def score_trajectory(
@@ -498,10 +539,12 @@ async def ascore_trajectory(
     trajectory: Trajectory,
     timeout: float | None = None,
     workers: WorkerPool | None = None,
+    consequence: str = NO_POLICY,
 ) -> RewardResult:
     """Async ``score_trajectory``."""
     result = await acompute_reward(
-        name_or_fn, trajectory.final_response, trajectory, trajectory.row, timeout, workers
+        name_or_fn, trajectory.final_response, trajectory, trajectory.row, timeout, workers,
+        consequence,
     )
     _record(trajectory, result)
     return result

@@ -50,6 +50,7 @@ from agentfly.rollout.tools.settings import configure_tool, declared_settings
 UNKNOWN_TOOL = "unknown_tool"
 INVALID_ARGUMENTS = "invalid_arguments"
 TIMEOUT = "timeout"
+QUEUE_TIMEOUT = "queue_timeout"
 EXCEPTION = "exception"
 MALFORMED_OUTPUT = "malformed_output"
 WORKER_DIED = "worker_died"
@@ -75,7 +76,9 @@ class ToolResult:
         observation: the text shown to the model (an error message when ``ok`` is false).
         ok: whether the call succeeded.
         error: a short error kind when it did not: ``"unknown_tool"``, ``"invalid_arguments"``,
-            ``"timeout"``, ``"exception"``, ``"malformed_output"``, ``"worker_died"`` (the
+            ``"timeout"`` (it ran past its timeout), ``"queue_timeout"`` (it waited past the
+            worker pool's queue bound and never ran: the pool is too small), ``"exception"``,
+            ``"malformed_output"``, ``"worker_died"`` (the
             worker process running the call died), ``"output_too_large"`` (the result,
             pickled, passed the worker pool's reply cap) or ``"unavailable"`` (the service
             behind the tool failed: :class:`ToolUnavailableError`).
@@ -104,7 +107,8 @@ class Tool:
         schema: the OpenAI function-calling schema.
         stateful: whether ``fn`` takes a per-chain ``resource``.
         resource_factory: makes a fresh resource (zero arguments); stateful tools only.
-        timeout: seconds before a call is abandoned with a timeout observation.
+        timeout: seconds a call may run before it is abandoned with a timeout observation,
+            counted from when it starts (in a worker process: when a worker takes it).
         max_output_chars: observations are cut to this length, with a marker.
         max_resources: at most this many resources of this tool live at once (``None``: the
             pool's default).
@@ -119,6 +123,11 @@ class Tool:
             limited); ``"thread"``, a daemon thread of the trainer (code declared safe: it can
             be abandoned at the timeout, not stopped). Stateful tools run in threads (their
             resource lives in the trainer) and async tools on the event loop.
+        io_bound: a call mostly waits (on a network service, a subprocess) instead of
+            computing; when such a tool runs in the worker processes and
+            ``agent.run_config.workers.num_workers`` is unset, the pool gets a worker per
+            chain in flight instead of one per CPU core
+            (:func:`~agentfly.rollout.execution.workers.default_num_workers`).
     """
 
     name: str
@@ -133,6 +142,7 @@ class Tool:
     settings_type: Callable[..., Any] | None = None
     settings: Any = None
     runs_in: str = "process"
+    io_bound: bool = False
 
     @property
     def description(self) -> str:
@@ -217,6 +227,7 @@ def tool(
     aliases: Iterable[str] = (),
     settings: Callable[..., Any] | None = None,
     runs_in: str = "process",
+    io_bound: bool = False,
 ) -> Any:
     """Register a function as a tool; usable as ``@tool`` or ``@tool(name=...)``.
 
@@ -226,7 +237,8 @@ def tool(
         description: overrides the docstring's description.
         stateful: the function takes a per-chain ``resource`` parameter.
         resource_factory: makes a fresh resource; required when ``stateful``.
-        timeout: seconds before a call is abandoned.
+        timeout: seconds a call may run before it is abandoned (not counting its wait for
+            a worker process).
         max_output_chars: observations longer than this are truncated.
         max_resources: cap on live resources of this tool (stateful tools).
         aliases: other names for the tool.
@@ -234,6 +246,8 @@ def tool(
             tool's own settings; the function takes its instance as ``settings``.
         runs_in: ``"process"`` (default) or ``"thread"`` for a sync stateless tool whose code
             is trusted to share the trainer's process (see :class:`Tool`).
+        io_bound: calls mostly wait rather than compute (see :class:`Tool`): the default
+            worker pool is then sized to the chains in flight, not to the CPU count.
 
     Returns:
         The registered ``Tool`` (still callable like the function).
@@ -274,6 +288,7 @@ def tool(
             settings_type=settings,
             settings=_default_settings(settings),
             runs_in=runs_in,
+            io_bound=bool(io_bound),
         )
         TOOLS.register(tool_name, registered, aliases=registered.aliases)
         return registered

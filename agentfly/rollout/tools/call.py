@@ -7,9 +7,11 @@ an error observation the model can read, with ``ok=False`` and a short error kin
 Where a call runs:
 
 - a sync stateless tool: a worker process of a :class:`~agentfly.rollout.execution.workers.WorkerPool`
-  (the one given, else the process's default pool). A call past its timeout has its worker
-  killed; the result is turned into text and cut to ``max_output_chars`` in the worker, so a
-  huge return value never reaches the trainer;
+  (the one given, else the process's default pool). Its timeout counts from when a worker takes
+  it; a call past it has its worker killed (``timeout``), and one that waited past the pool's
+  queue bound without running fails as ``queue_timeout`` (the pool is too small). The result is
+  turned into text and cut to ``max_output_chars`` in the worker, so a huge return value never
+  reaches the trainer;
 - a sync tool declared ``runs_in="thread"``, or a stateful one (its resource lives in the
   trainer: ``code_interpreter`` runs its code in a process of its own, with its own limits): a
   daemon thread of the package (:data:`~agentfly.rollout.execution.daemon_threads.THREADS`); a call past its
@@ -29,12 +31,13 @@ from typing import Any
 from agentfly.core.plugins import is_object_spec
 from agentfly.core.registry import UnknownNameError
 from agentfly.rollout.execution.daemon_threads import THREADS
+from agentfly.rollout.execution.function_ref import by_reference
 from agentfly.rollout.execution.workers import (
     ReplyTooLarge,
     WorkerDied,
     WorkerPool,
+    WorkerQueueTimeout,
     WorkerStartError,
-    by_reference,
     default_pool,
     describe_error,
     wait_call,
@@ -44,6 +47,7 @@ from agentfly.rollout.tools.base import (
     INVALID_ARGUMENTS,
     MALFORMED_OUTPUT,
     OUTPUT_TOO_LARGE,
+    QUEUE_TIMEOUT,
     TIMEOUT,
     TOOLS,
     UNAVAILABLE,
@@ -115,7 +119,7 @@ async def _invoke(tool: Tool, kwargs: dict[str, Any], workers: WorkerPool | None
     if tool.is_async:
         value = await asyncio.wait_for(tool.fn(**kwargs), tool.timeout)
     elif not tool.runs_in_process:  # stateful, or declared runs_in="thread"
-        value = await wait_call(THREADS.submit(tool.fn, **kwargs), tool.timeout, pool=False)
+        value = await wait_call(THREADS.submit(tool.fn, **kwargs), tool.timeout, pool=None)
     else:
         pool = workers if workers is not None else default_pool()
         fn = by_reference(tool.fn)
@@ -123,7 +127,7 @@ async def _invoke(tool: Tool, kwargs: dict[str, Any], workers: WorkerPool | None
             call_in_worker, (fn, kwargs, tool.name, tool.max_output_chars),
             timeout=tool.timeout, label=f"tool {tool.name!r}",
         )
-        return await wait_call(future, tool.timeout, pool=True)
+        return await wait_call(future, tool.timeout, pool=pool)
     return _as_result(value, tool.name, tool.max_output_chars)
 
 
@@ -200,6 +204,10 @@ async def run_tool_call(
     except (TimeoutError, asyncio.TimeoutError):  # distinct classes before Python 3.11
         return ToolResult.failure(
             TIMEOUT, f"Error: tool {tool.name!r} did not finish within {tool.timeout:g} seconds."
+        )
+    except WorkerQueueTimeout as e:
+        return ToolResult.failure(
+            QUEUE_TIMEOUT, f"Error: tool {tool.name!r} did not run: {e}."
         )
     except WorkerStartError:
         raise

@@ -243,7 +243,7 @@ class ResourcePool:
                 # Shielded: a cancelled chain still gets its resource destroyed.
                 done = THREADS.submit(self._destroy, tool.name, resource)
                 try:
-                    await asyncio.shield(wait_call(done, tool.timeout, pool=False))
+                    await asyncio.shield(wait_call(done, tool.timeout, pool=None))
                 except WorkerTimeout:
                     logger.warning(
                         "releasing a %s resource took more than %g s; abandoned", tool.name, tool.timeout
