@@ -59,23 +59,24 @@ def make_named_env(name: str, kwargs: Mapping[str, Any]) -> Env:
     return base.get_env(name)(**dict(kwargs))
 
 
-def kill_tree(pid: int) -> None:
-    """SIGKILL the process group led by ``pid`` and every descendant of ``pid`` (also those that
-    left the group). Vanished processes are skipped."""
+def kill_tree(pid: int, descendants: bool = True) -> None:
+    """SIGKILL the process group led by ``pid`` and, with ``descendants``, every descendant of
+    ``pid`` (also those that left the group). Vanished processes are skipped."""
     try:
-        descendants = psutil.Process(pid).children(recursive=True)
+        found = psutil.Process(pid).children(recursive=True) if descendants else []
     except psutil.Error:
-        descendants = []
+        found = []
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
-    for proc in descendants:
+    for proc in found:
         with contextlib.suppress(psutil.Error):
             proc.kill()
 
 
 def _finalize(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        kill_tree(proc.pid)
+    # Also when it has exited: its group may still hold its orphaned children (a pid stays
+    # unused while it names a process group). Its descendants only while it is not reaped.
+    kill_tree(proc.pid, descendants=proc.poll() is None)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=5)
 
