@@ -56,8 +56,9 @@ class OpenEnvEnv(Env):
         self.observation_field, self.goal_field, self.actions_field = observation_field, goal_field, actions_field
         self.timeout = timeout
         try:
+            # entered by hand: the session outlives this call (closed in close())
             self._socket = connect(self.url, open_timeout=timeout, close_timeout=min(timeout, 5.0),
-                                   max_size=2**24)
+                                   max_size=2**24).__enter__()
         except (OSError, TimeoutError) as e:
             raise EnvUnavailable(f"openenv: cannot connect to {self.url}: {e}") from e
 
