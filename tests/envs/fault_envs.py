@@ -13,7 +13,7 @@ from agentfly.envs.base import Env, EnvUsageError, StepResult
 
 
 class CountingEnv(Env):
-    """Counts its steps; ``hang`` sleeps forever, ``crash`` kills the process, ``raise`` raises,
+    """Counts its steps; ``hang`` sleeps forever, ``nap`` a second, ``crash`` kills the process, ``raise`` raises,
     ``usage`` is a caller mistake. ``reset`` with ``fail=True`` raises. It starts a child
     (a sleeping process, standing for a Java or engine process) and reports its pid."""
 
@@ -29,6 +29,8 @@ class CountingEnv(Env):
     def _step(self, action: str) -> StepResult:
         if action == "hang":
             time.sleep(3600)
+        if action == "nap":
+            time.sleep(1.0)
         if action == "crash":
             os.kill(os.getpid(), signal.SIGKILL)
         if action == "raise":

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -121,6 +122,20 @@ def test_the_environment_dies_with_the_process_that_started_it(tmp_path):
         assert wait_gone(env_pid, child_pid, within=10.0), "the env process outlived its owner"
     finally:
         proc.kill()
+
+
+def test_steps_of_different_environments_overlap():
+    envs = [ProcessEnv(CountingEnv) for _ in range(4)]
+    try:
+        for e in envs:
+            e.reset()
+        start = time.monotonic()
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(lambda e: e.step("nap"), envs))
+        assert time.monotonic() - start < 2.5  # four 1-second steps at once, not one after another
+    finally:
+        for e in envs:
+            e.close()
 
 
 def test_calls_take_public_methods_only(env):
