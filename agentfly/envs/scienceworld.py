@@ -5,10 +5,11 @@ A task row names the task (``task_name``, one of :meth:`ScienceWorldEnv.task_nam
 variation (``variation``, or AgentFly's ``variation_idx``); each task's variations are split into
 train, dev and test (:func:`variation_rows`).
 
-Reward: the task's score gained by the step, over 100, so a completed task returns 1.0 in all.
-ScienceWorld's own per-step reward is not used: it can differ from the score's change (the first
-step of a gold path raises the score with a reward of 0). A failed task drops the score to -100
-and ends the episode. ``terminated`` when ScienceWorld says the episode is done; ScienceWorld's
+Reward: the task's score gained by the step, over 100, counted from 0, so the episode's return is
+the final score over 100 and a completed task returns 1.0. Some tasks start with part of the score
+(find-living-thing with the easy simplifications starts at 8): the first step is credited with it.
+ScienceWorld's own per-step reward is not used: it leaves out that starting score. A failed task
+drops the score to -100 and ends the episode. ``terminated`` when ScienceWorld says the episode is done; ScienceWorld's
 own step limit is set out of reach so that ``max_steps`` alone truncates. The info of ``reset``
 has the ``goal`` (the task description), ``admissible_actions`` (ScienceWorld's valid actions)
 and ``walkthrough`` (the gold action sequence).
@@ -83,9 +84,9 @@ class ScienceWorldEnv(Env):
             raise EnvUsageError("scienceworld: the task row needs a 'variation' (or 'variation_idx') field")
         self._load(task_name, int(variation))
         observation, info = self._sim.reset()
-        self._score = info["score"] / 100
+        self._score = 0.0  # the starting score is credited on the first step
         return observation, {
-            "goal": info["taskDesc"], "score": self._score, "admissible_actions": list(info["valid"]),
+            "goal": info["taskDesc"], "score": info["score"] / 100, "admissible_actions": list(info["valid"]),
             "walkthrough": list(self._sim.get_gold_action_sequence()),
             "task_name": task_name, "variation": int(variation),
         }
