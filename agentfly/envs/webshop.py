@@ -40,9 +40,10 @@ _ACTION = re.compile(r"^\s*(search|click)\[(.*)\]\s*$", re.IGNORECASE | re.DOTAL
 
 
 @functools.cache
-def _cached_catalog(data_dir: str | None, size: str, seed: int, num_products: int, num_goals: int) -> Catalog:
+def _cached_catalog(data_dir: str | None, size: str, seed: int, shuffle_goals: bool, num_products: int,
+                    num_goals: int) -> Catalog:
     if data_dir is not None:
-        return load_catalog(data_dir, size=size, seed=seed)
+        return load_catalog(data_dir, size=size, seed=seed, shuffle_goals=shuffle_goals)
     return synthetic_catalog(num_products=num_products, num_goals=num_goals, seed=seed)
 
 
@@ -65,15 +66,20 @@ class WebShopEnv(Env):
         data_dir: folder of WebShop's data files (None: the generated catalog).
         size: ``"small"`` or ``"full"`` WebShop files.
         seed: seeds the prices (and the generated catalog).
+        shuffle_goals: with WebShop's data, number the goals as WebShop does (False: in the
+            files' order, as AgentFly's ``task_id`` does).
         num_products: products of the generated catalog.
         num_goals: goals of the generated catalog.
         max_steps: steps after which the episode is truncated.
     """
 
-    def __init__(self, data_dir: str | None = None, size: str = "small", seed: int = 0,
+    def __init__(self, data_dir: str | None = None, size: str = "small", seed: int = 0, shuffle_goals: bool = True,
                  num_products: int = 30, num_goals: int = 20, max_steps: int | None = 15) -> None:
         super().__init__(max_steps=max_steps)
-        self.catalog = _cached_catalog(None if data_dir is None else str(data_dir), size, seed, num_products, num_goals)
+        if data_dir is None and not shuffle_goals:
+            raise ValueError("shuffle_goals applies to WebShop's data (data_dir); the generated catalog has one order")
+        self.catalog = _cached_catalog(None if data_dir is None else str(data_dir), size, seed, shuffle_goals,
+                                       num_products, num_goals)
         self.goal: dict[str, Any] = {}
         self._page = _Page()
 

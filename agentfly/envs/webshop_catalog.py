@@ -13,8 +13,9 @@ README of github.com/princeton-nlp/WebShop) in one folder:
 :func:`load_catalog` processes them as WebShop's engine does (prices from the price range, option
 values lowercased with ``/`` as ``|``, goals without attributes skipped, a price ceiling drawn
 from the next four price points above the product's price, goals shuffled with seed 233 so that
-goal ``i`` is WebShop's goal ``i``: 0-499 test, 500-1499 dev, the rest train). The random draws
-are seeded (WebShop's are not).
+goal ``i`` is WebShop's goal ``i``: 0-499 test, 500-1499 dev, the rest train; AgentFly's WebShop
+server keeps the file's order instead, ``shuffle_goals=False``). The random draws are seeded
+(WebShop's are not).
 
 :func:`synthetic_catalog` makes a small catalog with goals for tests and demos, the same for the
 same seed. :class:`Catalog` holds either with a BM25 search (``bm25s``) over each product's
@@ -146,13 +147,15 @@ def _human_goals(products: list[dict[str, Any]], prices: dict[str, float], human
     return goals
 
 
-def load_catalog(data_dir: str | Path, size: str = "small", seed: int = 0) -> Catalog:
+def load_catalog(data_dir: str | Path, size: str = "small", seed: int = 0, shuffle_goals: bool = True) -> Catalog:
     """WebShop's products and human goals from ``data_dir`` (see the module docstring).
 
     Args:
         data_dir: the folder holding WebShop's files.
         size: ``"small"`` (the 1,000-product files) or ``"full"``.
         seed: seeds the product prices within their ranges and the goals' price ceilings.
+        shuffle_goals: number the goals as WebShop does (shuffled with seed 233), or in the
+            files' order (as AgentFly's WebShop server does).
 
     Raises:
         EnvUnavailable: a file is missing; the message names the path and where the data comes from.
@@ -180,7 +183,8 @@ def load_catalog(data_dir: str | Path, size: str = "small", seed: int = 0) -> Ca
         products.append(_process_product(raw, attributes))
     prices = {p["asin"]: _product_price(p["pricing"], rng) for p in products}
     goals = _human_goals(products, prices, human, rng)
-    random.Random(GOAL_SHUFFLE_SEED).shuffle(goals)
+    if shuffle_goals:
+        random.Random(GOAL_SHUFFLE_SEED).shuffle(goals)
     return Catalog(products, prices, goals)
 
 

@@ -78,6 +78,25 @@ def test_the_files_load_as_webshop_processes_them(data_dir):
                                         f", and price lower than {goal['price_upper']:.2f} dollars")
 
 
+def test_goals_are_numbered_as_webshop_or_in_the_files_order(data_dir, tmp_path):
+    import random
+    import shutil
+
+    for name in ("items_shuffle_1000.json", "items_ins_v2_1000.json"):
+        shutil.copy(data_dir / name, tmp_path / name)
+    instructions = [f"goal number {i}" for i in range(6)]
+    human = {BOOTS: [{"instruction": text, "instruction_attributes": ["waterproof"], "instruction_options": []}
+                     for text in instructions]}
+    (tmp_path / "items_human_ins.json").write_text(json.dumps(human))
+    in_order = [g["instruction_text"].split(",")[0] for g in load_catalog(tmp_path, shuffle_goals=False).goals]
+    assert in_order == instructions
+    webshop_order = list(instructions)
+    random.Random(233).shuffle(webshop_order)  # WebShop's own numbering
+    assert [g["instruction_text"].split(",")[0] for g in load_catalog(tmp_path).goals] == webshop_order
+    with pytest.raises(ValueError, match="shuffle_goals applies to WebShop's data"):
+        WebShopEnv(shuffle_goals=False)
+
+
 def test_the_right_search_and_buy_sequence_scores_one(shop):
     result = buy(shop, BOOTS, ["brown", "10"])
     assert result.terminated and result.reward == 1.0 and result.observation == "Thank you for shopping with us!"
