@@ -21,7 +21,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from agentfly.envs.base import Env, EnvError, EnvUnavailable, StepResult, register_env
+from agentfly.envs.base import Env, EnvCrashed, EnvError, EnvUnavailable, StepResult, register_env
 
 
 @register_env("openenv")
@@ -65,11 +65,15 @@ class OpenEnvEnv(Env):
     def _request(self, message: dict[str, Any]) -> dict[str, Any]:
         if self._socket is None:
             raise EnvError("openenv: the session is closed")
-        self._socket.send(json.dumps(message))
+        from websockets.exceptions import ConnectionClosed
+
         try:
+            self._socket.send(json.dumps(message))
             reply = json.loads(self._socket.recv(timeout=self.timeout))
         except TimeoutError as e:
             raise TimeoutError(f"openenv: no reply to {message['type']} from {self.url} within {self.timeout:g} s") from e
+        except ConnectionClosed as e:
+            raise EnvCrashed(f"openenv: the server at {self.url} closed the session during {message['type']}: {e}") from e
         if reply.get("type") == "error":
             data = reply.get("data") or {}
             raise EnvError(f"openenv server {self.url}: {data.get('message', 'error')} ({data.get('code', '?')})")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from agentfly.envs import EnvUnavailable
+from agentfly.envs import EnvError, EnvUnavailable
 from agentfly.envs.openenv import OpenEnvEnv
 from agentfly.envs.textworld import TextWorldEnv
 
@@ -90,6 +90,15 @@ def test_two_sessions_play_their_own_games(server_url, textworld_game):
     finally:
         first.close()
         second.close()
+
+
+def test_a_server_error_is_raised_with_its_message(server_url):
+    env = OpenEnvEnv(server_url, action_field="command", observation_field="text", timeout=30)
+    try:
+        with pytest.raises(EnvError, match="openenv server .*game"):  # reset without a game file
+            env.reset({"reset_kwargs": {"game_file": "/nonexistent.z8"}})
+    finally:
+        env.close()
 
 
 def test_no_server_is_unavailable_naming_the_url():
