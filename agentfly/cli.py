@@ -287,8 +287,8 @@ def _lightning(stage: str, words: list[str]) -> int:
     from agentfly.rollout.engines.errors import EngineLostError, EngineStartError
 
     try:
-        args, explicit = to_cli_args(words, default_task=True)
         with sigterm_exits(), ray_stopped_at_exit(), contextlib.ExitStack() as stack:
+            args, explicit = to_cli_args(words, default_task=True)
             cli = _cli_class()([stage, *args], explicit=explicit, stack=stack)
     except SystemExit as e:  # --help, --print_config: printed, nothing to run
         if e.code in (0, None):
