@@ -321,7 +321,10 @@ def plan_rollout_run(
 
     Raises:
         ValueError: ``data.<split>_files`` is not set.
+        ConfigError: a model path that cannot be had (a missing folder, a Hub id neither cached
+            nor reachable).
     """
+    from agentfly.models.paths import resolve_model_paths
     from agentfly.plan import plan_rollout
     from agentfly.rollout.data import load_rows
     from agentfly.topology import Hardware, resolve_topology
@@ -335,7 +338,8 @@ def plan_rollout_run(
     topology = resolve_topology(cfg, hardware or Hardware.detect())
     for note in topology.notes:
         logger.warning("%s", note)
-    return plan_rollout(cfg, topology), rows
+    plan_rollout(cfg, topology)  # the cheap checks first, then a Hub id is resolved
+    return plan_rollout(resolve_model_paths(cfg, needs_critic=False), topology), rows
 
 
 def _rollout(argv: list[str]) -> int:

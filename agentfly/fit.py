@@ -46,9 +46,20 @@ def _slurm_single_node_tasks() -> None:
 
 
 def make_plan(cfg: Any, hardware: Hardware | None = None) -> RunPlan:
-    """The run's plan on this machine (:func:`agentfly.plan.plan_run`); says its notes once."""
+    """The run's plan on this machine (:func:`agentfly.plan.plan_run`); says its notes once.
+
+    A model path given as a Hub repo id is resolved here, once the plan's cheaper checks have
+    passed: its local folder (downloaded, or cached) is what the run loads, and a repo that cannot
+    be had stops the run here (:func:`agentfly.models.paths.resolve_model_paths`).
+    """
+    from agentfly.models.paths import resolve_model_paths
+
     _slurm_single_node_tasks()
+    hardware = hardware or Hardware.detect()
     plan = plan_run(cfg, hardware)
+    resolved = resolve_model_paths(cfg, needs_critic=plan.module["critic_path"] is not None)
+    if resolved is not cfg:
+        plan = plan_run(resolved, hardware)
     if _is_rank_zero():
         for note in plan.notes:
             logger.warning("%s", note)
