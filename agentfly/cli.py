@@ -180,7 +180,7 @@ def _cli_class() -> type:
             user["data"]["init_args"] = {k: v for k, v in (user["data"].get("init_args") or {}).items()
                                          if k not in DATA_KEYS}
             self.plan, self.trainer, self.model, self.datamodule, self.ckpt = begin_run(
-                self.run_config, self.stack, ckpt_path=ns.get("ckpt_path"),
+                self.run_config, self.stack, stage=self.subcommand, ckpt_path=ns.get("ckpt_path"),
                 model=user["model"], data=user["data"],
                 callbacks=[SaveRunConfig(self._parser(self.subcommand), ns, overwrite=True)],
             )
@@ -284,6 +284,7 @@ def _lightning(stage: str, words: list[str]) -> int:
     from agentfly.config.seed_args import to_cli_args
     from agentfly.core.errors import ConfigError
     from agentfly.core.shutdown import ray_stopped_at_exit, sigterm_exits
+    from agentfly.resume import RunComplete
     from agentfly.rollout.engines.errors import EngineLostError, EngineStartError
 
     try:
@@ -294,6 +295,9 @@ def _lightning(stage: str, words: list[str]) -> int:
         if e.code in (0, None):
             return 0
         raise
+    except RunComplete as e:  # nothing to train: said, and done
+        print(f"agentfly: {e}", file=sys.stderr)
+        return 0
     except ConfigError as e:
         print(f"agentfly: config error: {e}", file=sys.stderr)
         return 2
