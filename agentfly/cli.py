@@ -180,7 +180,7 @@ def _cli_class() -> type:
             user["data"]["init_args"] = {k: v for k, v in (user["data"].get("init_args") or {}).items()
                                          if k not in DATA_KEYS}
             self.plan, self.trainer, self.model, self.datamodule, self.ckpt = begin_run(
-                self.run_config, self.stack, ckpt_path=ns.get("ckpt_path"),
+                self.run_config, self.stack, stage=self.subcommand, ckpt_path=ns.get("ckpt_path"),
                 model=user["model"], data=user["data"],
                 callbacks=[SaveRunConfig(self._parser(self.subcommand), ns, overwrite=True)],
             )
@@ -284,16 +284,20 @@ def _lightning(stage: str, words: list[str]) -> int:
     from agentfly.config.seed_args import to_cli_args
     from agentfly.core.errors import ConfigError
     from agentfly.core.shutdown import ray_stopped_at_exit, sigterm_exits
+    from agentfly.resume import RunComplete
     from agentfly.rollout.engines.errors import EngineLostError, EngineStartError
 
     try:
-        args, explicit = to_cli_args(words, default_task=True)
         with sigterm_exits(), ray_stopped_at_exit(), contextlib.ExitStack() as stack:
+            args, explicit = to_cli_args(words, default_task=True)
             cli = _cli_class()([stage, *args], explicit=explicit, stack=stack)
     except SystemExit as e:  # --help, --print_config: printed, nothing to run
         if e.code in (0, None):
             return 0
         raise
+    except RunComplete as e:  # nothing to train: said, and done
+        print(f"agentfly: {e}", file=sys.stderr)
+        return 0
     except ConfigError as e:
         print(f"agentfly: config error: {e}", file=sys.stderr)
         return 2
@@ -321,7 +325,10 @@ def plan_rollout_run(
 
     Raises:
         ValueError: ``data.<split>_files`` is not set.
+        ConfigError: a model path that cannot be had (a missing folder, a Hub id neither cached
+            nor reachable).
     """
+    from agentfly.models.paths import resolve_model_paths
     from agentfly.plan import plan_rollout
     from agentfly.rollout.data import load_rows
     from agentfly.topology import Hardware, resolve_topology
@@ -335,7 +342,8 @@ def plan_rollout_run(
     topology = resolve_topology(cfg, hardware or Hardware.detect())
     for note in topology.notes:
         logger.warning("%s", note)
-    return plan_rollout(cfg, topology), rows
+    plan_rollout(cfg, topology)  # the cheap checks first, then a Hub id is resolved
+    return plan_rollout(resolve_model_paths(cfg, needs_critic=False), topology), rows
 
 
 def _rollout(argv: list[str]) -> int:

@@ -46,9 +46,20 @@ def _slurm_single_node_tasks() -> None:
 
 
 def make_plan(cfg: Any, hardware: Hardware | None = None) -> RunPlan:
-    """The run's plan on this machine (:func:`agentfly.plan.plan_run`); says its notes once."""
+    """The run's plan on this machine (:func:`agentfly.plan.plan_run`); says its notes once.
+
+    A model path given as a Hub repo id is resolved here, once the plan's cheaper checks have
+    passed: its local folder (downloaded, or cached) is what the run loads, and a repo that cannot
+    be had stops the run here (:func:`agentfly.models.paths.resolve_model_paths`).
+    """
+    from agentfly.models.paths import resolve_model_paths
+
     _slurm_single_node_tasks()
+    hardware = hardware or Hardware.detect()
     plan = plan_run(cfg, hardware)
+    resolved = resolve_model_paths(cfg, needs_critic=plan.module["critic_path"] is not None)
+    if resolved is not cfg:
+        plan = plan_run(resolved, hardware)
     if _is_rank_zero():
         for note in plan.notes:
             logger.warning("%s", note)
@@ -175,6 +186,25 @@ def build_loggers(plan: RunPlan) -> list[Any]:
     return named + [instantiate(spec, "trainer.logger") for kind, spec in plan.loggers if kind == "class_path"]
 
 
+def resume_checkpoint(cfg: Any, plan: RunPlan, ckpt_path: str | None = None, stage: str = "fit") -> str | None:
+    """The checkpoint of :func:`resume_path`; a ``fit`` checks it against ``cfg`` first
+    (:func:`agentfly.resume.check_resume`: a finished run, a changed config), saying its notes.
+
+    Raises:
+        RunComplete: a fit whose checkpoint already holds every iteration.
+        ConfigError: a fit whose config changes what the checkpoint means.
+    """
+    ckpt = resume_path(plan, ckpt_path)
+    if ckpt is not None and stage == "fit":
+        from agentfly.resume import check_resume
+
+        notes = check_resume(cfg, plan, ckpt)
+        if _is_rank_zero():
+            for note in notes:
+                logger.warning("%s", note)
+    return ckpt
+
+
 def resume_path(plan: RunPlan, ckpt_path: str | None = None) -> str | None:
     """The checkpoint a fit resumes from, or that ``validate``/``test`` score; None: the base model.
 
@@ -221,27 +251,31 @@ def build_trainer(
     data: tuple[Any, dict[str, Any]] | None = None,
     callbacks: list[Any] = (),  # type: ignore[assignment]
 ) -> tuple[Any, Any, Any, str | None]:
-    """(Lightning Trainer, module, data module, checkpoint to resume from or to validate).
+    """(Lightning Trainer, module, data module, checkpoint to resume from or to validate) of a fit.
 
-    ``ckpt_path``: the checkpoint named on the command line (see :func:`resume_path`);
+    ``ckpt_path``: the checkpoint named on the command line (see :func:`resume_checkpoint`);
     ``hardware``: the machine (detected when None); ``model``/``data``: the classes chosen by
     ``--model.class_path``/``--data.class_path`` with their own further ``init_args``;
     ``callbacks``: further callback instances (LightningCLI's ``SaveConfigCallback``).
     """
     # what the machine cannot run fails in the plan, before any import
-    return build_run(make_plan(cfg, hardware), ckpt_path, model=model, data=data, callbacks=callbacks)
+    plan = make_plan(cfg, hardware)
+    ckpt = resume_checkpoint(cfg, plan, ckpt_path)  # a missing checkpoint fails before anything starts
+    return build_run(plan, ckpt, cfg, model=model, data=data, callbacks=callbacks)
 
 
 def build_run(
     plan: RunPlan,
-    ckpt_path: str | None = None,
+    ckpt: str | None,
+    cfg: Any,
     *,
     model: tuple[Any, dict[str, Any]] | None = None,
     data: tuple[Any, dict[str, Any]] | None = None,
     callbacks: list[Any] = (),  # type: ignore[assignment]
 ) -> tuple[Any, Any, Any, str | None]:
-    """:func:`build_trainer` from the run's plan."""
-    ckpt = resume_path(plan, ckpt_path)  # a missing checkpoint fails before anything starts
+    """:func:`build_trainer` from the run's plan and the checkpoint :func:`resume_checkpoint`
+    chose; every checkpoint the run writes records ``cfg``
+    (:class:`~agentfly.callbacks.config_record.ConfigRecord`)."""
     check_engine(plan.engine_name, plan.rollout.num_engines)
     import lightning.pytorch as pl
     from lightning.fabric.plugins.environments import SLURMEnvironment
@@ -259,7 +293,10 @@ def build_run(
 
         # FSDP2; the sharding itself happens in configure_model
         settings["strategy"] = fsdp_strategy(plan.topology.world_size)
-    callbacks = build_callbacks(plan) + list(callbacks)
+    from agentfly.callbacks.config_record import ConfigRecord
+    from agentfly.resume import config_record
+
+    callbacks = [*build_callbacks(plan), ConfigRecord(config_record(cfg)), *callbacks]
     if SLURMEnvironment.detect():  # requeue at an iteration boundary, not inside the signal handler
         from agentfly.callbacks.requeue import SlurmRequeue
 
@@ -277,28 +314,66 @@ def begin_run(
     cfg: Any,
     stack: contextlib.ExitStack,
     *,
+    stage: str = "fit",
     ckpt_path: str | None = None,
     model: dict[str, Any] | None = None,
     data: dict[str, Any] | None = None,
     callbacks: list[Any] = (),  # type: ignore[assignment]
 ) -> tuple[RunPlan, Any, Any, Any, str | None]:
-    """Plan and build the run (:func:`make_plan`, :func:`build_trainer`) and register on
-    ``stack`` what ends it, however it ends (an error, ``SystemExit`` from SIGTERM): the rollout
-    closed (engines, tool workers), wandb's run finished, and the empty folders this run made in
-    the run directory removed. Returns the plan, then what :func:`build_trainer` returns."""
+    """Plan and build the run of ``stage`` (:func:`make_plan`, :func:`resume_checkpoint`,
+    :func:`build_run`) and register on ``stack`` what ends it, however it ends (an error,
+    ``SystemExit`` from SIGTERM): the rollout closed (engines, tool workers), wandb's run finished,
+    the empty folders this run made in the run directory removed, and on an error, the error
+    written to ``<run>/error.txt`` when the run directory remains (:func:`_error_note`). Returns
+    the plan, then what :func:`build_trainer` returns.
+
+    Raises:
+        RunComplete: a fit whose checkpoint already holds every iteration (nothing is built).
+    """
     started = time.perf_counter()
     plan = make_plan(cfg)
+    ckpt = resume_checkpoint(cfg, plan, ckpt_path, stage)
     run_dir = Path(plan.run_dir)
     existed = _folders(run_dir)
     if _is_rank_zero():
+        (run_dir / ERROR_NOTE).unlink(missing_ok=True)  # an earlier launch's
+        stack.push(_error_note(run_dir, stage))  # runs last: after the empty folders are removed
         stack.callback(_remove_empty_folders, run_dir, existed)
     trainer, module, datamodule, ckpt = build_run(
-        plan, ckpt_path, model=_classes(model, "model"), data=_classes(data, "data"), callbacks=callbacks
+        plan, ckpt, cfg, model=_classes(model, "model"), data=_classes(data, "data"), callbacks=callbacks
     )
     stack.callback(_finish_wandb, trainer)
     stack.callback(datamodule.close)
     trainer.started_at = started  # the report's "in all" time counts the start-up
     return plan, trainer, module, datamodule, ckpt
+
+
+ERROR_NOTE = "error.txt"  # in the run directory: why the latest launch stopped on an error
+
+
+def _error_note(run_dir: Path, stage: str) -> Any:
+    """An exit callback (``ExitStack.push``) that writes ``run_dir/error.txt`` when the run ends
+    on an exception and its directory remains (one that held nothing is removed instead): the
+    command, the error, and its traceback beside the launch's ``config.yaml``."""
+    import sys
+    import traceback
+    from datetime import datetime
+
+    def note(exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+        if not isinstance(exc, Exception) or not run_dir.is_dir():
+            return False  # no error (SIGTERM's SystemExit is a stop), or nothing left to explain
+        lines = [
+            f"agentfly {stage} stopped on an error at {datetime.now().isoformat(timespec='seconds')}",
+            f"command: {' '.join(sys.argv)}",
+            f"error: {type(exc).__name__}: {exc}",
+            "the launch's config: config.yaml" if (run_dir / "config.yaml").is_file() else "no config.yaml was written",
+        ]
+        text = "\n".join(lines) + "\n\n" + "".join(traceback.format_exception(exc))
+        with contextlib.suppress(OSError):  # the error itself is reported however this ends
+            (run_dir / ERROR_NOTE).write_text(text, encoding="utf-8")
+        return False
+
+    return note
 
 
 def run_stage(

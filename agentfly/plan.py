@@ -45,6 +45,8 @@ class RunPlan:
         num_threads: torch threads of each training process (None: torch's default).
         resume_mode: ``auto``, ``disable`` or ``resume_path``.
         resume_from_path: the checkpoint of ``resume_path``.
+        resume_changed_config: resume across a change of the checkpoint's meaning
+            (:func:`agentfly.resume.check_resume`).
         notes: what the run says once when it starts (the CPU fallback's reductions).
         trainer_keys: the seeds' ``trainer.*`` keys as ``AgentflyTrainer`` takes them
             (``logger``, ``callbacks`` and ``lightning`` aside: they are built or planned).
@@ -71,6 +73,7 @@ class RunPlan:
     num_threads: int | None = None
     resume_mode: str = "auto"
     resume_from_path: str | None = None
+    resume_changed_config: bool = False
     notes: list[str] = field(default_factory=list)
     trainer_keys: dict[str, Any] = field(default_factory=dict)
     engine_name: str = ""
@@ -497,6 +500,7 @@ def plan_run(cfg: Any, hardware: Hardware | None = None) -> RunPlan:
         num_threads=_trainer_threads(cfg, topology, hw),
         resume_mode=str(cfg.trainer.resume_mode),
         resume_from_path=cfg.trainer.resume_from_path,
+        resume_changed_config=bool(cfg.trainer.resume_changed_config),
         notes=notes,
         trainer_keys={
             k: v for k, v in plain(cfg.trainer).items() if k not in ("logger", "callbacks", "lightning")

@@ -68,6 +68,25 @@ def read_metrics(run_dir: Path) -> tuple[dict[int, dict[str, float]], dict[int, 
     return train, val
 
 
+def launch_timing(run_dir: Path) -> dict[str, Any]:
+    """The launches that trained, and the newest launch's own training (the launch that ends with
+    this report: ``elapsed_s`` is its time).
+
+    Returns:
+        ``launches`` (metrics files with training rows), ``launch_iterations`` and
+        ``launch_training_s`` (the newest metrics file's iterations and the sum of their
+        ``timing/iteration_s``; None without timings).
+    """
+    trained, iterations, seconds = 0, 0, None
+    for path in sorted((run_dir / "metrics").glob("version_*/metrics.csv"), key=_version_key):
+        with path.open(newline="", encoding="utf-8") as f:
+            rows = [r for r in csv.DictReader(f) if _float(r.get("training/iteration")) is not None]
+        trained += bool(rows)
+        times = [t for t in (_float(r.get("timing/iteration_s")) for r in rows) if t is not None]
+        iterations, seconds = len(rows), (sum(times) if times else None)
+    return {"launches": trained, "launch_iterations": iterations, "launch_training_s": seconds}
+
+
 def _val_files(run_dir: Path, kind: str) -> dict[int, Path]:
     pattern = re.compile(rf"^{kind}_trajectories_iter(\d+)\.jsonl$")
     out = {}
@@ -289,14 +308,24 @@ def _pair(pair: tuple[float | None, float | None]) -> str:
 
 
 def _time_line(result: dict[str, Any]) -> str:
-    parts = [f"{result['iterations']} iterations"]
+    """Iterations and training time of the whole run; when it was resumed, this launch's own
+    beside them, so that each "in all" holds the training time said with it."""
+    line = f"{result['iterations']} iterations"
     if result["training_s"] is not None:
-        parts.append(
-            f"training {result['training_s']:.0f} s ({result['s_per_iteration']:.2f} s/iteration)"
-        )
-    if result["elapsed_s"] is not None:
-        parts.append(f"{result['elapsed_s']:.0f} s in all (start-up and validation included)")
-    return ", ".join(parts)
+        line += f", training {result['training_s']:.0f} s ({result['s_per_iteration']:.2f} s/iteration)"
+    resumed = result["launches"] > 1
+    if resumed:
+        line += f" over {result['launches']} launches"
+    if result["elapsed_s"] is None:
+        return line
+    in_all = f"{result['elapsed_s']:.0f} s in all (start-up and validation included)"
+    if not resumed:
+        return f"{line}, {in_all}"
+    n = result["launch_iterations"]
+    this = [f"{n} iteration" + ("" if n == 1 else "s")]
+    if result["launch_training_s"] is not None:
+        this.append(f"training {result['launch_training_s']:.0f} s")
+    return f"{line}; this launch: {', '.join([*this, in_all])}"
 
 
 def _has_greedy(table: list[dict[str, Any]]) -> bool:
@@ -389,11 +418,13 @@ def write_run_report(
 
     Args:
         run_dir: the run directory (``trainer.default_local_dir``).
-        elapsed_s: wall time of the whole command, when the caller measured it.
+        elapsed_s: wall time of the command that ends with this report (the newest launch), when
+            the caller measured it.
         console: print the report (rich when installed, else plain text).
 
     Returns:
         ``run_dir``, ``iterations``, ``training_s`` (sum of iteration times), ``s_per_iteration``,
+        ``launches``, ``launch_iterations``, ``launch_training_s`` (:func:`launch_timing`),
         ``elapsed_s``, ``before_iteration``/``after_iteration`` (the validations compared),
         ``before``/``after`` (every validation metric at those iterations, by key), ``table``
         (rows: ``source``, ``metric``, ``val`` and ``val_greedy`` as (before, after) pairs),
@@ -417,6 +448,7 @@ def write_run_report(
     result: dict[str, Any] = {
         "run_dir": str(run_dir),
         **timing(train),
+        **launch_timing(run_dir),
         "elapsed_s": elapsed_s,
         "before_iteration": first,
         "after_iteration": last,

@@ -237,6 +237,27 @@ def test_sigterm_becomes_an_orderly_exit_once():
     assert signal.getsignal(signal.SIGTERM) is before
 
 
+def test_a_sigterm_exit_python_drops_is_raised_again(caplog):
+    """The handler can run where Python drops what it raises (an ``os.fork`` hook, as when Ray
+    starts its processes; here a ``__del__``): the exit is raised again where it can propagate,
+    and said once."""
+    import logging
+
+    from agentfly.core.shutdown import sigterm_exits
+
+    class SignalledWhenDeleted:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGTERM)  # handled here, inside __del__
+
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="agentfly"), pytest.raises(SystemExit) as exited, sigterm_exits():
+        SignalledWhenDeleted()
+        time.sleep(5)  # interrupted: the exit is raised again here
+    assert exited.value.code == 143
+    assert time.monotonic() - started < 4
+    assert caplog.text.count("SIGTERM: stopping the run") == 1, caplog.text
+
+
 def test_sigterm_during_a_fit_ends_it_in_order(task, tmp_path, caplog):
     """``agentfly fit`` (in this process, the in-process engine) signalled after its first
     training step: the step's checkpoint is kept, the run unwinds as ``SystemExit(143)`` saying
@@ -256,4 +277,41 @@ def test_sigterm_during_a_fit_ends_it_in_order(task, tmp_path, caplog):
     assert "SIGTERM: stopping the run" in caplog.text
     assert (run / "checkpoints" / "iter_000001.ckpt").exists()
     assert not (run / "checkpoints" / "iter_000002.ckpt").exists()
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_sigterm_while_ray_starts_ends_the_run_in_order(monkeypatch, caplog):
+    """``ray.init`` installs its own SIGTERM handler first thing (``sys.exit(15)``, nothing said)
+    and takes seconds to start Ray. A start that is signalled there (``ray.init`` standing in:
+    it sets the handler as Ray's does, then is signalled while it waits) still ends as at any
+    other moment: ``SystemExit(143)``, said, and the handler that was there before is back."""
+    import inspect
+    import logging
+
+    import ray
+    from ray._private import worker
+
+    from agentfly.core.shutdown import sigterm_exits
+    from agentfly.rollout.engines.host import ensure_ray
+
+    # what the stand-in does first is what this Ray's init does first
+    assert "ray._private.utils.set_sigterm_handler(sigterm_handler)" in inspect.getsource(worker.init)
+
+    def slow_start(*args, **kwargs):
+        def sigterm_handler(signum, frame):  # Ray's own
+            sys.exit(signum)
+
+        ray._private.utils.set_sigterm_handler(sigterm_handler)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(10)  # starting Ray's processes: interrupted by the handler
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", slow_start)
+    before = signal.getsignal(signal.SIGTERM)
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="agentfly"), pytest.raises(SystemExit) as exited, sigterm_exits():
+        ensure_ray()
+    assert exited.value.code == 143
+    assert "SIGTERM: stopping the run" in caplog.text
+    assert time.monotonic() - started < 5
     assert signal.getsignal(signal.SIGTERM) is before

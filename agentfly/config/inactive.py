@@ -66,6 +66,11 @@ def _steps_given(cfg: Any) -> str | None:
     return None if steps is None else f"trainer.total_training_steps={steps} sets the run's length"
 
 
+def _nothing_resumed(cfg: Any) -> str | None:
+    mode = cfg.trainer.resume_mode
+    return "trainer.resume_mode=disable: nothing is resumed" if mode == "disable" else None
+
+
 def bypass_mode(cfg: Any) -> bool:
     """``algorithm.rollout_correction.bypass_mode`` resolved: ``None`` is on off ``sync`` when no
     importance weight or rejection is chosen."""
@@ -181,6 +186,7 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(("trainer.total_epochs",), _steps_given),
     Rule(("trainer.resume_from_path",), _unless("trainer.resume_mode", "resume_path")),
+    Rule(("trainer.resume_changed_config",), _nothing_resumed),
     Rule(("trainer.max_staleness",), _unless("trainer.rollout_mode", "async")),
     Rule((A + "rollout.log_prob_micro_batch_size_per_gpu",), _no_old_log_prob_pass),
     Rule(("algorithm.rollout_correction.rollout_is_threshold",), _is_threshold_unused),

@@ -3,8 +3,9 @@ started is stopped within a deadline with none of its processes left behind.
 
 - :func:`sigterm_exits` (the CLI's ``fit``/``rollout`` commands): SIGTERM raises ``SystemExit``
   in the main thread, so every ``finally`` runs (engines, tool workers, Ray). ``ray.init``
-  replaces the handler with its own; where agentfly starts Ray, :func:`reclaim_sigterm` puts
-  this one back. Inside ``trainer.fit`` Lightning calls it after its own notifier (which alone
+  replaces the handler with its own first thing (``sys.exit(15)``, no word said) and keeps it
+  while Ray starts, seconds; where agentfly starts Ray, :func:`sigterm_kept` stops it doing so,
+  and :func:`reclaim_sigterm` puts this one back afterwards. Inside ``trainer.fit`` Lightning calls it after its own notifier (which alone
   would wait for the end of the batch, a whole rollout, and exit with status 0). SLURM's requeue
   signal (SIGUSR1, :mod:`agentfly.callbacks.requeue`) is left alone.
 - :func:`ray_stopped_at_exit`: when Ray was not initialised on entry and is on exit (an engine
@@ -165,32 +166,96 @@ def _sigterm_ignored() -> Iterator[None]:
 def sigterm_exits() -> Iterator[None]:
     """While inside, SIGTERM raises ``SystemExit(143)`` in the main thread (128 + SIGTERM, as a
     shell reports a process it ended); a second SIGTERM while the first unwinds is said and
-    ignored. Outside the main thread (signals cannot be set there) nothing changes."""
+    ignored. Outside the main thread (signals cannot be set there) nothing changes.
+
+    Python drops an exception raised where it cannot propagate (an ``os.fork`` hook, which runs
+    each time a subprocess starts, as Ray does while it starts; a ``__del__``) and reports it to
+    ``sys.unraisablehook``: there this exit is raised again at the next moment it can propagate."""
     if not _in_main_thread():
         yield
         return
-    stopping = False
+    stopping, again, in_hook = False, False, False
+
+    def send_again() -> None:
+        # from another thread, a moment later: the handler runs in the main thread once the hook
+        # has returned (run from the hook, what it raises would be dropped again)
+        threading.Timer(0.01, os.kill, (os.getpid(), signal.SIGTERM)).start()
 
     def handler(signum: int, frame: Any) -> None:
-        nonlocal stopping
-        if stopping:
+        nonlocal stopping, again
+        if in_hook:
+            send_again()
+            return
+        if stopping and not again:
             logger.warning("SIGTERM again: still shutting down (engines, tool workers, Ray)")
             return
-        stopping = True
-        logger.warning("SIGTERM: stopping the run (pid %d)", os.getpid())
-        raise SystemExit(128 + signum)
+        if not stopping:
+            stopping = True
+            logger.warning("SIGTERM: stopping the run (pid %d)", os.getpid())
+        again = False
+        raise _SigtermExit(128 + signum)
+
+    outer_hook = sys.unraisablehook
+
+    def dropped(unraisable: Any) -> None:
+        nonlocal again, in_hook
+        if not isinstance(unraisable.exc_value, _SigtermExit):
+            outer_hook(unraisable)
+            return
+        in_hook, again = True, True
+        try:
+            send_again()
+        finally:
+            in_hook = False
 
     global _handler
     previous = signal.signal(signal.SIGTERM, handler)
     outer, _handler = _handler, handler
+    sys.unraisablehook = dropped
     try:
         yield
     finally:
         _handler = outer
+        sys.unraisablehook = outer_hook
         signal.signal(signal.SIGTERM, previous)
 
 
+class _SigtermExit(SystemExit):
+    """The ``SystemExit`` of :func:`sigterm_exits`'s handler (told apart where Python drops it)."""
+
+
 _handler: Any = None  # the SIGTERM handler of the innermost sigterm_exits, while inside it
+
+
+@contextlib.contextmanager
+def sigterm_kept() -> Iterator[None]:
+    """Around ``ray.init``: Ray does not replace :func:`sigterm_exits`'s handler while it starts,
+    so a SIGTERM then ends the run as at any other moment (143, said). ``ray.init`` sets its own
+    through ``ray._private.utils.set_sigterm_handler``, made to do nothing while inside; the
+    handler is put back on leaving (:func:`reclaim_sigterm`) in case another path set one.
+    Outside :func:`sigterm_exits` or the main thread nothing changes."""
+    utils = _ray_utils() if _handler is not None and _in_main_thread() else None
+    setter = getattr(utils, "set_sigterm_handler", None)
+    if setter is None:  # nothing to keep, or a Ray that sets its handler some other way
+        try:
+            yield
+        finally:
+            reclaim_sigterm()
+        return
+    utils.set_sigterm_handler = lambda handler: None
+    try:
+        yield
+    finally:
+        utils.set_sigterm_handler = setter
+        reclaim_sigterm()
+
+
+def _ray_utils() -> Any:
+    try:
+        from ray._private import utils
+    except ImportError:
+        return None
+    return utils
 
 
 def reclaim_sigterm() -> None:

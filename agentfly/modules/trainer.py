@@ -58,6 +58,7 @@ class AgentflyTrainer(pl.Trainer):
         critic_warmup: NonNegativeInt = 0,
         resume_mode: Literal["auto", "disable", "resume_path"] = "auto",
         resume_from_path: str | None = None,
+        resume_changed_config: bool = False,
         default_local_dir: str = "checkpoints/${trainer.project_name}/${trainer.experiment_name}",
         seed: int = 42,
         print_config: bool = False,
@@ -89,6 +90,10 @@ class AgentflyTrainer(pl.Trainer):
             resume_mode: ``auto`` (the newest intact checkpoint in ``default_local_dir``),
                 ``disable`` or ``resume_path`` (``resume_from_path``).
             resume_from_path: the checkpoint of ``resume_mode=resume_path``.
+            resume_changed_config: resume even when a key that changes what the checkpoint
+                means (the model, the estimator, the chat format: :data:`agentfly.resume.MEANING_KEYS`)
+                differs from the config the checkpoint was written with; ``False`` refuses such a
+                resume, naming the keys (other differing keys are named, not refused).
             default_local_dir: the run directory (checkpoints, metrics, trajectories, report).
             seed: global seed (``seed_everything``, the data order, the engines).
             print_config: print the composed config before training.
@@ -112,7 +117,8 @@ class AgentflyTrainer(pl.Trainer):
             nnodes=nnodes, device=device, total_training_steps=total_training_steps,
             total_epochs=total_epochs, save_freq=save_freq, test_freq=test_freq,
             val_before_train=val_before_train, critic_warmup=critic_warmup, resume_mode=resume_mode,
-            resume_from_path=resume_from_path, default_local_dir=default_local_dir, seed=seed,
+            resume_from_path=resume_from_path, resume_changed_config=resume_changed_config,
+            default_local_dir=default_local_dir, seed=seed,
             print_config=print_config, num_threads=num_threads, rollout_mode=rollout_mode,
             max_staleness=max_staleness,
         )

@@ -117,3 +117,127 @@ def test_a_prompt_budget_that_leaves_no_room_is_refused_when_composed(task):
     with pytest.raises(ConfigError, match=r"data.truncation: Expected a typing.Literal\['error', 'left', 'right', 'middle'\]. Got value: both"):
         load_config(args(task, "data.truncation=both"))
     load_config(args(task, "agent.init_config.max_model_len=80", "data.max_prompt_length=79"))
+
+
+# ------------------------------------------------------- a model given as a Hub id, resolved once
+
+REPO = "agentfly-test/no-such-model"
+
+
+@pytest.fixture
+def hub(tmp_path, monkeypatch):
+    """Online mode with an empty cache, and a Hub at a local address (``hub.serve(status)``: a
+    server answering every request with ``status``; else a closed port): no test reaches the
+    network, which every name but the loopback's is kept from."""
+    import http.server
+    import socket
+    import threading
+    from types import SimpleNamespace
+
+    import huggingface_hub.constants as constants
+
+    real_getaddrinfo = socket.getaddrinfo
+
+    def loopback_only(host, *args, **kwargs):
+        if host not in ("127.0.0.1", "localhost"):
+            raise socket.gaierror(f"{host}: the tests reach no network")
+        return real_getaddrinfo(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", loopback_only)
+    for key in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+
+    def use(endpoint: str) -> None:
+        monkeypatch.setattr(constants, "ENDPOINT", endpoint)
+        monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", endpoint + "/{repo_id}/resolve/{revision}/{filename}")
+
+    with socket.socket() as s:  # a port nothing listens on: connections are refused at once
+        s.bind(("127.0.0.1", 0))
+        use(f"http://127.0.0.1:{s.getsockname()[1]}")
+    servers = []
+
+    def serve(status: int, error_code: str) -> None:
+        class Answer(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                self.send_response(status)
+                self.send_header("X-Error-Code", error_code)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(b'{"error": "Repository Not Found"}')
+
+            do_HEAD = do_GET
+
+            def log_message(self, *args):
+                pass
+
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        use(f"http://127.0.0.1:{server.server_address[1]}")
+
+    yield SimpleNamespace(serve=serve, cache=tmp_path / "hub")
+    for server in servers:
+        server.shutdown()
+
+
+def cached(hub, repo: str, model: Path) -> Path:
+    """``model``'s files as the Hub's cache holds a download of ``repo``: its snapshot folder."""
+    import shutil
+
+    folder = hub.cache / f"models--{repo.replace('/', '--')}"
+    snapshot = folder / "snapshots" / "0123abcd"
+    shutil.copytree(model, snapshot)
+    (folder / "refs").mkdir()
+    (folder / "refs" / "main").write_text("0123abcd")
+    return snapshot
+
+
+@pytest.mark.parametrize("hub_answers", ["nothing (connection refused)", "404: repository not found"])
+def test_a_hub_id_that_cannot_be_had_stops_within_seconds_naming_it_and_why(task, hub, tmp_path, capsys, hub_answers):
+    """Neither cached nor to be had from the Hub: ``agentfly fit`` stops as the run is planned,
+    exit 2, naming the key, the id and why; no run folder, no traceback."""
+    import time
+
+    from agentfly.cli import main
+
+    if hub_answers.startswith("404"):
+        hub.serve(404, "RepoNotFound")
+    started = time.monotonic()
+    code = main(["fit", *args(task, f"actor_rollout_ref.model.path={REPO}", "trainer.logger=[csv]")])
+    took = time.monotonic() - started
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert took < 30, took  # the Hub is asked once, within HUB_TIMEOUT_S
+    assert f"actor_rollout_ref.model.path={REPO!r}" in err
+    if hub_answers.startswith("404"):
+        assert "no such model on the Hugging Face Hub" in err and "Repository Not Found" in err, err
+    else:
+        assert "is not in the local Hugging Face cache" in err and "the Hub cannot be reached" in err, err
+    assert "Traceback" not in err
+    assert not (task / "run").exists()
+
+
+@pytest.mark.parametrize("mode", ["HF_HUB_OFFLINE=1", "the Hub unreachable"])
+def test_a_cached_hub_id_is_resolved_to_its_snapshot_before_anything_starts(task, hub, tiny_model_dir, monkeypatch, caplog, mode):
+    """The run loads the cached snapshot's folder: the module, the engines and the tokenizer are
+    given that path, not the id (no process of the run asks the Hub again)."""
+    import logging
+
+    import huggingface_hub.constants as constants
+
+    from agentfly.fit import make_plan
+
+    snapshot = cached(hub, "agentfly-test/tiny", tiny_model_dir)
+    if mode == "HF_HUB_OFFLINE=1":
+        monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    cfg = load_config(args(task, "actor_rollout_ref.model.path=agentfly-test/tiny"))
+    with caplog.at_level(logging.WARNING, logger="agentfly"):
+        plan = make_plan(cfg, CPU)
+    assert plan.module["model_path"] == str(snapshot)
+    assert plan.rollout.engine_kwargs["model"] == str(snapshot)
+    if mode == "the Hub unreachable":
+        assert "the Hub cannot be reached (ConnectError" in caplog.text and str(snapshot) in caplog.text

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -125,6 +126,20 @@ def test_before_after_time_and_files_across_launches(resumed_run: Path):
     assert "| val | accuracy | 0.250 → 0.750 | 0.500 → 1.000 |" in text
     assert "9 s (3.00 s/iteration)" in text
     assert any("KL" in m for m in out["missing"])  # no KL column: said, not plotted
+
+
+def test_a_resumed_runs_times_add_up(resumed_run: Path):
+    """The resumed launch took 5 s in all, 4 s of them its one iteration (3); the run trained 9 s
+    over its two launches. Each "in all" holds the training said beside it."""
+    out = write_run_report(resumed_run, elapsed_s=5.0, console=False)
+    line = (resumed_run / "report.md").read_text().splitlines()[2]
+    for clause in line.split(";"):
+        training, in_all = re.search(r"training (\d+) s", clause), re.search(r"(\d+) s in all", clause)
+        if in_all:
+            assert training and int(training[1]) <= int(in_all[1]), line
+    assert "training 9 s (3.00 s/iteration) over 2 launches" in line
+    assert "this launch: 1 iteration, training 4 s, 5 s in all" in line
+    assert (out["launches"], out["launch_iterations"], out["launch_training_s"]) == (2, 1, 4.0)
 
 
 def test_samples_are_the_same_questions_before_and_after(resumed_run: Path):

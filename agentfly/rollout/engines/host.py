@@ -95,11 +95,14 @@ def ensure_ray(num_cpus: int | None = None, temp_dir: str | None = None, **kwarg
     """
     import ray
 
+    from agentfly.core.shutdown import sigterm_kept
+
     if ray.is_initialized():
         return False
-    if os.environ.get("RAY_ADDRESS"):
-        ray.init(address=os.environ["RAY_ADDRESS"], **kwargs)
-    else:
-        kwargs.setdefault("include_dashboard", False)
-        ray.init(num_cpus=num_cpus, _temp_dir=temp_dir, **kwargs)
+    with sigterm_kept():  # a SIGTERM while Ray starts ends the run in order, not with Ray's exit(15)
+        if os.environ.get("RAY_ADDRESS"):
+            ray.init(address=os.environ["RAY_ADDRESS"], **kwargs)
+        else:
+            kwargs.setdefault("include_dashboard", False)
+            ray.init(num_cpus=num_cpus, _temp_dir=temp_dir, **kwargs)
     return True
