@@ -352,7 +352,7 @@ def _run(plan: RunPlan, stage: str, trainer: Any, module: Any, datamodule: Any, 
             )
             logger.warning(
                 "%s: no checkpoint (no --ckpt_path, %s): validating the base model %s",
-                stage, why, plan.module["model_path"],
+                stage, why, plan.module["model"].path,
             )
         _validate(trainer, module, datamodule, limit, ckpt)
         return {k: float(v) for k, v in trainer.callback_metrics.items()}

@@ -79,8 +79,8 @@ MUTATIONS = [
     Mutation(
         "critic optimizer step skipped (an optimizer that does not move)",
         "agentfly/modules/rl_module.py",
-        "metrics.update(self._update(*critic, batch, optimizers[1], schedulers[1]))",
-        "metrics.update(self._update(*critic, batch, torch.optim.SGD(self.critic.parameters(), lr=0.0), schedulers[1]))",
+        "metrics.update(self._update(*critic_update, batch, optimizers[1], schedulers[1]))",
+        "metrics.update(self._update(*critic_update, batch, torch.optim.SGD(self.critic.parameters(), lr=0.0), schedulers[1]))",
         (f"{LEARNING}::test_one_critic_update_moves_the_values_toward_the_returns",),
     ),
     Mutation(
@@ -93,7 +93,7 @@ MUTATIONS = [
     Mutation(
         "KL term dropped from the loss",
         "agentfly/modules/rl_module.py",
-        "loss = loss + h.kl_loss_coef * kl_loss",
+        "loss = loss + kl.kl_loss_coef * kl_loss",
         "loss = loss",
         (f"{LEARNING}::test_kl_loss_pulls_the_actor_toward_the_reference",),
     ),
@@ -107,8 +107,8 @@ MUTATIONS = [
     Mutation(
         "actor and reference swapped in the KL loss",
         "agentfly/modules/rl_module.py",
-        "kl = kl_penalty(logp, micro.ref_log_probs, h.kl_loss_type)",
-        "kl = kl_penalty(micro.ref_log_probs, logp, h.kl_loss_type)",
+        "per_token = kl_penalty(logp, micro.ref_log_probs, kl.kl_loss_type)",
+        "per_token = kl_penalty(micro.ref_log_probs, logp, kl.kl_loss_type)",
         (f"{LEARNING}::test_logged_kl_loss_is_the_actor_to_reference_kl",),
     ),
     Mutation(
@@ -163,8 +163,8 @@ MUTATIONS = [
     Mutation(
         "entropy bonus sign flipped",
         "agentfly/modules/rl_module.py",
-        "loss = loss - h.entropy_coeff * ent",
-        "loss = loss + h.entropy_coeff * ent",
+        "loss = loss - p.entropy_coeff * ent",
+        "loss = loss + p.entropy_coeff * ent",
         (f"{LEARNING}::test_the_entropy_bonus_raises_the_entropy",),
     ),
     Mutation(

@@ -18,6 +18,9 @@ verl, each on purpose:
 - Model paths default to ``None`` (verl: a placeholder path).
 - ``ppo_mini_batch_size`` counts *trajectories* (after the ``num_chains`` expansion; see
   :mod:`agentfly.config.validate`).
+
+A key the LightningModule receives unchanged takes its default from the module's settings group
+(:mod:`agentfly.modules.settings`), so the two cannot disagree: the value is written there once.
 """
 
 from __future__ import annotations
@@ -35,6 +38,17 @@ from jsonargparse.typing import (
 )
 
 from agentfly.modules.loss_modes import LOSS_AGG_MODES
+from agentfly.modules.settings import (
+    CRITIC_LR,
+    CorrectionSettings,
+    CriticSettings,
+    FSDPSettings,
+    KLSettings,
+    ModelSettings,
+    OptimizerSettings,
+    PolicyLossSettings,
+    UpdateSettings,
+)
 
 #: a fraction in (0, 1]: a nucleus mass, a share of GPU memory
 UnitFraction = restricted_number_type("UnitFraction", float, [(">", 0), ("<=", 1)])
@@ -217,7 +231,7 @@ class RolloutCorrectionConfig:
     """
 
     rollout_is: Literal["token", "sequence"] | None = None
-    rollout_is_threshold: PositiveFloat = 2.0
+    rollout_is_threshold: PositiveFloat = CorrectionSettings.rollout_is_threshold
     rollout_rs: Literal["token", "sequence"] | None = None
     rollout_rs_threshold: PositiveFloat | None = None
     bypass_mode: bool | None = None
@@ -249,8 +263,8 @@ class AlgorithmConfig:
     gamma: ClosedUnitInterval = 1.0
     lam: ClosedUnitInterval = 1.0
     norm_adv_by_std_in_grpo: bool = True
-    use_kl_in_reward: bool = False
-    kl_penalty: str = "kl"
+    use_kl_in_reward: bool = KLSettings.use_kl_in_reward
+    kl_penalty: str = KLSettings.kl_penalty
     kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
     rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
     failed_chains: Literal["resample", "drop", "keep"] = "resample"
@@ -275,14 +289,14 @@ class OptimConfig:
         num_cycles: cosine cycles over the run.
     """
 
-    lr: NonNegativeFloat = 1e-6
+    lr: NonNegativeFloat = OptimizerSettings.lr
     lr_warmup_steps_ratio: ClosedUnitInterval = 0.0
     lr_warmup_steps: int = -1
-    weight_decay: NonNegativeFloat = 0.01
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
-    warmup_style: Literal["constant", "cosine"] = "constant"
-    min_lr_ratio: ClosedUnitInterval = 0.0
-    num_cycles: NonNegativeFloat = 0.5
+    weight_decay: NonNegativeFloat = OptimizerSettings.weight_decay
+    betas: list[float] = field(default_factory=lambda: list(OptimizerSettings.betas))
+    warmup_style: Literal["constant", "cosine"] = OptimizerSettings.warmup_style
+    min_lr_ratio: ClosedUnitInterval = OptimizerSettings.min_lr_ratio
+    num_cycles: NonNegativeFloat = OptimizerSettings.num_cycles
 
 
 @dataclass
@@ -296,10 +310,10 @@ class FSDPConfig:
         fsdp_size: shard group size; ``-1`` = all ranks.
     """
 
-    param_offload: bool = False
-    optimizer_offload: bool = False
-    reshard_after_forward: bool = True
-    fsdp_size: int = -1
+    param_offload: bool = FSDPSettings.offload
+    optimizer_offload: bool = FSDPSettings.offload
+    reshard_after_forward: bool = FSDPSettings.reshard_after_forward
+    fsdp_size: int = FSDPSettings.size
 
 
 @dataclass
@@ -337,19 +351,19 @@ class ActorConfig:
     strategy: Literal["auto", "ddp", "fsdp"] = "auto"
     ppo_mini_batch_size: PositiveInt = 256
     ppo_micro_batch_size_per_gpu: PositiveInt | None = None
-    ppo_epochs: PositiveInt = 1
+    ppo_epochs: PositiveInt = UpdateSettings.epochs
     shuffle: bool = False
-    clip_ratio: NonNegativeFloat = 0.2
+    clip_ratio: NonNegativeFloat = PolicyLossSettings.clip_ratio_low
     clip_ratio_low: NonNegativeFloat | None = None
     clip_ratio_high: NonNegativeFloat | None = None
-    clip_ratio_c: float = 3.0
-    loss_agg_mode: LossAggMode = "token-mean"
+    clip_ratio_c: float = PolicyLossSettings.clip_ratio_c
+    loss_agg_mode: LossAggMode = UpdateSettings.loss_agg_mode
     loss_scale_factor: PositiveFloat | None = None
-    grad_clip: NonNegativeFloat = 1.0
-    use_kl_loss: bool = True
-    kl_loss_coef: NonNegativeFloat = 0.001
-    kl_loss_type: str = "low_var_kl"
-    entropy_coeff: float = 0.001
+    grad_clip: NonNegativeFloat = UpdateSettings.grad_clip
+    use_kl_loss: bool = KLSettings.use_kl_loss
+    kl_loss_coef: NonNegativeFloat = KLSettings.kl_loss_coef
+    kl_loss_type: str = KLSettings.kl_loss_type
+    entropy_coeff: float = PolicyLossSettings.entropy_coeff
     ulysses_sequence_parallel_size: int = 1
     optim: OptimConfig = field(default_factory=OptimConfig)
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
@@ -371,9 +385,9 @@ class ModelConfig:
 
     path: str | None = None
     use_remove_padding: bool = False
-    enable_gradient_checkpointing: bool = False
-    enable_activation_offload: bool = False
-    trust_remote_code: bool = False
+    enable_gradient_checkpointing: bool = UpdateSettings.gradient_checkpointing
+    enable_activation_offload: bool = UpdateSettings.activation_offload
+    trust_remote_code: bool = ModelSettings.trust_remote_code
 
 
 @dataclass
@@ -429,7 +443,7 @@ class RolloutConfig:
     """
 
     name: str = "hf"
-    temperature: NonNegativeFloat = 1.0
+    temperature: NonNegativeFloat = ModelSettings.temperature
     top_p: UnitFraction = 1.0
     top_k: int = -1
     response_length: PositiveInt = 512
@@ -488,7 +502,7 @@ class CriticModelConfig:
 
     path: str | None = None
     enable_gradient_checkpointing: bool = True
-    enable_activation_offload: bool = False
+    enable_activation_offload: bool = UpdateSettings.activation_offload
     use_remove_padding: bool = False
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
 
@@ -511,12 +525,12 @@ class CriticConfig:
     """
 
     model: CriticModelConfig = field(default_factory=CriticModelConfig)
-    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-5))
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=CRITIC_LR))
     ppo_mini_batch_size: PositiveInt | None = None
     ppo_micro_batch_size_per_gpu: PositiveInt | None = None
     ppo_epochs: PositiveInt | None = None
-    cliprange_value: NonNegativeFloat = 0.5
-    grad_clip: NonNegativeFloat = 1.0
+    cliprange_value: NonNegativeFloat = CriticSettings.cliprange_value
+    grad_clip: NonNegativeFloat = UpdateSettings.grad_clip
     loss_agg_mode: LossAggMode | None = None
     loss_scale_factor: PositiveFloat | None = None
     ulysses_sequence_parallel_size: int = 1

@@ -19,6 +19,8 @@ from jsonargparse.typing import NonNegativeInt, PositiveInt
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger
 
+from agentfly.modules.settings import CriticSettings
+
 #: Trainer arguments that would break how agentfly drives training (manual optimization, one
 #: batch per RL iteration, its own checkpoints and data sharding), with what to use instead.
 MANAGED: dict[str, str] = {
@@ -55,7 +57,7 @@ class AgentflyTrainer(pl.Trainer):
         save_freq: int = -1,
         test_freq: int = -1,
         val_before_train: bool = True,
-        critic_warmup: NonNegativeInt = 0,
+        critic_warmup: NonNegativeInt = CriticSettings.warmup_iterations,
         resume_mode: Literal["auto", "disable", "resume_path"] = "auto",
         resume_from_path: str | None = None,
         default_local_dir: str = "checkpoints/${trainer.project_name}/${trainer.experiment_name}",

@@ -33,6 +33,14 @@ from agentfly.callbacks import AdvantageCallback, KLRewardCallback
 from agentfly.core.batch import RolloutBatch
 from agentfly.core.trajectory import Trajectory
 from agentfly.modules.rl_module import AgentRLModule
+from agentfly.modules.settings import (
+    CriticSettings,
+    KLSettings,
+    ModelSettings,
+    OptimizerSettings,
+    PolicyLossSettings,
+    UpdateSettings,
+)
 from agentfly.rollout.collate import collate_trajectories
 
 # (group, prompt ids, [(ids, sampled?)...], reward). Prompts of two lengths (left padding),
@@ -162,16 +170,21 @@ class GradProbe(pl.Callback):
 
 
 def fit_once(
-    model_path: Path, batch: RolloutBatch, callbacks: list[Any], **hparams: Any
+    model_path: Path, batch: RolloutBatch, callbacks: list[Any], **groups: Any
 ) -> tuple[Any, dict[str, float]]:
-    """One ``training_step`` of ``AgentRLModule(**hparams)`` on ``batch`` by a Lightning Trainer on
-    the CPU; returns the module and the metrics it logged."""
-    settings = dict(
-        lr=1e-3, weight_decay=0.0, entropy_coeff=0.0, ppo_mini_batch_size=len(batch)
+    """One ``training_step`` of ``AgentRLModule`` on ``batch`` by a Lightning Trainer on the CPU;
+    returns the module and the metrics it logged. The module's settings groups are these, but
+    for ``groups``: one mini-batch (the batch), AdamW at lr 1e-3 without weight decay, no entropy
+    bonus, no KL term."""
+    settings: dict[str, Any] = dict(
+        actor=UpdateSettings("actor", mini_batch_size=len(batch)),
+        actor_optim=OptimizerSettings(lr=1e-3, weight_decay=0.0),
+        policy_loss=PolicyLossSettings(entropy_coeff=0.0),
+        kl=KLSettings(use_kl_loss=False),
     )
-    settings.update(hparams)
+    settings.update(groups)
     torch.manual_seed(0)  # the critic's value head is initialised when the module loads it
-    module = AgentRLModule(model_path=str(model_path), **settings)
+    module = AgentRLModule(ModelSettings(str(model_path)), **settings)
     trainer = pl.Trainer(
         accelerator="cpu",
         devices=1,
@@ -212,7 +225,10 @@ def test_the_update_is_the_gradient_of_the_sampled_tokens_only(tiny_model_dir):
     """The gradient reaching the optimizer is that of ``-Σ A·log p / N`` over the sampled tokens
     (observation tokens and padding contribute nothing), computed on the unpadded chains."""
     probe = GradProbe()
-    fit_once(tiny_model_dir, make_batch(), [AdvantageCallback("grpo"), probe], grad_clip=NO_CLIP)
+    fit_once(
+        tiny_model_dir, make_batch(), [AdvantageCallback("grpo"), probe],
+        actor=UpdateSettings("actor", mini_batch_size=len(CHAINS), grad_clip=NO_CLIP),
+    )
     assert len(probe.grads) == 1
     model = load_actor(tiny_model_dir).train()
     total = sum(int(sampled_mask(n).sum()) for n in range(len(CHAINS)))
@@ -246,7 +262,7 @@ def test_the_entropy_bonus_raises_the_entropy(tiny_model_dir):
         tiny_model_dir,
         make_batch(EQUAL_REWARDS),
         [AdvantageCallback("grpo"), perturb],
-        entropy_coeff=1.0,
+        policy_loss=PolicyLossSettings(entropy_coeff=1.0),
     )
 
     def entropy(rows: list[torch.Tensor]) -> float:
@@ -268,8 +284,10 @@ def test_one_critic_update_moves_the_values_toward_the_returns(tiny_model_dir):
         tiny_model_dir,
         make_batch(),
         [AdvantageCallback("gae", gamma=1.0, lam=1.0), before],
-        critic_path=str(tiny_model_dir),
-        critic_lr=3e-4,
+        critic=CriticSettings(
+            str(tiny_model_dir), UpdateSettings("critic", mini_batch_size=len(CHAINS)),
+            OptimizerSettings(lr=3e-4, weight_decay=0.0),
+        ),
     )
     after = chain_values(module.critic)
     returns = [torch.full_like(v, r) for v, (*_, r) in zip(after, CHAINS, strict=True)]
@@ -317,10 +335,7 @@ def test_logged_kl_loss_is_the_actor_to_reference_kl(tiny_model_dir, kind):
         tiny_model_dir,
         make_batch(EQUAL_REWARDS),
         [AdvantageCallback("grpo"), perturb],
-        use_reference=True,
-        use_kl_loss=True,
-        kl_loss_type=kind,
-        kl_loss_coef=1.0,
+        kl=KLSettings(use_kl_loss=True, kl_loss_type=kind, kl_loss_coef=1.0),
     )
     ref = chain_logprobs(load_actor(tiny_model_dir))
     expected = sampled_kl(kind, perturb.logprobs, ref)
@@ -339,11 +354,8 @@ def test_kl_loss_pulls_the_actor_toward_the_reference(tiny_model_dir, kind, lr):
         tiny_model_dir,
         make_batch(EQUAL_REWARDS),
         [AdvantageCallback("grpo"), perturb],
-        use_reference=True,
-        use_kl_loss=True,
-        kl_loss_type=kind,
-        kl_loss_coef=1.0,
-        lr=lr,
+        kl=KLSettings(use_kl_loss=True, kl_loss_type=kind, kl_loss_coef=1.0),
+        actor_optim=OptimizerSettings(lr=lr, weight_decay=0.0),
     )
     reference = load_actor(tiny_model_dir)
     if kind == "full":
@@ -371,8 +383,7 @@ def test_kl_in_the_reward_is_old_to_reference_and_shapes_the_returns(tiny_model_
             AdvantageCallback("reinforce_plus_plus"),
             perturb,
         ],
-        use_reference=True,
-        use_kl_in_reward=True,
+        kl=KLSettings(use_kl_loss=False, use_kl_in_reward=True),
     )
     ref = chain_logprobs(load_actor(tiny_model_dir))
     per_seq, returns = [], []
@@ -413,9 +424,9 @@ def test_the_ratio_is_taken_against_the_behaviour_log_probs(tiny_model_dir, monk
         tiny_model_dir,
         make_batch(),
         [AdvantageCallback("grpo"), perturb],
-        use_reference=True,
-        ppo_epochs=2,
-        lr=1e-2,
+        kl=KLSettings(use_kl_loss=True, kl_loss_coef=0.0),  # a reference, so that it could be confused
+        actor=UpdateSettings("actor", mini_batch_size=len(CHAINS), epochs=2),
+        actor_optim=OptimizerSettings(lr=1e-2, weight_decay=0.0),
     )
     assert len(calls) == 2
     behaviour = perturb.logprobs
