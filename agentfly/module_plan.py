@@ -123,6 +123,7 @@ def plan_module(cfg: Any, topology: Topology, iterations: int, estimator: Any) -
         actor=actor,
         actor_optim=optimizer_settings(actor_cfg.optim, optimizer_steps(actor, iterations, per_rank)),
         policy_loss=PolicyLossSettings(
+            loss_mode=str(actor_cfg.policy_loss.loss_mode),
             clip_ratio_low=float(actor_cfg.clip_ratio_low),
             clip_ratio_high=float(actor_cfg.clip_ratio_high),
             clip_ratio_c=float(actor_cfg.clip_ratio_c),

@@ -70,6 +70,13 @@ MUTATIONS = [
         (f"{LEARNING}::test_one_update_raises_positive_and_lowers_negative_advantage_chains",),
     ),
     Mutation(
+        "the policy loss that loss_mode names is not the one called",
+        "agentfly/modules/rl_module.py",
+        "get_policy_loss(policy_loss.loss_mode)",
+        'get_policy_loss("vanilla")',
+        (f"{LEARNING}::test_the_module_calls_the_policy_loss_that_loss_mode_names",),
+    ),
+    Mutation(
         "advantages zeroed by the advantage callback",
         "agentfly/callbacks/advantage.py",
         "batch.advantages, batch.returns = advantages, returns",

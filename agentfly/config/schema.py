@@ -317,6 +317,19 @@ class FSDPConfig:
 
 
 @dataclass
+class PolicyLossConfig:
+    """The policy loss (verl's ``actor.policy_loss``).
+
+    Attributes:
+        loss_mode: a registered policy loss (``vanilla``: PPO's clipped surrogate with the dual
+            clip; :data:`agentfly.modules.losses.POLICY_LOSSES`) or a ``module:attr`` of the
+            user's.
+    """
+
+    loss_mode: str = PolicyLossSettings.loss_mode
+
+
+@dataclass
 class ActorConfig:
     """The policy's PPO update.
 
@@ -342,6 +355,7 @@ class ActorConfig:
         kl_loss_coef: its coefficient.
         kl_loss_type: its estimator (``kl``, ``abs``, ``mse``, ``low_var_kl``, ``full``...).
         entropy_coeff: entropy bonus coefficient.
+        policy_loss: the policy loss (``loss_mode``).
         ulysses_sequence_parallel_size: sequence-parallel degree; only 1 (sequence parallelism
             is not implemented, a larger value is refused).
         optim: the optimizer.
@@ -364,6 +378,7 @@ class ActorConfig:
     kl_loss_coef: NonNegativeFloat = KLSettings.kl_loss_coef
     kl_loss_type: str = KLSettings.kl_loss_type
     entropy_coeff: float = PolicyLossSettings.entropy_coeff
+    policy_loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
     ulysses_sequence_parallel_size: int = 1
     optim: OptimConfig = field(default_factory=OptimConfig)
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)

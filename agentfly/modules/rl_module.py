@@ -52,8 +52,8 @@ from agentfly.modules.losses import (
     agg_loss,
     agg_norms,
     entropy_from_logits,
+    get_policy_loss,
     logprobs_from_logits,
-    policy_loss,
     value_loss,
 )
 from agentfly.modules.response_logits import response_logits
@@ -122,6 +122,8 @@ class AgentRLModule(pl.LightningModule):
         self.actor_settings = actor
         self.actor_optim = actor_optim
         self.policy_loss_settings = policy_loss
+        # the registered policy loss that policy_loss.loss_mode names, resolved once
+        self.policy_loss_fn = get_policy_loss(policy_loss.loss_mode)
         self.kl = kl
         self.correction = correction
         self.critic_settings = critic
@@ -396,9 +398,10 @@ class AgentRLModule(pl.LightningModule):
         old = logp.detach() if micro.old_log_probs is None else micro.old_log_probs
         assert micro.advantages is not None
         weights, out = self._correction(micro, logp)
-        pg, pg_metrics = policy_loss(
-            old, logp, micro.advantages, mask, p.clip_ratio_low, p.clip_ratio_high, p.clip_ratio_c,
-            mode, weights=weights, **norms,
+        pg, pg_metrics = self.policy_loss_fn(
+            old, logp, micro.advantages, mask, clip_ratio_low=p.clip_ratio_low,
+            clip_ratio_high=p.clip_ratio_high, clip_ratio_c=p.clip_ratio_c, loss_agg_mode=mode,
+            weights=weights, **norms,
         )
         loss = pg
         out["actor/pg_loss"] = float(pg.detach())

@@ -109,12 +109,15 @@ class PolicyLossSettings:
     """The actor's objective besides the KL term.
 
     Attributes:
+        loss_mode: the policy loss, a name in :data:`agentfly.modules.losses.POLICY_LOSSES`
+            (``vanilla``: PPO's clipped surrogate with the dual clip) or a ``module:attr``.
         clip_ratio_low: PPO's lower clip range ε_low.
         clip_ratio_high: PPO's upper clip range ε_high (DAPO's clip-higher when above ε_low).
         clip_ratio_c: the dual-clip constant (Ye et al., 2020) for negative advantages.
         entropy_coeff: the entropy bonus's coefficient (AgentFly's training guide's default).
     """
 
+    loss_mode: str = "vanilla"
     clip_ratio_low: float = 0.2
     clip_ratio_high: float = 0.2
     clip_ratio_c: float = 3.0

@@ -538,6 +538,11 @@ def test_unknown_estimator_lists_the_registered_ones() -> None:
     assert "grpo" in msg and "rloo" in msg
 
 
+def test_unknown_policy_loss_names_the_key_and_the_registered_ones() -> None:
+    msg = error_of([*BASE, "actor_rollout_ref.actor.policy_loss.loss_mode=gspo"])
+    assert "actor_rollout_ref.actor.policy_loss.loss_mode='gspo'" in msg and "vanilla" in msg
+
+
 def test_mini_batch_must_divide_the_rollout() -> None:
     # 8 prompts x 4 chains = 32 trajectories; 12 does not divide them
     msg = error_of([*BASE, "actor_rollout_ref.actor.ppo_mini_batch_size=12"])

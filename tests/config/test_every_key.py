@@ -125,6 +125,7 @@ CHANGES: dict[str, tuple[str, list[str]]] = {
     "actor_rollout_ref.actor.kl_loss_coef": ("0.1", []),
     "actor_rollout_ref.actor.kl_loss_type": ("mse", []),
     "actor_rollout_ref.actor.entropy_coeff": ("0.0", []),
+    "actor_rollout_ref.actor.policy_loss.loss_mode": ("{data}/plugin.py:halved", []),
     "actor_rollout_ref.actor.optim.lr": ("1e-5", []),
     "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio": ("0.5", RATIO),
     "actor_rollout_ref.actor.optim.lr_warmup_steps": ("3", []),
@@ -211,6 +212,7 @@ RECEIVES = {
     "actor_rollout_ref.actor.clip_ratio_high": "module.policy_loss.clip_ratio_high",
     "actor_rollout_ref.actor.clip_ratio_low": "module.policy_loss.clip_ratio_low",
     "actor_rollout_ref.actor.entropy_coeff": "module.policy_loss.entropy_coeff",
+    "actor_rollout_ref.actor.policy_loss.loss_mode": "module.policy_loss.loss_mode",
     "actor_rollout_ref.actor.fsdp_config.fsdp_size": "module.fsdp.actor.size",
     "actor_rollout_ref.actor.fsdp_config.reshard_after_forward": "module.fsdp.actor.reshard_after_forward",
     "actor_rollout_ref.actor.grad_clip": "module.actor.grad_clip",
@@ -386,13 +388,24 @@ HARDWARE = {"trainer.nnodes": Hardware(gpus=2, cpus=8, ray_address="head:6379")}
 ELSEWHERE = {"trainer.print_config"}
 
 
+# a user's module: it registers nothing; its policy loss is named by `module:attr`
+PLUGIN = '''"""A user's module."""
+from agentfly.modules.losses import policy_loss
+
+
+def halved(*args, **kwargs):
+    loss, metrics = policy_loss(*args, **kwargs)
+    return loss / 2, metrics
+'''
+
+
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("every_key")
     rows = [{"question": f"What is {i}+1?", "problem": f"{i}+1", "answer": str(i + 1)} for i in range(40)]
     for name in ("train", "val", "other"):
         (root / f"{name}.json").write_text(json.dumps(rows))
-    (root / "plugin.py").write_text('"""A user\'s module that registers nothing."""\n')
+    (root / "plugin.py").write_text(PLUGIN)
     for name in ("policy", "critic", "other"):  # model paths are checked when a run is planned
         (root / "models" / name).mkdir(parents=True)
     return root

@@ -32,6 +32,7 @@ from torch.utils.data import DataLoader
 from agentfly.callbacks import AdvantageCallback, KLRewardCallback
 from agentfly.core.batch import RolloutBatch
 from agentfly.core.trajectory import Trajectory
+from agentfly.modules.losses import POLICY_LOSSES, policy_loss, register_policy_loss
 from agentfly.modules.rl_module import AgentRLModule
 from agentfly.modules.settings import (
     CriticSettings,
@@ -221,6 +222,27 @@ def test_one_update_raises_positive_and_lowers_negative_advantage_chains(tiny_mo
     assert metrics["actor/pg_loss"] == pytest.approx(pg, abs=1e-5)
 
 
+@register_policy_loss("test_gradient_ascent")
+def gradient_ascent(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """PPO's loss negated: a policy loss of the user's that the module must call."""
+    loss, metrics = policy_loss(*args, **kwargs)
+    return -loss, metrics
+
+
+def test_the_module_calls_the_policy_loss_that_loss_mode_names(tiny_model_dir):
+    """The registered loss named by ``loss_mode`` is the one minimised: with PPO's loss negated,
+    positive-advantage chains fall and negative ones rise."""
+    before = chain_logprobs(load_actor(tiny_model_dir))
+    module, _ = fit_once(
+        tiny_model_dir, make_batch(), [AdvantageCallback("grpo")],
+        policy_loss=PolicyLossSettings(loss_mode="test_gradient_ascent", entropy_coeff=0.0),
+    )
+    after = chain_logprobs(module.actor)
+    for n, adv in enumerate(GRPO_ADVANTAGES):
+        moved = (after[n] - before[n])[sampled_mask(n)]
+        assert bool((moved < 0).all()) if adv > 0 else bool((moved > 0).all()), (n, adv, moved)
+
+
 def test_the_update_is_the_gradient_of_the_sampled_tokens_only(tiny_model_dir):
     """The gradient reaching the optimizer is that of ``-Σ A·log p / N`` over the sampled tokens
     (observation tokens and padding contribute nothing), computed on the unpadded chains."""
@@ -404,26 +426,25 @@ def test_kl_in_the_reward_is_old_to_reference_and_shapes_the_returns(tiny_model_
 # ---------------------------------------------------------------- PPO ratio
 
 
-def test_the_ratio_is_taken_against_the_behaviour_log_probs(tiny_model_dir, monkeypatch):
+def test_the_ratio_is_taken_against_the_behaviour_log_probs(tiny_model_dir):
     """Two PPO epochs on one rollout: both steps compare with the log-probabilities the batch was
     sampled with (here: the actor's when the update starts, which is not the reference), so the
     first step's ratio is 1 and the second's is not."""
-    import agentfly.modules.rl_module as rl_module
-
     calls = []
-    real = rl_module.policy_loss
 
     def recording(old, logp, *args, **kwargs):
-        loss, metrics = real(old, logp, *args, **kwargs)
+        loss, metrics = policy_loss(old, logp, *args, **kwargs)
         calls.append((old.detach().clone(), {k: float(v) for k, v in metrics.items()}))
         return loss, metrics
 
-    monkeypatch.setattr(rl_module, "policy_loss", recording)
+    name = f"test_recording_{id(calls)}"
+    POLICY_LOSSES.register(name, recording)
     perturb = Perturb()
     fit_once(
         tiny_model_dir,
         make_batch(),
         [AdvantageCallback("grpo"), perturb],
+        policy_loss=PolicyLossSettings(loss_mode=name, entropy_coeff=0.0),
         kl=KLSettings(use_kl_loss=True, kl_loss_coef=0.0),  # a reference, so that it could be confused
         actor=UpdateSettings("actor", mini_batch_size=len(CHAINS), epochs=2),
         actor_optim=OptimizerSettings(lr=1e-2, weight_decay=0.0),
