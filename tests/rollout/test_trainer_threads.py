@@ -184,15 +184,15 @@ def test_the_data_module_takes_the_cores_back_before_each_hand_over(threads_rest
     )
     dm.trainer = SimpleNamespace(lightning_module=model)
     iteration = [0]
-    dm._iteration = lambda: iteration[0]
+    dm.iteration = lambda: iteration[0]
 
     def roll(k: int, items=None) -> Produced:
         if k == 1:
             release.wait(5)
         return Produced(k, [(k, {})], [])
 
-    dm._roll = roll
-    dm._hand_over = lambda produced, waited: (produced.iteration, torch.get_num_threads())
+    dm.train_rollouts.roll = roll
+    dm.train_rollouts.hand_over = lambda produced, waited: (produced.iteration, torch.get_num_threads())
     try:
         assert dm.rollout([(0, {})]) == (0, 1)
         model[0](torch.ones(1, 4))  # the update while iteration 1 rolls out
