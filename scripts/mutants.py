@@ -126,11 +126,20 @@ MUTATIONS = [
         (f"{LEARNING}::test_kl_in_the_reward_is_old_to_reference_and_shapes_the_returns",),
     ),
     Mutation(
-        "batch hooks in reverse order (advantages before KL shaping)",
+        "advantages computed before the reward is shaped",
+        "agentfly/modules/rl_module.py",
+        "        metrics.update(shape_rewards(self.rollout_callbacks, self.trainer, self, batch))\n"
+        "        metrics.update(compute_advantages(self.rollout_callbacks, self.trainer, self, batch))\n",
+        "        metrics.update(compute_advantages(self.rollout_callbacks, self.trainer, self, batch))\n"
+        "        metrics.update(shape_rewards(self.rollout_callbacks, self.trainer, self, batch))\n",
+        (f"{LEARNING}::test_kl_in_the_reward_is_old_to_reference_and_shapes_the_returns",),
+    ),
+    Mutation(
+        "batch hooks in reverse stage order",
         "agentfly/callbacks/batch_hooks.py",
         "sorted(callbacks, key=lambda cb: cb.stage)",
         "sorted(callbacks, key=lambda cb: -cb.stage)",
-        (f"{LEARNING}::test_kl_in_the_reward_is_old_to_reference_and_shapes_the_returns",),
+        ("tests/estimators/test_callbacks.py::test_hooks_of_one_phase_run_in_stage_order",),
     ),
     Mutation(
         "loss mask inverted in collate (observation tokens trained)",

@@ -3,9 +3,9 @@
 One ``training_step`` is one RL iteration on a :class:`~agentfly.core.batch.RolloutBatch`: reference
 log-probabilities (only when a KL term is on), critic values (only when the estimator needs a
 critic), old log-probabilities (only when an update reuses the rollout: several PPO epochs or
-mini-batches, or a KL penalty in the reward; or when ``rollout_rs`` rejects), then the rollout-batch callbacks (KL shaping,
-advantages: the module's ``rollout_callbacks``, run by
-:func:`~agentfly.callbacks.batch_hooks.apply_rollout_callbacks`), then the updates.
+mini-batches, or a KL penalty in the reward; or when ``rollout_rs`` rejects), then the
+rollout-batch callbacks (the module's ``rollout_callbacks``: the reward's shaping, then the
+advantages; :mod:`agentfly.callbacks.batch_hooks`), then the updates.
 One loop (:meth:`AgentRLModule._update`) serves the critic and the actor: ``epochs`` passes over
 mini-batches, accumulating micro-batches, one optimizer step per mini-batch. The actor's loss is
 the clipped policy loss + ``kl_loss_coef`` × KL − ``entropy_coeff`` × entropy; the critic
@@ -41,7 +41,7 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 
-from agentfly.callbacks.batch_hooks import RolloutBatchCallback, apply_rollout_callbacks
+from agentfly.callbacks.batch_hooks import RolloutBatchCallback, compute_advantages, shape_rewards
 from agentfly.core import metric_sums
 from agentfly.core.batch import RolloutBatch
 from agentfly.core.ranks import fail_together
@@ -266,13 +266,39 @@ class AgentRLModule(pl.LightningModule):
 
     # ------------------------------------------------------------------ one RL iteration
 
+    def training_step(self, batch: RolloutBatch, batch_idx: int) -> None:
+        """One RL iteration on a rolled-out batch, in this order:
+
+        1. the no-grad passes it needs: old and reference log-probabilities, critic values;
+        2. the reward: the rollout's scores, shaped by the rollout-batch hooks before the
+           advantages (:func:`~agentfly.callbacks.batch_hooks.shape_rewards`: the KL penalty of
+           ``KLRewardCallback`` and its controller);
+        3. the advantages, written by the estimator's hook
+           (:func:`~agentfly.callbacks.batch_hooks.compute_advantages`: ``AdvantageCallback``);
+        4. the updates: the critic's, then the actor's (:meth:`_update_models`).
+
+        The hooks of 2 and 3 are the trainer's :class:`~agentfly.callbacks.batch_hooks.
+        RolloutBatchCallback` s: a user's own is one more such callback (its ``stage`` says
+        where it runs), given in ``trainer.callbacks``.
+        """
+        metrics = self._no_grad_passes(batch)
+        metrics.update(batch.rollout_metrics)  # the rollout's own (reward, tools, timing)
+        metrics.update(shape_rewards(self.rollout_callbacks, self.trainer, self, batch))
+        metrics.update(compute_advantages(self.rollout_callbacks, self.trainer, self, batch))
+        metrics.update(self._update_models(batch))
+        metrics.update(self._batch_metrics(batch))
+        self.iteration += 1
+        metrics["training/iteration"] = float(self.iteration)
+        self._log_iteration(metrics, len(batch))
+
     def _reuses_rollout(self, batch_size: int) -> bool:
         a = self.actor_settings
         return a.epochs > 1 or batch_size > a.mini_batch_size or self.kl.use_kl_in_reward
 
-    def training_step(self, batch: RolloutBatch, batch_idx: int) -> None:
+    def _no_grad_passes(self, batch: RolloutBatch) -> dict[str, float]:
+        """Fill the batch's ``old_log_probs``, ``ref_log_probs``, ``full_kl`` and ``values`` where
+        this iteration needs them; returns their timings."""
         kl, correction, critic = self.kl, self.correction, self.critic_settings
-        size = len(batch)
         metrics: dict[str, float] = {}
         clock = time.perf_counter
         if kl.use_kl_in_reward and kl.kl_penalty == "full":
@@ -282,7 +308,7 @@ class AgentRLModule(pl.LightningModule):
         if correction.bypass_mode:  # the engine's log-probabilities are the old ones: nothing to recompute
             batch.old_log_probs = self._behaviour(batch)
         # rejection decides what leaves the loss before the first step: it needs them up front
-        needs_old = self._reuses_rollout(size) or correction.rollout_rs is not None
+        needs_old = self._reuses_rollout(len(batch)) or correction.rollout_rs is not None
         if needs_old and batch.old_log_probs is None:
             start = clock()
             chunk = self.actor_settings.pass_micro_batch_size
@@ -298,14 +324,15 @@ class AgentRLModule(pl.LightningModule):
             start = clock()
             batch.values = self._no_grad_pass(self.values, batch, critic.update.pass_micro_batch_size)
             metrics["timing/critic_values_s"] = clock() - start
-        metrics.update(batch.rollout_metrics)  # the rollout's own (reward, tools, timing)
-        hooks = apply_rollout_callbacks(self.rollout_callbacks, self.trainer, self, batch)
-        metrics.update(hooks)  # shaped rewards, advantages
-        actor_batch = batch
-        if correction.rollout_rs is not None:
-            actor_batch, rejected = self._reject(batch)
-            metrics.update(rejected)
+        return metrics
 
+    def _update_models(self, batch: RolloutBatch) -> dict[str, float]:
+        """The critic's update, then the actor's (after ``critic.warmup_iterations``) on the batch
+        less what ``rollout_rs`` rejects; returns their metrics and timings."""
+        critic, clock = self.critic_settings, time.perf_counter
+        actor_batch, metrics = batch, {}
+        if self.correction.rollout_rs is not None:
+            actor_batch, metrics = self._reject(batch)
         optimizers = self.optimizers()
         optimizers = optimizers if isinstance(optimizers, list) else [optimizers]
         schedulers = self.lr_schedulers()
@@ -322,9 +349,10 @@ class AgentRLModule(pl.LightningModule):
             metrics["timing/update_s"] = clock() - start
             self.weights_version += 1  # on every rank alike: the engines' sync gathers collectively
             self.policy_version += 1
-        metrics.update(self._batch_metrics(batch))
-        self.iteration += 1
-        metrics["training/iteration"] = float(self.iteration)
+        return metrics
+
+    def _log_iteration(self, metrics: dict[str, float], size: int) -> None:
+        """Every metric to the loggers; the reward, KL and entropy to the progress bar too."""
         shown = {"reward": "critic/score/mean", "kl": "actor/kl_loss", "entropy": "actor/entropy"}
         bar = {k: metrics[v] for k, v in shown.items() if v in metrics}
         self.log_dict(bar, on_step=True, prog_bar=True, logger=False, batch_size=size)
