@@ -47,7 +47,7 @@ class RunPlan:
         resume_mode: ``auto``, ``disable`` or ``resume_path``.
         resume_from_path: the checkpoint of ``resume_path``.
         notes: what the run says once when it starts (the CPU fallback's reductions).
-        trainer_keys: the seeds' ``trainer.*`` keys as ``AgentflyTrainer`` takes them
+        trainer_keys: verl's ``trainer.*`` keys as ``AgentflyTrainer`` takes them
             (``logger``, ``callbacks`` and ``lightning`` aside: they are built or planned).
         engine_name: ``actor_rollout_ref.rollout.name`` as given (checks and messages).
         val_before_train: validate once before the first update.
@@ -212,7 +212,7 @@ def plan_rollout(cfg: Any, topology: Topology, hw: Hardware | None = None) -> Ro
     }
     if model.trust_remote_code:
         engine_kwargs["trust_remote_code"] = True
-    if not topology.cuda_engines and rollout.name == "hf":
+    if not topology.cuda_engines and rollout.name == "transformers":
         engine_kwargs["device"] = "cpu"
     if init.max_model_len:
         engine_kwargs["max_model_len"] = int(init.max_model_len)

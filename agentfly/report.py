@@ -222,7 +222,7 @@ def plot(
     its = sorted(train)
     fig, axes = plt.subplots(2, 2, figsize=(10, 7), sharex=True)
     panels = {
-        "reward": (axes[0][0], "critic/score/mean", "training rollouts", "reward"),
+        "reward": (axes[0][0], "training/reward/mean", "training rollouts", "reward"),
         "accuracy": (axes[0][1], "rollout/accuracy", "training rollouts", "accuracy"),
     }
     for name, (ax, key, label, metric) in panels.items():

@@ -1,6 +1,6 @@
 """What a config asks of the machine, against what the machine has: ranks, engines, devices.
 
-The seeds' commands are written for GPU machines (``trainer.n_gpus_per_node=8``,
+AgentFly's commands are written for GPU machines (``trainer.n_gpus_per_node=8``,
 ``tensor_model_parallel_size=2``). :func:`resolve_topology` turns such a request into what will
 actually run here, so that nothing waits for a GPU or a Ray slot that does not exist:
 
@@ -154,7 +154,7 @@ def resolve_topology(cfg: Any, hw: Hardware) -> Topology:
         tp = 1
         # one training process with transformers engines: the engine lives in it (no Ray, no
         # weight copy through an object store, no idle engine process holding cores)
-        in_process = devices == 1 and nodes == 1 and not hw.ray_address and rollout.name == "hf"
+        in_process = devices == 1 and nodes == 1 and not hw.ray_address and rollout.name == "transformers"
         default = 0 if in_process else 1
         engines = default if rollout.num_engines is None else int(rollout.num_engines)
         if device == "auto" and rollout.num_engines is None and requested > 1:
@@ -173,7 +173,7 @@ def resolve_topology(cfg: Any, hw: Hardware) -> Topology:
                 f"trainer.n_gpus_per_node={requested} but this machine shows {hw.gpus} GPU"
                 f"{'' if hw.gpus == 1 else 's'}; set trainer.n_gpus_per_node<={hw.gpus}"
             )
-        if rollout.name == "hf" and tp > 1:
+        if rollout.name == "transformers" and tp > 1:
             errors.append(
                 f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp}: the hf (transformers) "
                 "engine runs on one device; use actor_rollout_ref.rollout.name=vllm for tensor "

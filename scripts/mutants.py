@@ -202,7 +202,7 @@ MUTATIONS = [
         "agentfly/callbacks/weight_sync.py",
         "            session.pool.update_weights(state, version=int(getattr(pl_module, \"policy_version\", 0)))\n",
         "            pass\n",
-        ("tests/test_weight_sync.py::test_engine_matches_the_actor_after_an_update[hf]",),
+        ("tests/test_weight_sync.py::test_engine_matches_the_actor_after_an_update[transformers]",),
     ),
     # faults in user code (issue 14): each guard, removed, must make a test fail
     Mutation(

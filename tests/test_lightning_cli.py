@@ -1,4 +1,4 @@
-"""`agentfly fit` as a LightningCLI: `--help` documents the seeds' keys, `--print_config` prints a
+"""`agentfly fit` as a LightningCLI: `--help` documents verl's keys, `--print_config` prints a
 config that `--config` reads back into the same run, and user code outside the package (an
 `AgentRLModule` subclass by `--model.class_path`, a callback by `--trainer.callbacks+=`) runs in
 the fit with its own `init_args`."""
@@ -103,7 +103,7 @@ def help_entries(text: str) -> dict[str, str]:
     return {k: " ".join(v.split()) for k, v in entries.items()}
 
 
-def test_help_lists_the_seed_keys_with_type_and_default(capsys, monkeypatch):
+def test_help_lists_the_verl_keys_with_type_and_default(capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "400")  # no wrapping inside a default such as 1e-06
     assert exit_code(["fit", "--help"]) == 0
     entries = help_entries(capsys.readouterr().out)
@@ -199,7 +199,7 @@ def user_code_fit(task, tmp_path_factory):  # noqa: F811
 
 def test_a_data_module_subclass_outside_the_package_rolls_out(user_code_fit):
     run, _, _ = user_code_fit
-    # the seeds' data.* keys still reach it (fit_args' batch), beside its own init_args
+    # verl's data.* keys still reach it (fit_args' batch), beside its own init_args
     got = lines(run.parent / "rollouts.jsonl")
     assert got == [{"tag": "mine", "prompts": 2}] * 2  # one rollout per iteration, data.train_batch_size=2
     saved = yaml.safe_load((run / "config.yaml").read_text())["data"]

@@ -24,7 +24,7 @@ def teacher_forced(model, ids: list[int], n_new: int) -> torch.Tensor:
 # The transformers engine only: the vLLM engine's reload of the same Hugging Face-named state
 # dict (the tied embedding included) is checked against transformers in
 # tests/rollout/test_vllm_engine.py (test_load_weights_follows_the_perturbed_model).
-@pytest.mark.parametrize("engine", ["hf"])
+@pytest.mark.parametrize("engine", ["transformers"])
 def test_engine_matches_the_actor_after_an_update(tmp_path, engine):
     from transformers import AutoModelForCausalLM
 

@@ -1,4 +1,4 @@
-"""The seeds' ``agent``, ``algorithm``, ``actor_rollout_ref`` and ``critic`` sections, typed.
+"""AgentFly's ``agent`` and verl's ``algorithm``, ``actor_rollout_ref`` and ``critic`` sections, typed.
 
 Each dataclass is a group of ``agentfly fit`` (LightningCLI parses and checks them: a field's type
 states its range or its choices, its docstring line is the key's help). ``data.*`` are the
@@ -10,8 +10,9 @@ verl, each on purpose:
 - ``actor.use_kl_loss=True``, ``actor.entropy_coeff=0.001``,
   ``model.enable_gradient_checkpointing=False``, ``trainer.logger=['console']``: the AgentFly
   training guide's stated defaults.
-- ``rollout.name='hf'`` (verl: required): the embedded transformers engine, so a CPU run needs
-  no vLLM; ``rollout.tensor_model_parallel_size=1`` (verl: 2), so one GPU works.
+- ``rollout.name='transformers'`` (verl: required): the embedded transformers engine, so a CPU
+  run needs no vLLM (verl's ``hf`` is accepted for it, as AgentFly's ``agent_type=hf`` is for the
+  ``hermes`` agent type; the composed config holds the registered names); ``rollout.tensor_model_parallel_size=1`` (verl: 2), so one GPU works.
 - ``actor.strategy='auto'`` (verl: ``fsdp``) and ``trainer.device='auto'`` (verl: ``cuda``).
 - ``data.filter_overlong_prompts=True`` (verl: False) and ``data.max_prompt_length`` = the
   context less one token (verl: 512): a row whose prompt leaves no room is dropped and counted.
@@ -62,16 +63,16 @@ class AgentInitConfig:
     """How the agent is built (canonical home of ``agent.tools``, ``agent.template``...).
 
     Attributes:
-        agent_type: agent class by registry name (``hf``, ``react``, ``code``, ``action``...)
-            or ``module:attr``.
+        agent_type: agent class by registry name (``hermes``, ``react``, ``code``, ``action``...;
+            AgentFly's ``hf`` is ``hermes``) or ``module:attr``.
         template: chat template name; ``None`` = the tokenizer's own template.
         tools: tool names available to the agent.
         reward_name: registered reward function.
-        backend: generation backend during training; only ``async_verl`` (the seeds' value),
+        backend: generation backend during training; only ``async_verl`` (AgentFly's value),
             which names agentfly's asynchronous engine pool: any other value is refused.
             ``agent.init_config.backend_config.backend`` is the same node.
-        tool_parser_name: the agent type whose parser reads the model's turns (``hermes`` = the
-            ``hf`` type's, ``react``, ``code``, ``action``); ``None`` = the agent type's own.
+        tool_parser_name: the agent type whose parser reads the model's turns (``hermes``,
+            ``react``, ``code``, ``action``); ``None`` = the agent type's own.
         max_model_len: longest conversation in tokens a chain may reach; ``None`` = the model's.
         system_prompt: replaces the agent type's default system prompt.
         tool_config: per-tool settings by tool name (e.g.
@@ -87,7 +88,7 @@ class AgentInitConfig:
             ``@reward(timeout=)`` (60 s when it sets none).
     """
 
-    agent_type: str = "hf"
+    agent_type: str = "hermes"
     template: str | None = None
     tools: list[str] = field(default_factory=list)
     reward_name: str | None = None
@@ -336,7 +337,7 @@ class ActorConfig:
     Attributes:
         strategy: Lightning strategy: ``auto``, ``ddp`` or ``fsdp``.
         ppo_mini_batch_size: trajectories per optimizer step, over all ranks (counted after the
-            ``num_chains`` expansion; AgentFly's seeds use ``train_batch_size * num_chains`` for
+            ``num_chains`` expansion; AgentFly's scripts use ``train_batch_size * num_chains`` for
             one update per rollout).
         ppo_micro_batch_size_per_gpu: trajectories per forward/backward on one device;
             ``None`` = the whole per-device mini-batch (no gradient accumulation).
@@ -432,7 +433,7 @@ class RolloutConfig:
     """The generation engines.
 
     Attributes:
-        name: engine kind: ``hf`` (transformers) or ``vllm``.
+        name: engine kind: ``transformers`` (verl's ``hf``) or ``vllm``.
         temperature: training sampling temperature (``agent.generation_config.temperature``
             is a spelling of it).
         top_p: training nucleus mass (``agent.generation_config.top_p`` is a spelling of it).
@@ -457,7 +458,7 @@ class RolloutConfig:
         val_kwargs: sampling during validation.
     """
 
-    name: str = "hf"
+    name: str = "transformers"
     temperature: NonNegativeFloat = ModelSettings.temperature
     top_p: UnitFraction = 1.0
     top_k: int = -1

@@ -353,7 +353,7 @@ class AgentRLModule(pl.LightningModule):
 
     def _log_iteration(self, metrics: dict[str, float], size: int) -> None:
         """Every metric to the loggers; the reward, KL and entropy to the progress bar too."""
-        shown = {"reward": "critic/score/mean", "kl": "actor/kl_loss", "entropy": "actor/entropy"}
+        shown = {"reward": "training/reward/mean", "kl": "actor/kl_loss", "entropy": "actor/entropy"}
         bar = {k: metrics[v] for k, v in shown.items() if v in metrics}
         self.log_dict(bar, on_step=True, prog_bar=True, logger=False, batch_size=size)
         self.log_dict(metrics, on_step=True, prog_bar=False, batch_size=size)
@@ -513,12 +513,17 @@ class AgentRLModule(pl.LightningModule):
         return loss, {"critic/vf_loss": float(loss.detach()), "critic/vf_clipfrac": float(m["vf_clipfrac"])}
 
     def _batch_metrics(self, batch: RolloutBatch) -> dict[str, float]:
+        """The batch the update trained on: ``training/reward/*`` is each chain's reward before
+        any shaping (verl logs it as ``critic/score/*``, critic or not; a chain without a reward, a
+        failed one kept by ``algorithm.failed_chains=keep``, counts as 0 where ``rollout/reward/*``
+        leaves it out), the response length, the KL to the reference, the engine-vs-trainer
+        log-prob gap."""
         mask = batch.response_mask
         scores = batch.token_level_scores.sum(-1)
         out = {
-            "critic/score/mean": float(scores.mean()),
-            "critic/score/max": float(scores.max()),
-            "critic/score/min": float(scores.min()),
+            "training/reward/mean": float(scores.mean()),
+            "training/reward/max": float(scores.max()),
+            "training/reward/min": float(scores.min()),
             "response_length/mean": float(mask.sum(-1).mean()),
         }
         if batch.ref_log_probs is not None and batch.old_log_probs is not None:

@@ -1,9 +1,9 @@
-"""Lightning's ``Trainer`` with the seeds' ``trainer.*`` keys as arguments.
+"""Lightning's ``Trainer`` with verl's ``trainer.*`` keys as arguments.
 
 ``agentfly fit`` is a ``LightningCLI`` (:mod:`agentfly.cli`) whose ``trainer`` group is this
 class: every ``lightning.pytorch.Trainer`` argument is there (``--trainer.precision``,
 ``--trainer.callbacks``, ``--trainer.logger`` ...) next to the RL loop's own keys. The
-Trainer arguments that the seeds' keys express are not separate settings: ``max_steps`` is
+Trainer arguments that verl's keys express are not separate settings: ``max_steps`` is
 ``total_training_steps`` (RL iterations, not optimizer steps), ``max_epochs`` is
 ``total_epochs``, ``devices``/``num_nodes``/``accelerator`` are ``n_gpus_per_node``/``nnodes``/
 ``device``, ``default_root_dir`` is ``default_local_dir`` and ``strategy`` is
@@ -35,7 +35,7 @@ MANAGED: dict[str, str] = {
     "reload_dataloaders_every_n_epochs": "nothing (prompts are drawn per iteration)",
     "plugins": "nothing (SLURM's is set when SLURM runs the job)",
 }
-#: Trainer arguments set by the run's plan: the seeds' keys express them (aliases), or MANAGED.
+#: Trainer arguments set by the run's plan: verl's keys express them (aliases), or MANAGED.
 PLANNED_TRAINER_ARGS = frozenset(
     {"max_steps", "max_epochs", "devices", "num_nodes", "accelerator", "default_root_dir", "strategy", *MANAGED}
 )

@@ -21,7 +21,7 @@ import pytest
 from agentfly.cli import load_config
 from agentfly.config import ConfigError, canonical_key
 from agentfly.config.inactive import RULES
-from agentfly.config.keys import seed_key_table
+from agentfly.config.keys import verl_key_table
 from agentfly.plan import plan_run
 from agentfly.topology import Hardware
 
@@ -443,8 +443,8 @@ def differences(a: dict[str, Any], b: dict[str, Any], prefix: str = "") -> list[
 
 
 def test_every_key_has_a_case():
-    leaves, _ = seed_key_table()
-    # Lightning's own Trainer arguments are not seed keys; one case each for an argument and the
+    leaves, _ = verl_key_table()
+    # Lightning's own Trainer arguments are not verl keys; one case each for an argument and the
     # callbacks
     leaves = set(leaves) | {"trainer.precision", "trainer.callbacks"}
     covered = set(CHANGES) | set(REFUSED) | ELSEWHERE

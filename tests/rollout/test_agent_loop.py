@@ -25,7 +25,7 @@ def model_dir(tmp_path_factory):
     return build_tiny_model(tmp_path_factory.mktemp("tiny"))
 
 
-def make_loop(model_dir, script, *, tools=("calculator", "answer"), agent="hf", **kw):
+def make_loop(model_dir, script, *, tools=("calculator", "answer"), agent="hermes", **kw):
     pool = EnginePool("scripted", 0, engine_kwargs={"model": str(model_dir), "script": script})
     tok = pool.tokenizer
     return AgentLoop(

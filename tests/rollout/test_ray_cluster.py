@@ -1,4 +1,4 @@
-"""The engine pool joins an existing Ray cluster named by RAY_ADDRESS (as the seed scripts start
+"""The engine pool joins an existing Ray cluster named by RAY_ADDRESS (as AgentFly's scripts start
 one with `ray start --head`) instead of starting its own."""
 
 from __future__ import annotations

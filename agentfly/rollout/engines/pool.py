@@ -49,7 +49,7 @@ class EnginePool:
     in-process engine runs in this process, with no deadline.
 
     Args:
-        engine: registered engine name (``"hf"``, ``"vllm"``...).
+        engine: registered engine name (``"transformers"``, ``"vllm"``...).
         num_engines: engines to start; 0 means one in-process engine (``backend="local"``).
         engine_kwargs: constructor arguments of every engine (model path, dtype, max_model_len,
             device, seed...). With Ray, engine ``i`` gets ``seed + i`` so samples differ.
@@ -81,7 +81,7 @@ class EnginePool:
 
     def __init__(
         self,
-        engine: str = "hf",
+        engine: str = "transformers",
         num_engines: int = 1,
         *,
         engine_kwargs: dict[str, Any] | None = None,

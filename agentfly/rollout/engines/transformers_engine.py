@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from agentfly.rollout.engines.base import Weights
 
 
-@register_engine("hf", aliases=("transformers",))
+@register_engine("transformers", aliases=("hf",))
 class TransformersEngine(Engine):
     """Serve a Hugging Face causal LM with plain PyTorch.
 
