@@ -244,7 +244,8 @@ def plot(
         if not xs and not val:
             missing.append(f"{name}: no metric")
         ax.set_title(name)
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[0]:  # a panel with nothing plotted has no legend
+            ax.legend(fontsize=7)
     kl_key = next((k for k in KL_KEYS if any(k in train[i] for i in its)), None)
     ax = axes[1][0]
     if kl_key:

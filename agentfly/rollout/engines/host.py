@@ -101,5 +101,8 @@ def ensure_ray(num_cpus: int | None = None, temp_dir: str | None = None, **kwarg
         ray.init(address=os.environ["RAY_ADDRESS"], **kwargs)
     else:
         kwargs.setdefault("include_dashboard", False)
+        # Ray's own default for a local instance (a token), named so that Ray does not print a
+        # notice asking to choose; RAY_AUTH_MODE=disabled still opts out
+        os.environ.setdefault("RAY_AUTH_MODE", "token")
         ray.init(num_cpus=num_cpus, _temp_dir=temp_dir, **kwargs)
     return True
