@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.test_fit import fit_args, write_task
+from tests.fit_runs import fit_args, write_task
 
 
 @pytest.fixture(scope="module")

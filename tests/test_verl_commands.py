@@ -20,9 +20,9 @@ from tests.config.verl_commands import (
     GUIDE_REACT_SEARCH,
     KEY_REFERENCE_WEBSHOP,
 )
+from tests.fit_runs import probe_args
+from tests.fit_runs import rows as metrics_rows
 from tests.probes import assert_updates_follow_the_advantages, read_records
-from tests.test_fit import probe_args
-from tests.test_fit import rows as metrics_rows
 
 TINY_KEYS = ("agent.init_config.model_name_or_path", "actor_rollout_ref.model.path", "critic.model.path")
 

@@ -11,7 +11,7 @@ import pytest
 from agentfly.cli import main
 from agentfly.models.tiny import build_tiny_model
 from agentfly.rollout.engines import vllm as vllm_engine
-from tests.test_fit import fit_args
+from tests.fit_runs import fit_args
 
 
 @pytest.fixture(scope="module")

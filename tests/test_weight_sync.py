@@ -12,6 +12,7 @@ from agentfly.cli import load_config
 from agentfly.fit import build_trainer
 from agentfly.models.tiny import build_tiny_model
 from agentfly.rollout.engines import SamplingParams
+from agentfly.rollout.engines.caller_thread import run_sync
 
 
 def teacher_forced(model, ids: list[int], n_new: int) -> torch.Tensor:
@@ -49,7 +50,8 @@ def test_engine_matches_the_actor_after_an_update(tmp_path, engine):
         trainer.fit(module, datamodule=dm)
         tok = dm.session.tokenizer
         prompt = tok.encode("<|im_start|>user\nWhat is 7*7?<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)
-        (out,) = dm.session.pool.generate_sync([prompt], SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True))[0]
+        pool = dm.session.pool
+        (out,) = run_sync(pool, pool.generate([prompt], SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)))[0]
         seq, n = prompt + out.token_ids, len(out.token_ids)
         engine_lp = torch.tensor(out.logprobs)
         actor_lp = teacher_forced(module.actor.eval(), seq, n)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,7 @@ from omegaconf import OmegaConf
 from agentfly.cli import load_config
 from agentfly.config import ALIASES, ConfigError, canonical_key, config_to_yaml, parse_overrides
 from agentfly.config.load import CONF_DIR
+from tests.config.cases import BASE, MODEL, error_of, load_quiet, select
 from tests.config.verl_commands import (
     EXAMPLE_CODE,
     EXAMPLE_GSM8K,
@@ -21,29 +21,6 @@ from tests.config.verl_commands import (
     KEY_REFERENCE_WEBSHOP,
     WEBSHOP_SYSTEM_PROMPT,
 )
-
-MODEL = "Qwen/Qwen2.5-3B-Instruct"
-# Enough to make a config runnable (model paths) and cheap to validate (one device, grpo).
-BASE = [
-    f"actor_rollout_ref.model.path={MODEL}",
-    "algorithm.adv_estimator=grpo",
-    "agent.run_config.num_chains=4",
-    "data.train_batch_size=8",
-    "actor_rollout_ref.actor.ppo_mini_batch_size=8",
-    "trainer.n_gpus_per_node=1",
-    "agent.init_config.reward_name=math_equal_reward",
-]
-
-
-def select(cfg, key: str):
-    return OmegaConf.select(cfg, key)
-
-
-def load_quiet(*args, **kwargs):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return load_config(*args, **kwargs)
-
 
 # ------------------------------------------------------------------------- AgentFly's commands
 
@@ -469,12 +446,6 @@ def test_derived_defaults() -> None:
 
 
 # --------------------------------------------------------------------------------- errors
-
-
-def error_of(args: list[str], config_file=None) -> str:
-    with pytest.raises(ConfigError) as err:
-        load_quiet(args, config_file)
-    return str(err.value)
 
 
 def test_unknown_key_names_it_and_the_close_match() -> None:

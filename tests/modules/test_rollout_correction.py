@@ -27,7 +27,7 @@ from agentfly.modules.settings import (
     PolicyLossSettings,
     UpdateSettings,
 )
-from tests.modules.test_learning import (
+from tests.modules.one_update import (
     CHAINS,
     GRPO_ADVANTAGES,
     NO_CLIP,

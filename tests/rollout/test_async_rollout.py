@@ -17,10 +17,10 @@ from agentfly.rollout.datamodule import RolloutDataModule
 from agentfly.rollout.failures import failure_reason
 from agentfly.rollout.handover import staleness_metrics
 from agentfly.rollout.producer import Produced, RolloutProducer, lead, staleness, too_stale
-from tests.rollout.test_agent_loop import ROWS, call, make_loop, model_dir  # noqa: F401
+from tests.rollout.scripted_loops import ROWS, call, make_loop
 
 
-def test_every_sampled_token_carries_the_version_of_the_weights_that_sampled_it(model_dir):  # noqa: F811
+def test_every_sampled_token_carries_the_version_of_the_weights_that_sampled_it(model_dir):
     """Turn 1 is sampled before a weight push named version 7, turn 2 after it: the chain's
     sampled tokens carry 0 then 7, tool observations -1, and the batch keeps them per token."""
     loop = make_loop(model_dir, [call("calculator", expression="12*34"), call("answer", answer="408")])
@@ -47,7 +47,7 @@ def test_every_sampled_token_carries_the_version_of_the_weights_that_sampled_it(
     assert (batch.policy_version[batch.response_mask == 0] == -1).all()
 
 
-def test_a_weight_push_names_the_version_the_samples_carry(model_dir):  # noqa: F811
+def test_a_weight_push_names_the_version_the_samples_carry(model_dir):
     loop = make_loop(model_dir, [call("answer", answer="15")])
     loop.engine.update_weights({}, version=12)
     (traj,) = loop.run(ROWS[1:], num_chains=1)

@@ -54,7 +54,7 @@ def test_local_pool_batches_concurrent_requests(model_dirs):
     assert pool.stats()[0]["requests"] < len(prompts)
 
     pool.update_weights(b)
-    assert _greedy_ids(pool.generate_sync(prompts, GREEDY)) == _greedy_ids(
+    assert _greedy_ids(run_sync(pool, pool.generate(prompts, GREEDY))) == _greedy_ids(
         TransformersEngine(b, device="cpu").generate(prompts, GREEDY)
     )
 
