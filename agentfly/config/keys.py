@@ -16,12 +16,8 @@ import typing
 from functools import cache
 from typing import Any
 
-from agentfly.config.schema import (
-    ActorRolloutRefConfig,
-    AgentConfig,
-    AlgorithmConfig,
-    CriticConfig,
-)
+from agentfly.config.schema import AgentConfig, AlgorithmConfig
+from agentfly.config.schema_actor_critic import ActorRolloutRefConfig, CriticConfig
 
 GROUPS: dict[str, type] = {
     "agent": AgentConfig,

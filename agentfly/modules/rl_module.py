@@ -16,22 +16,13 @@ minimises the clipped value loss with its own update and optimizer settings
 Departure from verl: with one epoch and one mini-batch the old log-probabilities are the current
 ones detached (the ratio is exactly 1 at the only step), so the extra forward pass is skipped.
 
-Off-policy correction (:mod:`agentfly.modules.rollout_correction`; verl's
-``algorithm.rollout_correction``), off by default. The engine's log-probabilities
-(``rollout_log_probs``) are the behaviour policy; the actor's before the update (``old_log_probs``,
-or in the skipped case above the current ones detached) are the proximal policy. ``rollout_is``
-multiplies each token's policy loss by the truncated weight π_prox/π_behav; ``rollout_rs``
-removes tokens or chains whose weight exceeds its bound from the actor's loss (every term, and
-their denominators) after the advantages are computed over every sampled token (verl rejects
-before the advantages: a rejected last token would then drop its chain's reward from GAE);
-``bypass_mode`` makes the engine's log-probabilities PPO's old policy (no pass recomputes them).
-Whenever the batch carries the engine's log-probabilities, their gap to the actor's is logged.
+The off-policy correction (verl's ``algorithm.rollout_correction``, off by default) is applied
+by :mod:`agentfly.modules.off_policy`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import math
 import time
 from collections.abc import Callable
@@ -44,9 +35,9 @@ import torch
 from agentfly.callbacks.batch_hooks import RolloutBatchCallback, compute_advantages, shape_rewards
 from agentfly.core import metric_sums
 from agentfly.core.batch import RolloutBatch
-from agentfly.core.ranks import fail_together
 from agentfly.core.reductions import masked_mean
 from agentfly.estimators.kl import full_kl_from_logits, kl_penalty
+from agentfly.modules import off_policy
 from agentfly.modules.fsdp import total_norm
 from agentfly.modules.losses import (
     agg_loss,
@@ -57,7 +48,6 @@ from agentfly.modules.losses import (
     value_loss,
 )
 from agentfly.modules.response_logits import response_logits
-from agentfly.modules.rollout_correction import importance_weights, logprob_gap
 from agentfly.modules.schedule import lr_multiplier
 from agentfly.modules.settings import (
     CorrectionSettings,
@@ -277,9 +267,8 @@ class AgentRLModule(pl.LightningModule):
            (:func:`~agentfly.callbacks.batch_hooks.compute_advantages`: ``AdvantageCallback``);
         4. the updates: the critic's, then the actor's (:meth:`_update_models`).
 
-        The hooks of 2 and 3 are the trainer's :class:`~agentfly.callbacks.batch_hooks.
-        RolloutBatchCallback` s: a user's own is one more such callback (its ``stage`` says
-        where it runs), given in ``trainer.callbacks``.
+        The hooks of 2 and 3 are :class:`~agentfly.callbacks.batch_hooks.RolloutBatchCallback` s;
+        a user's own is one more in ``trainer.callbacks`` (its ``stage`` says where it runs).
         """
         metrics = self._no_grad_passes(batch)
         metrics.update(batch.rollout_metrics)  # the rollout's own (reward, tools, timing)
@@ -289,11 +278,10 @@ class AgentRLModule(pl.LightningModule):
         metrics.update(self._batch_metrics(batch))
         self.iteration += 1
         metrics["training/iteration"] = float(self.iteration)
-        self._log_iteration(metrics, len(batch))
-
-    def _reuses_rollout(self, batch_size: int) -> bool:
-        a = self.actor_settings
-        return a.epochs > 1 or batch_size > a.mini_batch_size or self.kl.use_kl_in_reward
+        shown = {"reward": "training/reward/mean", "kl": "actor/kl_loss", "entropy": "actor/entropy"}
+        bar = {k: metrics[v] for k, v in shown.items() if v in metrics}
+        self.log_dict(bar, on_step=True, prog_bar=True, logger=False, batch_size=len(batch))
+        self.log_dict(metrics, on_step=True, prog_bar=False, batch_size=len(batch))
 
     def _no_grad_passes(self, batch: RolloutBatch) -> dict[str, float]:
         """Fill the batch's ``old_log_probs``, ``ref_log_probs``, ``full_kl`` and ``values`` where
@@ -306,9 +294,11 @@ class AgentRLModule(pl.LightningModule):
             batch.old_log_probs, batch.ref_log_probs, batch.full_kl = self.full_kl_to_reference(batch)
             metrics["timing/reference_s"] = clock() - start
         if correction.bypass_mode:  # the engine's log-probabilities are the old ones: nothing to recompute
-            batch.old_log_probs = self._behaviour(batch)
-        # rejection decides what leaves the loss before the first step: it needs them up front
-        needs_old = self._reuses_rollout(len(batch)) or correction.rollout_rs is not None
+            batch.old_log_probs = off_policy.behaviour(batch)
+        # an update reusing the rollout needs them, and a rejection does before the first step
+        a = self.actor_settings
+        reuses = a.epochs > 1 or len(batch) > a.mini_batch_size or kl.use_kl_in_reward
+        needs_old = reuses or correction.rollout_rs is not None
         if needs_old and batch.old_log_probs is None:
             start = clock()
             chunk = self.actor_settings.pass_micro_batch_size
@@ -332,7 +322,7 @@ class AgentRLModule(pl.LightningModule):
         critic, clock = self.critic_settings, time.perf_counter
         actor_batch, metrics = batch, {}
         if self.correction.rollout_rs is not None:
-            actor_batch, metrics = self._reject(batch)
+            actor_batch, metrics = off_policy.reject(self.correction, batch)
         optimizers = self.optimizers()
         optimizers = optimizers if isinstance(optimizers, list) else [optimizers]
         schedulers = self.lr_schedulers()
@@ -350,13 +340,6 @@ class AgentRLModule(pl.LightningModule):
             self.weights_version += 1  # on every rank alike: the engines' sync gathers collectively
             self.policy_version += 1
         return metrics
-
-    def _log_iteration(self, metrics: dict[str, float], size: int) -> None:
-        """Every metric to the loggers; the reward, KL and entropy to the progress bar too."""
-        shown = {"reward": "training/reward/mean", "kl": "actor/kl_loss", "entropy": "actor/entropy"}
-        bar = {k: metrics[v] for k, v in shown.items() if v in metrics}
-        self.log_dict(bar, on_step=True, prog_bar=True, logger=False, batch_size=size)
-        self.log_dict(metrics, on_step=True, prog_bar=False, batch_size=size)
 
     def _minibatches(self, size: int, s: UpdateSettings, epoch: int) -> list[torch.Tensor]:
         """One epoch's mini-batches of row indices: in rollout order, or a seeded permutation."""
@@ -425,7 +408,7 @@ class AgentRLModule(pl.LightningModule):
         del logits
         old = logp.detach() if micro.old_log_probs is None else micro.old_log_probs
         assert micro.advantages is not None
-        weights, out = self._correction(micro, logp)
+        weights, out = off_policy.loss_weights(self.correction, micro, logp, fresh=self._stepped == 0)
         pg, pg_metrics = self.policy_loss_fn(
             old, logp, micro.advantages, mask, clip_ratio_low=p.clip_ratio_low,
             clip_ratio_high=p.clip_ratio_high, clip_ratio_c=p.clip_ratio_c, loss_agg_mode=mode,
@@ -450,57 +433,6 @@ class AgentRLModule(pl.LightningModule):
             out["actor/kl_loss"] = float(kl_loss.detach())
             out["actor/kl_coef"] = kl.kl_loss_coef
         return loss, out
-
-    def _correction(
-        self, micro: RolloutBatch, logp: torch.Tensor
-    ) -> tuple[torch.Tensor | None, dict[str, float]]:
-        """The behaviour weights of a micro-batch's policy loss (``rollout_is``; None when off)
-        and the metrics of the engine's log-probabilities against the actor's.
-
-        The proximal policy is ``old_log_probs`` when a pass computed them; otherwise no step
-        has been taken yet (one epoch, one mini-batch), so the current log-probabilities,
-        detached, are the proximal policy's: no extra forward pass is needed."""
-        c = self.correction
-        out: dict[str, float] = {}
-        fresh = self._stepped == 0  # the actor still has the weights the batch arrived with
-        own_old = micro.old_log_probs is not None and not c.bypass_mode  # computed by the actor
-        weights = None
-        if c.rollout_is is not None:
-            if micro.old_log_probs is None and not fresh:
-                raise RuntimeError("rollout_is needs the old log-probabilities once a step is taken")
-            proximal = logp.detach() if micro.old_log_probs is None else micro.old_log_probs
-            weights, _, m = importance_weights(
-                proximal, self._behaviour(micro), micro.response_mask, c.rollout_is, "truncate",
-                c.rollout_is_threshold,
-            )
-            out.update({f"actor/is_weight/{k}": float(v) for k, v in m.items()})
-        if micro.rollout_log_probs is not None and fresh and not own_old:  # else per batch
-            gap = logprob_gap(logp.detach(), micro.rollout_log_probs, micro.response_mask)
-            out.update({f"rollout/logprob_gap/{k}": float(v) for k, v in gap.items()})
-        return weights, out
-
-    def _reject(self, batch: RolloutBatch) -> tuple[RolloutBatch, dict[str, float]]:
-        """The batch the actor trains on under ``rollout_rs``: its ``response_mask`` without the
-        tokens (or chains) whose weight π_old/π_behav exceeds the bound. The advantages are
-        already computed; the critic and the logged batch metrics keep every sampled token."""
-        c = self.correction
-        assert batch.old_log_probs is not None
-        _, keep, m = importance_weights(
-            batch.old_log_probs, self._behaviour(batch), batch.response_mask, c.rollout_rs, "mask",
-            c.rejection_bound,
-        )
-        metrics = {f"actor/rejected/{k}": float(v) for k, v in m.items() if "masked" in k}
-        return dataclasses.replace(batch, response_mask=keep), metrics
-
-    @staticmethod
-    def _behaviour(batch: RolloutBatch) -> torch.Tensor:
-        """The engine's log-probabilities of the sampled tokens (the behaviour policy)."""
-        if batch.rollout_log_probs is None:
-            raise ValueError(
-                "the off-policy correction (rollout_is, rollout_rs, bypass_mode) needs the "
-                "engine's log-probabilities, and this batch has no rollout_log_probs"
-            )
-        return batch.rollout_log_probs
 
     def _critic_loss(
         self, micro: RolloutBatch, mode: str, norms: dict[str, Any]
@@ -528,10 +460,7 @@ class AgentRLModule(pl.LightningModule):
         }
         if batch.ref_log_probs is not None and batch.old_log_probs is not None:
             out["actor/kl_to_ref"] = float(masked_mean(batch.old_log_probs - batch.ref_log_probs, mask))
-        own_old = batch.old_log_probs is not None and not self.correction.bypass_mode
-        if batch.rollout_log_probs is not None and own_old:  # else in the loss (_correction)
-            gap = logprob_gap(batch.old_log_probs, batch.rollout_log_probs, mask)
-            out.update({f"rollout/logprob_gap/{k}": float(v) for k, v in gap.items()})
+        out.update(off_policy.batch_gap(self.correction, batch))
         return out
 
     # ------------------------------------------------------------------ validation / checkpoint
@@ -551,13 +480,10 @@ class AgentRLModule(pl.LightningModule):
     def on_validation_epoch_end(self) -> None:
         """Add every rank's sums and counts (each rank validated its own rows), then log the means;
         a validation rollout that failed on any rank stops every rank here."""
-        parts = [dict(getattr(self, "_val_sums", {}))]
-        if self.trainer.world_size > 1 and torch.distributed.is_available() and torch.distributed.is_initialized():
-            fail_together(getattr(self, "_val_error", None), f"the validation at iteration {self.iteration}")
-            gathered: list[Any] = [None] * torch.distributed.get_world_size()
-            torch.distributed.all_gather_object(gathered, parts[0])
-            parts = gathered
-        metrics = metric_sums.means(parts)
+        metrics = metric_sums.gathered_means(
+            getattr(self, "_val_sums", {}), getattr(self, "_val_error", None),
+            f"the validation at iteration {self.iteration}",
+        )
         if metrics:
             self.log_dict(metrics, on_step=False, on_epoch=True, sync_dist=False)
         self._val_sums = {}

@@ -1,11 +1,11 @@
 """What :class:`~agentfly.modules.rl_module.AgentRLModule` is told: a few typed groups of settings.
 
-:func:`agentfly.plan.plan_module` builds each group once from the composed config (per-rank batch
-sizes, optimizer steps, fallbacks resolved); tests and users build them by hand. A field's default
-here is the setting's only default: the config schema (:mod:`agentfly.config.schema`) takes its
-defaults from these classes wherever a key is passed on unchanged. No group reads another, and the
-module reads each field as it is (no field stands for another when unset, but where its docstring
-says so).
+:func:`agentfly.module_plan.plan_module` builds each group once from the composed config (per-rank
+batch sizes, optimizer steps, the loss constant that defaults to the response budget); tests and
+users build them by hand. A field's default here is the setting's only default: the config
+schema (:mod:`agentfly.config.schema`, :mod:`agentfly.config.schema_actor_critic`) takes its
+defaults from these classes wherever a key is passed on unchanged. The module reads each field as
+it is: no field stands for another when unset, but where its docstring says so.
 
 The classes are torch-free, so the config layer imports them in milliseconds.
 """

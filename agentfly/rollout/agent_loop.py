@@ -284,7 +284,7 @@ class AgentLoop:
         ]
         done = await self._run_chains(jobs)
         if self._schemas_hidden:
-            explain_invalid_arguments(done, self.template.name, self._explained)
+            explain_invalid_arguments(done, self.agent.tool_names, self.template.name, self._explained)
         self.last_timing = {f"{k}_s": v for k, v in self._timer.seconds.items()}
         self.last_timing["rollout_s"] = time.perf_counter() - start
         out, at = [], 0

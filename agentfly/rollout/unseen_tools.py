@@ -33,16 +33,22 @@ def shows_tool_schemas(template: Any, agent: Any) -> bool:
     return template.render(messages, tools) != template.render(messages, None)
 
 
-def explain_invalid_arguments(trajs: Iterable[Any], template_name: str, told: set[str]) -> None:
-    """Warn once per tool (``told`` holds those named already) whose every call in ``trajs``
-    (at least :data:`MIN_CALLS`) had invalid arguments, naming the template that hid its schema.
-    Call it only when the template shows no tool schemas."""
+def explain_invalid_arguments(
+    trajs: Iterable[Any], tool_names: Iterable[str], template_name: str, told: set[str]
+) -> None:
+    """Warn once per tool of ``tool_names`` (``told`` holds those named already) whose every
+    call in ``trajs`` (at least :data:`MIN_CALLS`) was well-formed JSON with arguments it does not
+    take, naming the template that hid its schema. Call it only when the template shows no tool
+    schemas."""
+    known = set(tool_names)
     calls: dict[str, list[Any]] = {}
     for t in trajs:
         for c in t.tool_calls:
-            calls.setdefault(c.name, []).append(c)
+            if c.name in known:
+                calls.setdefault(c.name, []).append(c)
     for name, made in calls.items():
-        if name in told or len(made) < MIN_CALLS or any(c.error != INVALID_ARGUMENTS for c in made):
+        well_formed = all(c.error == INVALID_ARGUMENTS and isinstance(c.arguments, dict) for c in made)
+        if name in told or len(made) < MIN_CALLS or not well_formed:
             continue
         told.add(name)
         logger.warning(

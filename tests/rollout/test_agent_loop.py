@@ -180,3 +180,13 @@ def test_calls_that_all_miss_a_hidden_schema_name_the_template(model_dir, caplog
         (message,) = said  # the second rollout does not repeat it
         assert "'answer'" in message and "unknown argument(s): expression" in message
         assert "'qwen2.5-no-system-tool' shows the model no tool schemas" in message
+
+
+def test_calls_that_are_not_json_are_not_blamed_on_the_template(model_dir, caplog):
+    """A broken call names no tool's arguments: the template is not why it failed."""
+    broken = '<tool_call>\n{"name": "answer", "arguments": {"answer": "4\n</tool_call>'
+    loop = make_loop(model_dir, [broken], template="qwen2.5-no-system-tool", max_turns=1, num_chains=4)
+    with caplog.at_level(logging.WARNING, logger="agentfly.rollout.unseen_tools"):
+        trajs = loop.run(ROWS[:1])
+    assert [c.error for t in trajs for c in t.tool_calls] == ["invalid_arguments"] * 4
+    assert [r for r in caplog.records if r.name == "agentfly.rollout.unseen_tools"] == []
