@@ -260,7 +260,9 @@ def build_run(
         # FSDP2; the sharding itself happens in configure_model
         settings["strategy"] = fsdp_strategy(plan.topology.world_size)
     callbacks = build_callbacks(plan) + list(callbacks)
-    if SLURMEnvironment.detect():  # requeue at an iteration boundary, not inside the signal handler
+    from agentfly.modules.trainer import slurm_launched
+
+    if slurm_launched():  # requeue at an iteration boundary, not inside the signal handler
         from agentfly.callbacks.requeue import SlurmRequeue
 
         settings["plugins"] = [SLURMEnvironment(auto_requeue=False)]

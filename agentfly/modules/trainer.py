@@ -66,6 +66,15 @@ def unactionable_warnings_silenced() -> Iterator[None]:
         yield
 
 
+def slurm_launched() -> bool:
+    """Whether SLURM launched this process (``srun``), asked without Lightning's hint to use
+    ``srun`` when it is installed but not used (:data:`UNACTIONABLE_WARNINGS`)."""
+    from lightning.fabric.plugins.environments import SLURMEnvironment
+
+    with unactionable_warnings_silenced():
+        return SLURMEnvironment.detect()
+
+
 class AgentflyTrainer(pl.Trainer):
     def __init__(
         self,
