@@ -1,4 +1,4 @@
-"""The ``agentfly`` command line: a ``LightningCLI`` with the seeds' keys on top.
+"""The ``agentfly`` command line: a ``LightningCLI`` with verl's keys on top.
 
 ``agentfly fit|validate|test|predict`` is :class:`AgentflyCLI`, a
 ``lightning.pytorch.cli.LightningCLI``: ``--help`` lists every key with its type and default,
@@ -10,13 +10,13 @@ names the checkpoint, and the parsed config is saved as ``config.yaml`` in the r
 
 The groups: ``trainer`` is :class:`~agentfly.modules.trainer.AgentflyTrainer` (Lightning's arguments and
 the RL loop's ``save_freq``, ``test_freq``, ``total_training_steps``...), ``data`` is the
-DataModule's arguments (the seeds' ``data.*``), ``agent``, ``algorithm``, ``actor_rollout_ref``
-and ``critic`` are the seeds' sections (typed dataclasses, :mod:`agentfly.config.schema`).
+DataModule's arguments (verl's ``data.*``), ``agent``, ``algorithm``, ``actor_rollout_ref``
+and ``critic`` are verl's sections (typed dataclasses, :mod:`agentfly.config.schema`).
 What the module and the DataModule receive beyond that is computed from all of them by
 :func:`agentfly.plan.plan_run` (per-rank batches, schedule lengths, engines), so the module's
-own planned arguments are not keys. The seeds' words (``a.b=c``, ``agent.max_turns=3``,
+own planned arguments are not keys. AgentFly's and verl's words (``a.b=c``, ``agent.max_turns=3``,
 ``trainer.logger=['console','wandb']``) and their YAML files are translated first
-(:mod:`agentfly.config.seed_args`); ``python -m agentfly.cli train ...`` is ``fit``.
+(:mod:`agentfly.config.verl_args`); ``python -m agentfly.cli train ...`` is ``fit``.
 
 ``agentfly rollout [--config FILE] [key=value ...] --output OUT.jsonl`` runs rollouts alone with
 the same config and writes one JSON line per chain plus a summary.
@@ -62,18 +62,18 @@ def _cli_class() -> type:
     from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 
     from agentfly.config.keys import DATA_KEYS, GROUPS
-    from agentfly.config.load import compose, seed_tree
+    from agentfly.config.load import compose, verl_tree
     from agentfly.core.errors import ConfigError
     from agentfly.modules.rl_module import AgentRLModule
     from agentfly.modules.trainer import PLANNED_TRAINER_ARGS, AgentflyTrainer
     from agentfly.rollout.datamodule import RolloutDataModule
 
-    # the module's arguments are all computed by the plan; the DataModule's beyond the seeds' data.*
+    # the module's arguments are all computed by the plan; the DataModule's beyond verl's data.*
     module_planned = set(inspect.signature(AgentRLModule.__init__).parameters) - {"self"}
     data_planned = set(inspect.signature(RolloutDataModule.__init__).parameters) - {"self", *DATA_KEYS}
 
     class Parser(LightningArgumentParser):
-        """Its ``--help`` lists the default DataModule's arguments (the seeds' ``data.*``) too, which
+        """Its ``--help`` lists the default DataModule's arguments (verl's ``data.*``) too, which
         a subclass-mode group shows only under ``--data.help``."""
 
         lists_data = False
@@ -164,7 +164,7 @@ def _cli_class() -> type:
         def instantiate_classes(self) -> None:
             ns = self.config[self.subcommand] if self.subcommand else self.config
             defaults = self._parser(self.subcommand).get_defaults()
-            tree = seed_tree(ns, defaults.trainer.as_dict())
+            tree = verl_tree(ns, defaults.trainer.as_dict())
             self.run_config = compose(tree, check_required=self.check_required, explicit=self.explicit)
             if self.parse_only:
                 return
@@ -176,7 +176,7 @@ def _cli_class() -> type:
                 print(config_to_yaml(self.run_config))
 
             user = {g: ns[g].as_dict() for g in ("model", "data")}
-            # the seeds' data.* reach the DataModule through the plan (with the rest it computes)
+            # verl's data.* reach the DataModule through the plan (with the rest it computes)
             user["data"]["init_args"] = {k: v for k, v in (user["data"].get("init_args") or {}).items()
                                          if k not in DATA_KEYS}
             self.plan, self.trainer, self.model, self.datamodule, self.ckpt = begin_run(
@@ -214,8 +214,8 @@ def parse_config(words: list[str], *, check_required: bool = True, default_task:
     parser per process: building it from the signatures is most of the cost)."""
     from jsonargparse import ArgumentError
 
-    from agentfly.config.load import compose, seed_tree
-    from agentfly.config.seed_args import to_cli_args
+    from agentfly.config.load import compose, verl_tree
+    from agentfly.config.verl_args import to_cli_args
     from agentfly.core.errors import ConfigError
 
     args, explicit = to_cli_args(words, default_task=default_task)
@@ -224,7 +224,7 @@ def parse_config(words: list[str], *, check_required: bool = True, default_task:
         ns = parser.parse_args(args)
     except ArgumentError as exc:
         raise ConfigError(parse_error(exc)) from None
-    return compose(seed_tree(ns, trainer_defaults), check_required=check_required, explicit=explicit)
+    return compose(verl_tree(ns, trainer_defaults), check_required=check_required, explicit=explicit)
 
 
 def load_config(
@@ -234,12 +234,12 @@ def load_config(
     check_required: bool = True,
     default_task: bool = False,
 ) -> DictConfig:
-    """Parse ``overrides`` (the seeds' words or LightningCLI flags) over ``config_file`` as
+    """Parse ``overrides`` (AgentFly's and verl's words or LightningCLI flags) over ``config_file`` as
     ``agentfly fit`` would, and compose the run's config.
 
     Args:
         overrides: command-line words, in order.
-        config_file: a YAML file (seed sections, or a LightningCLI config); a relative path
+        config_file: a YAML file (verl's sections, or a LightningCLI config); a relative path
             not found from the working directory is tried from the repository.
         check_required: require a model path (and a critic path when the estimator trains a
             critic); ``False`` accepts a template such as the bare defaults.
@@ -281,7 +281,7 @@ def _config_parser() -> tuple[Any, dict[str, Any]]:
 
 
 def _lightning(stage: str, words: list[str]) -> int:
-    from agentfly.config.seed_args import to_cli_args
+    from agentfly.config.verl_args import to_cli_args
     from agentfly.core.errors import ConfigError
     from agentfly.core.shutdown import ray_stopped_at_exit, sigterm_exits
     from agentfly.resume import RunComplete
@@ -304,7 +304,7 @@ def _lightning(stage: str, words: list[str]) -> int:
     except (ValueError, FileNotFoundError, KeyError, EngineStartError, EngineLostError) as e:
         print(f"agentfly: {e}", file=sys.stderr)
         return 2
-    shown = {k: round(v, 4) for k, v in sorted(cli.metrics.items()) if k.startswith(("val/", "critic/score"))}
+    shown = {k: round(v, 4) for k, v in sorted(cli.metrics.items()) if k.startswith(("val/", "training/reward"))}
     print(json.dumps(shown, indent=2))
     return 0
 
@@ -399,7 +399,7 @@ class _StderrHandler(logging.StreamHandler):
 
 USAGE = """usage: agentfly {fit,validate,test,predict,rollout} [--help] [KEY=VALUE | --KEY VALUE ...]
 
-  fit        train (the seeds' `python -m agentfly.cli train ...` is the same command)
+  fit        train (AgentFly's `python -m agentfly.cli train ...` is the same command)
   validate   roll out the validation set with a checkpoint's actor (--ckpt_path, or the one
              trainer.resume_mode finds; else the base model)
   test       same as validate

@@ -57,7 +57,7 @@ def make_plan(cfg: Any, hardware: Hardware | None = None) -> RunPlan:
     _slurm_single_node_tasks()
     hardware = hardware or Hardware.detect()
     plan = plan_run(cfg, hardware)
-    resolved = resolve_model_paths(cfg, needs_critic=plan.module["critic_path"] is not None)
+    resolved = resolve_model_paths(cfg, needs_critic=plan.module["critic"] is not None)
     if resolved is not cfg:
         plan = plan_run(resolved, hardware)
     if _is_rank_zero():
@@ -294,10 +294,11 @@ def build_run(
         # FSDP2; the sharding itself happens in configure_model
         settings["strategy"] = fsdp_strategy(plan.topology.world_size)
     from agentfly.callbacks.config_record import ConfigRecord
+    from agentfly.modules.trainer import slurm_launched
     from agentfly.resume import config_record
 
     callbacks = [*build_callbacks(plan), ConfigRecord(config_record(cfg)), *callbacks]
-    if SLURMEnvironment.detect():  # requeue at an iteration boundary, not inside the signal handler
+    if slurm_launched():  # requeue at an iteration boundary, not inside the signal handler
         from agentfly.callbacks.requeue import SlurmRequeue
 
         settings["plugins"] = [SLURMEnvironment(auto_requeue=False)]
@@ -427,7 +428,7 @@ def _run(plan: RunPlan, stage: str, trainer: Any, module: Any, datamodule: Any, 
             )
             logger.warning(
                 "%s: no checkpoint (no --ckpt_path, %s): validating the base model %s",
-                stage, why, plan.module["model_path"],
+                stage, why, plan.module["model"].path,
             )
         _validate(trainer, module, datamodule, limit, ckpt)
         return {k: float(v) for k, v in trainer.callback_metrics.items()}

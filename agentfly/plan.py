@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentfly.config.inactive import bypass_mode
 from agentfly.config.keys import plain
 from agentfly.models.paths import check_model_paths
+from agentfly.module_plan import plan_module
 from agentfly.rollout.rollout_plan import RolloutPlan
 from agentfly.topology import Hardware, Topology, check_batches, resolve_topology
 
@@ -32,7 +32,8 @@ class RunPlan:
         topology: ranks and engines on this machine.
         iterations: RL iterations of the run.
         run_dir: the run directory (``trainer.default_local_dir`` as given).
-        module: :class:`~agentfly.modules.rl_module.AgentRLModule` keyword arguments.
+        module: :class:`~agentfly.modules.rl_module.AgentRLModule` keyword arguments: its
+            settings groups (:func:`agentfly.module_plan.plan_module`).
         datamodule: :class:`~agentfly.rollout.datamodule.RolloutDataModule` keyword arguments
             (the session factory aside).
         rollout: the rollout side.
@@ -48,7 +49,7 @@ class RunPlan:
         resume_changed_config: resume across a change of the checkpoint's meaning
             (:func:`agentfly.resume.check_resume`).
         notes: what the run says once when it starts (the CPU fallback's reductions).
-        trainer_keys: the seeds' ``trainer.*`` keys as ``AgentflyTrainer`` takes them
+        trainer_keys: verl's ``trainer.*`` keys as ``AgentflyTrainer`` takes them
             (``logger``, ``callbacks`` and ``lightning`` aside: they are built or planned).
         engine_name: ``actor_rollout_ref.rollout.name`` as given (checks and messages).
         val_before_train: validate once before the first update.
@@ -130,105 +131,6 @@ def total_iterations(cfg: Any, rows: int) -> int:
     if cfg.trainer.total_training_steps:
         return int(cfg.trainer.total_training_steps)
     return max(1, rows // cfg.data.train_batch_size) * int(cfg.trainer.total_epochs)
-
-
-def _warmup(optim: Any, total_steps: int) -> int:
-    """Warm-up length in optimizer steps: ``lr_warmup_steps``, else the ratio of the run's steps."""
-    steps = optim.lr_warmup_steps
-    if steps is not None and steps >= 0:
-        return int(steps)
-    return int(optim.lr_warmup_steps_ratio * total_steps)
-
-
-def _optimizer(optim: Any, steps: int, prefix: str = "") -> dict[str, Any]:
-    """AdamW and its schedule (``optim.*``) as the module's ``[critic_]lr...`` arguments."""
-    return {
-        f"{prefix}lr": float(optim.lr),
-        f"{prefix}betas": tuple(optim.betas),
-        f"{prefix}weight_decay": float(optim.weight_decay),
-        f"{prefix}lr_warmup_steps": _warmup(optim, steps),
-        f"{prefix}warmup_style": str(optim.warmup_style),
-        f"{prefix}min_lr_ratio": float(optim.min_lr_ratio),
-        f"{prefix}num_cycles": float(optim.num_cycles),
-        f"{prefix}lr_decay_steps": steps,
-    }
-
-
-def _sharding(fsdp: Any, prefix: str = "") -> dict[str, Any]:
-    """One model's ``fsdp_config`` as the module's ``[ref_|critic_]fsdp_*`` arguments."""
-    return {
-        f"{prefix}fsdp_offload": bool(fsdp.param_offload),
-        f"{prefix}fsdp_reshard_after_forward": bool(fsdp.reshard_after_forward),
-        f"{prefix}fsdp_size": int(fsdp.fsdp_size),
-    }
-
-
-def plan_module(cfg: Any, topology: Topology, iterations: int, estimator: Any) -> dict[str, Any]:
-    """The LightningModule's keyword arguments (per-rank batch sizes, schedule lengths);
-    ``estimator``: the registered ``algorithm.adv_estimator``."""
-    world = topology.world_size
-    actor, critic, ref = cfg.actor_rollout_ref.actor, cfg.critic, cfg.actor_rollout_ref.ref
-    rollout, model = cfg.actor_rollout_ref.rollout, cfg.actor_rollout_ref.model
-    needs_critic = estimator.needs_critic
-    use_kl_in_reward = bool(cfg.algorithm.use_kl_in_reward)
-    per_rank = cfg.data.train_batch_size * cfg.agent.run_config.num_chains // world
-    mini = max(1, actor.ppo_mini_batch_size // world)
-    actor_steps = iterations * actor.ppo_epochs * max(1, per_rank // mini)
-    critic_mini = max(1, critic.ppo_mini_batch_size // world)
-    critic_steps = iterations * critic.ppo_epochs * max(1, per_rank // critic_mini)
-    budget = float(rollout.response_length)
-    corr = cfg.algorithm.rollout_correction
-    rs_bound = corr.rollout_is_threshold if corr.rollout_rs_threshold is None else corr.rollout_rs_threshold
-    return dict(
-        model_path=str(model.path),
-        critic_path=str(critic.model.path) if needs_critic else None,
-        use_reference=bool(actor.use_kl_loss or use_kl_in_reward),
-        use_kl_in_reward=use_kl_in_reward,
-        kl_penalty=str(cfg.algorithm.kl_penalty),
-        **_optimizer(actor.optim, actor_steps),
-        grad_clip=float(actor.grad_clip),
-        ppo_epochs=int(actor.ppo_epochs),
-        ppo_mini_batch_size=mini,
-        micro_batch_size=actor.ppo_micro_batch_size_per_gpu,
-        shuffle=bool(actor.shuffle),
-        seed=int(cfg.trainer.seed),
-        clip_ratio_low=float(actor.clip_ratio_low),
-        clip_ratio_high=float(actor.clip_ratio_high),
-        clip_ratio_c=float(actor.clip_ratio_c),
-        loss_agg_mode=str(actor.loss_agg_mode),
-        loss_scale_factor=float(actor.loss_scale_factor or budget),
-        entropy_coeff=float(actor.entropy_coeff),
-        use_kl_loss=bool(actor.use_kl_loss),
-        kl_loss_coef=float(actor.kl_loss_coef),
-        kl_loss_type=str(actor.kl_loss_type),
-        log_prob_micro_batch_size=rollout.log_prob_micro_batch_size_per_gpu,
-        ref_log_prob_micro_batch_size=ref.log_prob_micro_batch_size_per_gpu,
-        cliprange_value=float(critic.cliprange_value),
-        critic_warmup=int(cfg.trainer.critic_warmup),
-        **_optimizer(critic.optim, critic_steps, "critic_"),
-        critic_grad_clip=float(critic.grad_clip),
-        critic_ppo_epochs=int(critic.ppo_epochs),
-        critic_ppo_mini_batch_size=critic_mini,
-        critic_micro_batch_size=int(critic.ppo_micro_batch_size_per_gpu or critic_mini),
-        critic_loss_agg_mode=str(critic.loss_agg_mode),
-        critic_loss_scale_factor=float(critic.loss_scale_factor or budget),
-        temperature=float(cfg.actor_rollout_ref.rollout.temperature or 1.0),
-        rollout_is=None if corr.rollout_is is None else str(corr.rollout_is),
-        rollout_is_threshold=float(corr.rollout_is_threshold),
-        rollout_rs=None if corr.rollout_rs is None else str(corr.rollout_rs),
-        rollout_rs_threshold=float(rs_bound),
-        bypass_mode=bypass_mode(cfg),
-        gradient_checkpointing=bool(model.enable_gradient_checkpointing),
-        critic_gradient_checkpointing=bool(critic.model.enable_gradient_checkpointing),
-        activation_offload=bool(model.enable_activation_offload),
-        critic_activation_offload=bool(critic.model.enable_activation_offload),
-        trust_remote_code=bool(model.trust_remote_code),
-        **_sharding(actor.fsdp_config),
-        **_sharding(ref.fsdp_config, "ref_"),
-        **_sharding(critic.model.fsdp_config, "critic_"),
-        dtype="float32",
-        total_training_steps=iterations,
-    )
 
 
 def plan_datamodule(
@@ -318,7 +220,7 @@ def plan_rollout(
     }
     if model.trust_remote_code:
         engine_kwargs["trust_remote_code"] = True
-    if not topology.cuda_engines and rollout.name == "hf":
+    if not topology.cuda_engines and rollout.name == "transformers":
         engine_kwargs["device"] = "cpu"
     if init.max_model_len:
         engine_kwargs["max_model_len"] = int(init.max_model_len)

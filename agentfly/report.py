@@ -241,7 +241,7 @@ def plot(
     its = sorted(train)
     fig, axes = plt.subplots(2, 2, figsize=(10, 7), sharex=True)
     panels = {
-        "reward": (axes[0][0], "critic/score/mean", "training rollouts", "reward"),
+        "reward": (axes[0][0], "training/reward/mean", "training rollouts", "reward"),
         "accuracy": (axes[0][1], "rollout/accuracy", "training rollouts", "accuracy"),
     }
     for name, (ax, key, label, metric) in panels.items():
@@ -263,7 +263,8 @@ def plot(
         if not xs and not val:
             missing.append(f"{name}: no metric")
         ax.set_title(name)
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[0]:  # a panel with nothing plotted has no legend
+            ax.legend(fontsize=7)
     kl_key = next((k for k in KL_KEYS if any(k in train[i] for i in its)), None)
     ax = axes[1][0]
     if kl_key:

@@ -113,7 +113,7 @@ def read_header(path: str) -> CheckpointHeader:
 
 def planned_models(plan: Any) -> tuple[str, ...]:
     """Which of :data:`MODELS` the run of ``plan`` trains or holds."""
-    held = {"actor": True, "reference": plan.module["use_reference"], "critic": plan.module["critic_path"] is not None}
+    held = {"actor": True, "reference": plan.module["kl"].needs_reference, "critic": plan.module["critic"] is not None}
     return tuple(m for m in MODELS if held[m])
 
 

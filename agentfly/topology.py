@@ -1,6 +1,6 @@
 """What a config asks of the machine, against what the machine has: ranks, engines, devices.
 
-The seeds' commands are written for GPU machines (``trainer.n_gpus_per_node=8``,
+AgentFly's commands are written for GPU machines (``trainer.n_gpus_per_node=8``,
 ``tensor_model_parallel_size=2``). :func:`resolve_topology` turns such a request into what will
 actually run here, so that nothing waits for a GPU or a Ray slot that does not exist:
 
@@ -109,6 +109,92 @@ def offload_keys(cfg: Any) -> list[str]:
     return [key for key, on in settings if on]
 
 
+@dataclass
+class _Placement:
+    """What one branch of :func:`resolve_topology` decides."""
+
+    accelerator: str
+    devices: int
+    tensor_parallel: int
+    num_engines: int
+    cuda_engines: bool
+
+
+def _on_cpu(cfg: Any, hw: Hardware, device: str, errors: list[str], notes: list[str]) -> _Placement:
+    """The CPU's placement: ``trainer.device=cpu``, or ``auto`` on a machine without a GPU (the
+    fallback, which says what it reduced)."""
+    trainer, rollout = cfg.trainer, cfg.actor_rollout_ref.rollout
+    requested, nodes = int(trainer.n_gpus_per_node), int(trainer.nnodes)
+    tp = int(rollout.tensor_model_parallel_size)
+    if device == "cpu":
+        devices = requested
+        if tp > 1:
+            errors.append(
+                f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp} splits an engine "
+                "over GPUs, and trainer.device=cpu runs on the CPU; set it to 1"
+            )
+        errors += [
+            f"{key}=True moves GPU memory to the CPU, and trainer.device=cpu has no GPU "
+            "memory; set it to False" for key in offload_keys(cfg)
+        ]
+    else:
+        devices = requested if hw.slurm_tasks else 1
+        said = f"{devices} CPU process{'' if devices == 1 else 'es'} per node"
+        notes.append(
+            f"no GPU: running on the CPU (trainer.n_gpus_per_node={requested} -> {said}; "
+            "trainer.device=cpu runs n_gpus_per_node CPU processes)"
+        )
+        if tp > 1:
+            notes.append(
+                f"no GPU: actor_rollout_ref.rollout.tensor_model_parallel_size={tp} -> 1 "
+                "(an engine on the CPU is not split)"
+            )
+    # one training process with transformers engines: the engine lives in it (no Ray, no
+    # weight copy through an object store, no idle engine process holding cores)
+    in_process = devices == 1 and nodes == 1 and not hw.ray_address and rollout.name == "transformers"
+    default = 0 if in_process else 1
+    engines = default if rollout.num_engines is None else int(rollout.num_engines)
+    if device == "auto" and rollout.num_engines is None and requested > 1:
+        notes.append(f"no GPU: one rollout engine (trainer.n_gpus_per_node={requested} asked for more)")
+    return _Placement("cpu", devices, 1, engines, cuda_engines=False)
+
+
+def _on_gpus(cfg: Any, hw: Hardware, errors: list[str]) -> _Placement:
+    """The GPUs' placement: ``n_gpus_per_node`` ranks per node, engines on the GPUs."""
+    trainer, rollout = cfg.trainer, cfg.actor_rollout_ref.rollout
+    devices, nodes = int(trainer.n_gpus_per_node), int(trainer.nnodes)
+    tp = int(rollout.tensor_model_parallel_size)
+    if hw.gpus == 0:
+        errors.append(
+            f"trainer.device={trainer.device} but no CUDA device is visible; use "
+            "trainer.device=auto (the CPU when there is no GPU) or trainer.device=cpu"
+        )
+    elif devices > hw.gpus and not hw.slurm_tasks:
+        errors.append(
+            f"trainer.n_gpus_per_node={devices} but this machine shows {hw.gpus} GPU"
+            f"{'' if hw.gpus == 1 else 's'}; set trainer.n_gpus_per_node<={hw.gpus}"
+        )
+    if rollout.name == "transformers" and tp > 1:
+        errors.append(
+            f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp}: the transformers "
+            "engine runs on one device; use actor_rollout_ref.rollout.name=vllm for tensor "
+            "parallelism, or set it to 1"
+        )
+    total_gpus = max(hw.gpus, 1) * nodes
+    # one training process on one GPU with a transformers engine: the engine shares the process
+    # and the GPU (as on the CPU: no Ray, no weight copy through an object store)
+    in_process = devices == 1 and nodes == 1 and not hw.ray_address and rollout.name == "transformers"
+    default = 0 if in_process else max(1, devices * nodes // tp)
+    engines = default if rollout.num_engines is None else int(rollout.num_engines)
+    if engines * tp > total_gpus and not errors:
+        errors.append(
+            f"{engines} rollout engine{'s' if engines != 1 else ''} × tensor_model_parallel_size"
+            f"={tp} need {engines * tp} GPUs; {nodes} node(s) × {hw.gpus} GPU(s) = {total_gpus}: "
+            "lower actor_rollout_ref.rollout.num_engines or tensor_model_parallel_size"
+        )
+    return _Placement("gpu", devices, tp, engines, cuda_engines=True)
+
+
 def resolve_topology(cfg: Any, hw: Hardware) -> Topology:
     """The ranks and engines ``cfg`` will run with on ``hw``.
 
@@ -117,81 +203,14 @@ def resolve_topology(cfg: Any, hw: Hardware) -> Topology:
             more GPUs per node than are visible, an engine that needs more GPUs than exist, a
             GPU-only setting with ``trainer.device=cpu``), naming the key and what exists.
     """
-    trainer = cfg.trainer
-    rollout = cfg.actor_rollout_ref.rollout
-    device = "cuda" if trainer.device == "gpu" else str(trainer.device)
-    requested = int(trainer.n_gpus_per_node)
-    nodes = int(trainer.nnodes)
-    tp = int(rollout.tensor_model_parallel_size)
+    device = "cuda" if cfg.trainer.device == "gpu" else str(cfg.trainer.device)
     errors: list[str] = []
     notes: list[str] = []
-
     if device == "cpu" or (device == "auto" and hw.gpus == 0):
-        accelerator = "cpu"
-        if device == "cpu":
-            devices = requested
-            if tp > 1:
-                errors.append(
-                    f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp} splits an engine "
-                    "over GPUs, and trainer.device=cpu runs on the CPU; set it to 1"
-                )
-            errors += [
-                f"{key}=True moves GPU memory to the CPU, and trainer.device=cpu has no GPU "
-                "memory; set it to False" for key in offload_keys(cfg)
-            ]
-        else:
-            devices = requested if hw.slurm_tasks else 1
-            said = f"{devices} CPU process{'' if devices == 1 else 'es'} per node"
-            notes.append(
-                f"no GPU: running on the CPU (trainer.n_gpus_per_node={requested} -> {said}; "
-                "trainer.device=cpu runs n_gpus_per_node CPU processes)"
-            )
-            if tp > 1:
-                notes.append(
-                    f"no GPU: actor_rollout_ref.rollout.tensor_model_parallel_size={tp} -> 1 "
-                    "(an engine on the CPU is not split)"
-                )
-        tp = 1
-        # one training process with transformers engines: the engine lives in it (no Ray, no
-        # weight copy through an object store, no idle engine process holding cores)
-        in_process = devices == 1 and nodes == 1 and not hw.ray_address and rollout.name == "hf"
-        default = 0 if in_process else 1
-        engines = default if rollout.num_engines is None else int(rollout.num_engines)
-        if device == "auto" and rollout.num_engines is None and requested > 1:
-            notes.append(f"no GPU: one rollout engine (trainer.n_gpus_per_node={requested} asked for more)")
-        cuda_engines = False
+        placed = _on_cpu(cfg, hw, device, errors, notes)
     else:
-        accelerator = "gpu"
-        devices = requested
-        if hw.gpus == 0:
-            errors.append(
-                f"trainer.device={trainer.device} but no CUDA device is visible; use "
-                "trainer.device=auto (the CPU when there is no GPU) or trainer.device=cpu"
-            )
-        elif requested > hw.gpus and not hw.slurm_tasks:
-            errors.append(
-                f"trainer.n_gpus_per_node={requested} but this machine shows {hw.gpus} GPU"
-                f"{'' if hw.gpus == 1 else 's'}; set trainer.n_gpus_per_node<={hw.gpus}"
-            )
-        if rollout.name == "hf" and tp > 1:
-            errors.append(
-                f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp}: the hf (transformers) "
-                "engine runs on one device; use actor_rollout_ref.rollout.name=vllm for tensor "
-                "parallelism, or set it to 1"
-            )
-        total_gpus = max(hw.gpus, 1) * nodes
-        # one training process on one GPU with a transformers engine: the engine shares the
-        # process and the GPU (as on the CPU: no Ray, no weight copy through an object store)
-        in_process = devices == 1 and nodes == 1 and not hw.ray_address and rollout.name == "hf"
-        default = 0 if in_process else max(1, devices * nodes // tp)
-        engines = default if rollout.num_engines is None else int(rollout.num_engines)
-        if engines * tp > total_gpus and not errors:
-            errors.append(
-                f"{engines} rollout engine{'s' if engines != 1 else ''} × tensor_model_parallel_size"
-                f"={tp} need {engines * tp} GPUs; {nodes} node(s) × {hw.gpus} GPU(s) = {total_gpus}: "
-                "lower actor_rollout_ref.rollout.num_engines or tensor_model_parallel_size"
-            )
-        cuda_engines = True
+        placed = _on_gpus(cfg, hw, errors)
+    engines, tp, cuda_engines = placed.num_engines, placed.tensor_parallel, placed.cuda_engines
     if engines > 0 and not hw.ray_address and not errors:
         from agentfly.rollout.engines.capacity import local_capacity_problem
 
@@ -204,9 +223,9 @@ def resolve_topology(cfg: Any, hw: Hardware) -> Topology:
     if errors:
         raise ConfigError(errors)
     return Topology(
-        accelerator=accelerator,
-        devices=devices,
-        nodes=nodes,
+        accelerator=placed.accelerator,
+        devices=placed.devices,
+        nodes=int(cfg.trainer.nnodes),
         num_engines=engines,
         tensor_parallel=tp,
         gpus_per_engine=tp if cuda_engines and engines > 0 else 0,

@@ -310,13 +310,13 @@ def measure(model_dir: Path, rows: list[dict[str, Any]], seed: int = SEED) -> di
     from agentfly.rollout.templates import get_template
     from agentfly.rollout.tools import get_tool
 
-    pool = EnginePool("hf", 0, engine_kwargs={"model": str(model_dir), "seed": seed})
+    pool = EnginePool("transformers", 0, engine_kwargs={"model": str(model_dir), "seed": seed})
     try:
         loop = AgentLoop(
             engine=pool,
             tokenizer=pool.tokenizer,
             template=get_template(TEMPLATE),
-            agent=get_agent("hf", [get_tool("calculator"), get_tool("answer")]),
+            agent=get_agent("hermes", [get_tool("calculator"), get_tool("answer")]),
             reward="math_equal_reward_tool",
             max_turns=3,
             max_tokens=32,

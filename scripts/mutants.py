@@ -70,6 +70,13 @@ MUTATIONS = [
         (f"{LEARNING}::test_one_update_raises_positive_and_lowers_negative_advantage_chains",),
     ),
     Mutation(
+        "the policy loss that loss_mode names is not the one called",
+        "agentfly/modules/rl_module.py",
+        "get_policy_loss(policy_loss.loss_mode)",
+        'get_policy_loss("vanilla")',
+        (f"{LEARNING}::test_the_module_calls_the_policy_loss_that_loss_mode_names",),
+    ),
+    Mutation(
         "advantages zeroed by the advantage callback",
         "agentfly/callbacks/advantage.py",
         "batch.advantages, batch.returns = advantages, returns",
@@ -79,8 +86,8 @@ MUTATIONS = [
     Mutation(
         "critic optimizer step skipped (an optimizer that does not move)",
         "agentfly/modules/rl_module.py",
-        "metrics.update(self._update(*critic, batch, optimizers[1], schedulers[1]))",
-        "metrics.update(self._update(*critic, batch, torch.optim.SGD(self.critic.parameters(), lr=0.0), schedulers[1]))",
+        "metrics.update(self._update(*critic_update, batch, optimizers[1], schedulers[1]))",
+        "metrics.update(self._update(*critic_update, batch, torch.optim.SGD(self.critic.parameters(), lr=0.0), schedulers[1]))",
         (f"{LEARNING}::test_one_critic_update_moves_the_values_toward_the_returns",),
     ),
     Mutation(
@@ -93,7 +100,7 @@ MUTATIONS = [
     Mutation(
         "KL term dropped from the loss",
         "agentfly/modules/rl_module.py",
-        "loss = loss + h.kl_loss_coef * kl_loss",
+        "loss = loss + kl.kl_loss_coef * kl_loss",
         "loss = loss",
         (f"{LEARNING}::test_kl_loss_pulls_the_actor_toward_the_reference",),
     ),
@@ -107,8 +114,8 @@ MUTATIONS = [
     Mutation(
         "actor and reference swapped in the KL loss",
         "agentfly/modules/rl_module.py",
-        "kl = kl_penalty(logp, micro.ref_log_probs, h.kl_loss_type)",
-        "kl = kl_penalty(micro.ref_log_probs, logp, h.kl_loss_type)",
+        "per_token = kl_penalty(logp, micro.ref_log_probs, kl.kl_loss_type)",
+        "per_token = kl_penalty(micro.ref_log_probs, logp, kl.kl_loss_type)",
         (f"{LEARNING}::test_logged_kl_loss_is_the_actor_to_reference_kl",),
     ),
     Mutation(
@@ -119,11 +126,20 @@ MUTATIONS = [
         (f"{LEARNING}::test_kl_in_the_reward_is_old_to_reference_and_shapes_the_returns",),
     ),
     Mutation(
-        "batch hooks in reverse order (advantages before KL shaping)",
+        "advantages computed before the reward is shaped",
+        "agentfly/modules/rl_module.py",
+        "        metrics.update(shape_rewards(self.rollout_callbacks, self.trainer, self, batch))\n"
+        "        metrics.update(compute_advantages(self.rollout_callbacks, self.trainer, self, batch))\n",
+        "        metrics.update(compute_advantages(self.rollout_callbacks, self.trainer, self, batch))\n"
+        "        metrics.update(shape_rewards(self.rollout_callbacks, self.trainer, self, batch))\n",
+        (f"{LEARNING}::test_kl_in_the_reward_is_old_to_reference_and_shapes_the_returns",),
+    ),
+    Mutation(
+        "batch hooks in reverse stage order",
         "agentfly/callbacks/batch_hooks.py",
         "sorted(callbacks, key=lambda cb: cb.stage)",
         "sorted(callbacks, key=lambda cb: -cb.stage)",
-        (f"{LEARNING}::test_kl_in_the_reward_is_old_to_reference_and_shapes_the_returns",),
+        ("tests/estimators/test_callbacks.py::test_hooks_of_one_phase_run_in_stage_order",),
     ),
     Mutation(
         "loss mask inverted in collate (observation tokens trained)",
@@ -163,8 +179,8 @@ MUTATIONS = [
     Mutation(
         "entropy bonus sign flipped",
         "agentfly/modules/rl_module.py",
-        "loss = loss - h.entropy_coeff * ent",
-        "loss = loss + h.entropy_coeff * ent",
+        "loss = loss - p.entropy_coeff * ent",
+        "loss = loss + p.entropy_coeff * ent",
         (f"{LEARNING}::test_the_entropy_bonus_raises_the_entropy",),
     ),
     Mutation(
@@ -186,7 +202,7 @@ MUTATIONS = [
         "agentfly/callbacks/weight_sync.py",
         "            session.pool.update_weights(state, version=int(getattr(pl_module, \"policy_version\", 0)))\n",
         "            pass\n",
-        ("tests/test_weight_sync.py::test_engine_matches_the_actor_after_an_update[hf]",),
+        ("tests/test_weight_sync.py::test_engine_matches_the_actor_after_an_update[transformers]",),
     ),
     # faults in user code (issue 14): each guard, removed, must make a test fail
     Mutation(

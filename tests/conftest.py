@@ -45,6 +45,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                     item.add_marker(skip)
 
 
+@pytest.fixture(scope="module")
+def task(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A tiny model and six `a+b` questions (:func:`tests.fit_runs.write_task`): ``(root, model)``."""
+    from tests.fit_runs import write_task
+
+    return write_task(tmp_path_factory.mktemp("fit"), [(1, 2), (3, 4), (5, 6), (7, 8), (2, 2), (9, 1)])
+
+
 @pytest.fixture
 def ray_tmpdir(monkeypatch: pytest.MonkeyPatch):
     """A short RAY_TMPDIR of this test's own (Ray's socket paths must stay under 108 bytes, which

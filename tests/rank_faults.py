@@ -15,4 +15,4 @@ class ValidationFailsOnRank1(pl.Callback):
             def broken(rows: Any, sampled: bool) -> list[Any]:
                 raise RuntimeError("the validation rollout broke on rank 1")
 
-            trainer.datamodule._val_pass = broken
+            trainer.datamodule.val_rollouts.run_pass = broken

@@ -21,7 +21,7 @@ import torch
 
 from agentfly.checkpoints import checkpoint_damage, find_resume_checkpoint
 from agentfly.cli import main
-from tests.test_fit import fit_args, rows, write_task
+from tests.fit_runs import fit_args, rows, write_task
 
 
 @pytest.fixture(scope="module")

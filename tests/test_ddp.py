@@ -12,8 +12,8 @@ import torch
 
 from agentfly.cli import load_config
 from agentfly.topology import Hardware, resolve_topology
+from tests.fit_runs import fit_args, probe_args, rows, write_task
 from tests.probes import assert_updates_follow_the_advantages, read_records
-from tests.test_fit import fit_args, probe_args, rows, write_task
 
 
 @pytest.fixture(scope="module")

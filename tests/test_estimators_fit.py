@@ -17,9 +17,9 @@ import torch
 from agentfly.cli import main
 from agentfly.config.validate import _kl_kinds
 from agentfly.estimators import ESTIMATORS
+from tests.fit_runs import fit_args, rows, write_task
 from tests.rewards import CHECKSUM as REWARD
 from tests.rewards import checksum_reward
-from tests.test_fit import fit_args, rows, write_task
 
 
 @pytest.fixture(scope="module")

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import csv
-import json
+import logging
 import os
 
 import pytest
@@ -11,77 +10,22 @@ import torch
 from safetensors.torch import load_file
 
 from agentfly.cli import main
-from agentfly.models.tiny import build_tiny_model
+from tests.fit_runs import UNACTIONABLE, fit_args, probe_args, rows
 from tests.probes import assert_updates_follow_the_advantages, read_records
 
 
-def write_task(root, pairs, n_val=2, **model_kwargs):
-    """A tiny model and train/val files of `a+b` questions under ``root``: ``(root, model)``."""
-    model = build_tiny_model(root / "model", initializer_range=0.2, **model_kwargs)
-    data = [{"question": f"What is {a}+{b}?", "answer": str(a + b)} for a, b in pairs]
-    (root / "train.json").write_text(json.dumps(data))
-    (root / "val.json").write_text(json.dumps(data[:n_val]))
-    return root, model
-
-
-@pytest.fixture(scope="module")
-def task(tmp_path_factory):
-    return write_task(tmp_path_factory.mktemp("fit"), [(1, 2), (3, 4), (5, 6), (7, 8), (2, 2), (9, 1)])
-
-
-def fit_args(root, model, run, steps, extra=()):
-    return [
-        "fit",
-        f"data.train_files={root / 'train.json'}",
-        f"data.val_files={root / 'val.json'}",
-        "data.train_batch_size=2",
-        f"agent.init_config.model_name_or_path={model}",
-        "agent.init_config.tools=[calculator,answer]",
-        "agent.init_config.template=qwen2.5",
-        "agent.init_config.reward_name=math_equal_reward_tool",
-        "agent.run_config.num_chains=2",
-        "agent.run_config.max_turns=2",
-        "agent.run_config.generation_config.max_tokens=12",
-        "algorithm.adv_estimator=grpo",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=2",  # two optimizer steps per iteration
-        "actor_rollout_ref.actor.optim.lr=1e-3",
-        "actor_rollout_ref.rollout.num_engines=0",
-        "trainer.n_gpus_per_node=1",
-        "trainer.logger=[csv]",
-        f"trainer.total_training_steps={steps}",
-        "trainer.save_freq=1",
-        "trainer.test_freq=-1",
-        "trainer.val_before_train=False",
-        f"trainer.default_local_dir={run}",
-        *extra,
-    ]
-
-
-def rows(run):
-    """Every launch's metrics, in launch order (a resumed run writes a new version folder)."""
-    out = []
-    for path in sorted((run / "metrics").glob("version_*/metrics.csv")):
-        with open(path) as f:
-            out += list(csv.DictReader(f))
-    return out
-
-
-def probe_args(probe) -> list[str]:
-    """Adds :class:`tests.probes.UpdateProbe` (writing ``probe.rank{r}``) to the fit's callbacks;
-    ``tests.rewards`` is a plug-in of the run, so the probe's reward is known in every rank's
-    process (and each worker process imports that light module, not ``tests.probes``)."""
-    return ["agent.init_config.plugins=[tests.rewards]",
-            "--trainer.callbacks+=tests.probes.UpdateProbe", "--trainer.callbacks.path", str(probe)]
-
-
-def test_fit_updates_the_policy_toward_the_reward(task, tmp_path):
+def test_fit_updates_the_policy_toward_the_reward(task, tmp_path, recwarn, caplog):
     """Two iterations on a reward the random model scores unevenly (the share of even token ids):
     the reward is computed as defined, and each update moves the log-probabilities of the
-    sampled tokens with their advantages (GRPO computed apart, :mod:`tests.probes`)."""
+    sampled tokens with their advantages (GRPO computed apart, :mod:`tests.probes`). Nothing
+    said on the way is one of Lightning's or torch's notices an agentfly user cannot act on."""
     root, model = task
     run, probe = tmp_path / "run", tmp_path / "probe"
     extra = ["agent.init_config.reward_name=probe_even_token_share", *probe_args(probe)]
+    caplog.set_level(logging.INFO, logger="lightning")
     assert main(fit_args(root, model, run, 2, extra)) == 0
+    said = [str(w.message) for w in recwarn] + [r.getMessage() for r in caplog.records]
+    assert [s for s in said if any(notice in s for notice in UNACTIONABLE)] == []
     metrics = [r for r in rows(run) if r.get("training/iteration")]
     assert [float(r["training/iteration"]) for r in metrics] == [1.0, 2.0]  # RL iterations
     assert all(float(r["rollout/chains"]) == 4 for r in metrics)

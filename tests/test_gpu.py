@@ -27,7 +27,7 @@ def gqa_model_dir(tmp_path_factory):
 
 
 def test_fit_on_cuda_computes_rewards_and_changes_weights(tmp_path):
-    from tests.test_fit import fit_args, rows, write_task
+    from tests.fit_runs import fit_args, rows, write_task
 
     root, model = write_task(tmp_path / "task", [(1, 2), (3, 4), (5, 6), (7, 8)])
     run = tmp_path / "run"

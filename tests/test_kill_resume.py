@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from agentfly.callbacks.iterations import IterationScheduleCallback
-from tests.test_fit import fit_args, write_task
+from tests.fit_runs import fit_args, write_task
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.test_fit import fit_args, write_task
+from tests.fit_runs import fit_args, write_task
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +85,7 @@ def test_console_csv_wandb_offline_and_tensorboard(task, tmp_path):
     assert (info.project, info.display_name) == ("agentfly-test", "tiny-grpo")
     history = [{i.key or "/".join(i.nested_key): i.value_json for i in r.history.item} for r in records if r.WhichOneof("record_type") == "history"]
     assert [json.loads(h["training/iteration"]) for h in history if "training/iteration" in h] == [1, 2]
-    assert any("critic/score/mean" in h and "timing/iteration_s" in h for h in history)
+    assert any("training/reward/mean" in h and "timing/iteration_s" in h for h in history)
     assert any("val/val/reward" in h for h in history)
     tables = [h for h in history if json.loads(h.get("val/trajectories/_type", "null")) == "table-file"]
     assert len(tables) == 3  # before training and after each of the 2 iterations
@@ -102,4 +102,4 @@ def test_console_csv_wandb_offline_and_tensorboard(task, tmp_path):
     events = EventAccumulator(str(run / "tensorboard"))
     events.Reload()
     assert [e.value for e in events.Scalars("training/iteration")] == [1.0, 2.0]
-    assert len(events.Scalars("critic/score/mean")) == 2
+    assert len(events.Scalars("training/reward/mean")) == 2

@@ -19,24 +19,12 @@ import psutil
 import pytest
 
 from agentfly.core.reaper import gone
-from tests.test_fit import fit_args, write_task
+from tests.fit_runs import fit_args, processes_of, write_task
 
 
 @pytest.fixture(scope="module")
 def task(tmp_path_factory):
     return write_task(tmp_path_factory.mktemp("orphans"), [(1, 2), (3, 4)])
-
-
-def processes_of(marker: str) -> list[psutil.Process]:
-    """Every process on the machine whose environment holds ``marker``."""
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.pid != os.getpid() and marker in "\0".join(f"{k}={v}" for k, v in proc.environ().items()):
-                found.append(proc)
-        except psutil.Error:
-            continue
-    return found
 
 
 class Tracker:

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from agentfly.cli import main
-from tests.test_fit import fit_args, rows, write_task
+from tests.fit_runs import fit_args, rows, write_task
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from agentfly.cli import main
+from tests.fit_runs import fit_args, rows, write_task
 from tests.rewards import FINGERPRINT
-from tests.test_fit import fit_args, rows, write_task
 
 VAL_KEYS = ("val/val/reward", "val/val/tool_call_rate", "val/val/turns/mean")
 

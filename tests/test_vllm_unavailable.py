@@ -1,5 +1,5 @@
 """`actor_rollout_ref.rollout.name=vllm` where vLLM cannot start stops `agentfly fit` with one line
-that names the key and the `hf` engine as the alternative."""
+that names the key and the `transformers` engine as the alternative."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from agentfly.cli import main
 from agentfly.models.tiny import build_tiny_model
 from agentfly.rollout.engines import vllm as vllm_engine
-from tests.test_fit import fit_args
+from tests.fit_runs import fit_args
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +31,7 @@ def test_vllm_that_does_not_import(task, tmp_path, monkeypatch, capsys, engines)
     extra = ["actor_rollout_ref.rollout.name=vllm", f"actor_rollout_ref.rollout.num_engines={engines}"]
     assert main(fit_args(root, model, tmp_path / "run", 1, extra)) == 2
     err = capsys.readouterr().err
-    assert "actor_rollout_ref.rollout.name=vllm" in err and "rollout.name=hf" in err
+    assert "actor_rollout_ref.rollout.name=vllm" in err and "rollout.name=transformers" in err
     assert "Traceback" not in err
     assert not (tmp_path / "run" / "checkpoints").exists()  # stopped before training
 
@@ -45,4 +45,4 @@ def test_vllm_whose_engine_does_not_start(task, tmp_path, monkeypatch, capsys):
     root, model = task
     assert main(fit_args(root, model, tmp_path / "run", 1, ["actor_rollout_ref.rollout.name=vllm"])) == 2
     err = capsys.readouterr().err
-    assert "actor_rollout_ref.rollout.name=vllm" in err and "rollout.name=hf" in err
+    assert "actor_rollout_ref.rollout.name=vllm" in err and "rollout.name=transformers" in err

@@ -12,6 +12,7 @@ from agentfly.cli import load_config
 from agentfly.fit import build_trainer
 from agentfly.models.tiny import build_tiny_model
 from agentfly.rollout.engines import SamplingParams
+from agentfly.rollout.engines.caller_thread import run_sync
 
 
 def teacher_forced(model, ids: list[int], n_new: int) -> torch.Tensor:
@@ -24,7 +25,7 @@ def teacher_forced(model, ids: list[int], n_new: int) -> torch.Tensor:
 # The transformers engine only: the vLLM engine's reload of the same Hugging Face-named state
 # dict (the tied embedding included) is checked against transformers in
 # tests/rollout/test_vllm_engine.py (test_load_weights_follows_the_perturbed_model).
-@pytest.mark.parametrize("engine", ["hf"])
+@pytest.mark.parametrize("engine", ["transformers"])
 def test_engine_matches_the_actor_after_an_update(tmp_path, engine):
     from transformers import AutoModelForCausalLM
 
@@ -49,7 +50,8 @@ def test_engine_matches_the_actor_after_an_update(tmp_path, engine):
         trainer.fit(module, datamodule=dm)
         tok = dm.session.tokenizer
         prompt = tok.encode("<|im_start|>user\nWhat is 7*7?<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)
-        (out,) = dm.session.pool.generate_sync([prompt], SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True))[0]
+        pool = dm.session.pool
+        (out,) = run_sync(pool, pool.generate([prompt], SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)))[0]
         seq, n = prompt + out.token_ids, len(out.token_ids)
         engine_lp = torch.tensor(out.logprobs)
         actor_lp = teacher_forced(module.actor.eval(), seq, n)

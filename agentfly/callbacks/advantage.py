@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentfly.callbacks.batch_hooks import RolloutBatchCallback, to_float
+from agentfly.callbacks.batch_hooks import ADVANTAGE_STAGE, RolloutBatchCallback, to_float
 from agentfly.core.batch import RolloutBatch
 from agentfly.core.reductions import masked_mean
 from agentfly.estimators.base import AdvantageInput, get_estimator
@@ -24,7 +24,7 @@ class AdvantageCallback(RolloutBatchCallback):
         norm_adv_by_std_in_grpo: GRPO's std normalisation.
     """
 
-    stage = 10
+    stage = ADVANTAGE_STAGE
 
     def __init__(
         self,

@@ -1,21 +1,28 @@
 """The rollout-batch hook: where swappable callbacks shape the rewards and write the advantages.
 
 A :class:`RolloutBatchCallback` is a Lightning callback with one more hook,
-:meth:`~RolloutBatchCallback.on_rollout_batch`. The module holds the ones it runs in its
-``rollout_callbacks`` list: each callback the trainer has adds itself there in Lightning's
-``setup`` hook (before the first batch of a fit or validation) and takes itself out in
-``teardown``, so a callback given in ``trainer.callbacks`` (agentfly builds
-:class:`AdvantageCallback` from ``algorithm.adv_estimator`` and :class:`KLRewardCallback` from
-``algorithm.use_kl_in_reward``; a user adds their own by ``--trainer.callbacks+=``) runs without
-anyone searching the trainer's callbacks. The one call site is :func:`apply_rollout_callbacks`,
-which ``AgentRLModule.training_step`` calls once per iteration, after the module has filled in
-the batch's no-grad passes (``old_log_probs``, ``ref_log_probs``, ``full_kl``, ``values``) and
-before the update reads ``advantages``. Callbacks run in ``stage`` order whatever the list order
-(ties in the trainer's order): reward shaping (:class:`KLRewardCallback`, stage 0) before the
-advantages (:class:`AdvantageCallback`, stage 10). Swapping a callback, or the config key that
-builds it, swaps the algorithm; the math stays in :mod:`agentfly.estimators`.
+:meth:`~RolloutBatchCallback.on_rollout_batch`, and a ``stage``. It is the one hook for a user's
+own batch processing: subclass it, edit the batch's fields in place, return metrics to log, and
+give it in ``trainer.callbacks`` (``--trainer.callbacks+=my_pkg.MyHook``). The module holds the
+ones it runs in its ``rollout_callbacks`` list: each callback the trainer has adds itself there
+in Lightning's ``setup`` hook (before the first batch of a fit or validation) and takes itself
+out in ``teardown``, so no one searches the trainer's callbacks.
 
-The fields each callback reads and writes are those of :class:`~agentfly.core.batch.RolloutBatch`.
+``AgentRLModule.training_step`` calls them twice per iteration, after the module has filled in
+the batch's no-grad passes (``old_log_probs``, ``ref_log_probs``, ``full_kl``, ``values``):
+
+1. :func:`shape_rewards` runs the hooks whose ``stage`` is below :data:`ADVANTAGE_STAGE`: they
+   turn ``token_level_scores`` into ``token_level_rewards`` (:class:`KLRewardCallback`, stage 0,
+   built from ``algorithm.use_kl_in_reward`` with its KL controller);
+2. :func:`compute_advantages` runs the others: the advantage estimator's
+   (:class:`AdvantageCallback`, stage :data:`ADVANTAGE_STAGE`, built from
+   ``algorithm.adv_estimator``) writes ``advantages`` and ``returns``; a later stage may read or
+   change them before the update.
+
+Within each, callbacks run in ``stage`` order whatever the list order (ties in the trainer's
+order). Swapping a callback, or the config key that builds it, swaps the algorithm; the math
+stays in :mod:`agentfly.estimators`. The fields each callback reads and writes are those of
+:class:`~agentfly.core.batch.RolloutBatch`.
 """
 
 from __future__ import annotations
@@ -28,10 +35,13 @@ from lightning.pytorch.callbacks import Callback
 
 from agentfly.core.batch import RolloutBatch
 
+#: the advantage estimator's stage: hooks below it shape the rewards, the others come after it
+ADVANTAGE_STAGE = 10
+
 
 class RolloutBatchCallback(Callback):
     """A Lightning callback that edits each training batch before the update; lower ``stage``
-    runs first.
+    runs first, and a stage below :data:`ADVANTAGE_STAGE` runs before the advantages.
 
     It joins the module's ``rollout_callbacks`` in :meth:`setup` and leaves them in
     :meth:`teardown`: a subclass that overrides either calls ``super()``.
@@ -56,22 +66,47 @@ class RolloutBatchCallback(Callback):
             hooks[:] = [cb for cb in hooks if cb is not self]
 
 
-def apply_rollout_callbacks(
+def _run(
     callbacks: Iterable[RolloutBatchCallback], trainer: Any, pl_module: Any, batch: RolloutBatch
 ) -> dict[str, float]:
-    """Run ``callbacks`` on ``batch`` in ``stage`` order; merge their metrics.
+    """Run ``callbacks`` on ``batch`` in ``stage`` order; merge their metrics."""
+    metrics: dict[str, float] = {}
+    for callback in sorted(callbacks, key=lambda cb: cb.stage):
+        metrics.update(callback.on_rollout_batch(trainer, pl_module, batch))
+    return metrics
+
+
+def shape_rewards(
+    callbacks: Iterable[RolloutBatchCallback], trainer: Any, pl_module: Any, batch: RolloutBatch
+) -> dict[str, float]:
+    """The hooks before the advantages (``stage`` < :data:`ADVANTAGE_STAGE`): the reward's shaping."""
+    return _run([cb for cb in callbacks if cb.stage < ADVANTAGE_STAGE], trainer, pl_module, batch)
+
+
+def compute_advantages(
+    callbacks: Iterable[RolloutBatchCallback], trainer: Any, pl_module: Any, batch: RolloutBatch
+) -> dict[str, float]:
+    """The estimator's hook and those after it (``stage`` ≥ :data:`ADVANTAGE_STAGE`).
 
     Raises:
         RuntimeError: no callback wrote ``advantages`` (the update cannot run without them).
     """
-    metrics: dict[str, float] = {}
-    for callback in sorted(callbacks, key=lambda cb: cb.stage):
-        metrics.update(callback.on_rollout_batch(trainer, pl_module, batch))
+    metrics = _run([cb for cb in callbacks if cb.stage >= ADVANTAGE_STAGE], trainer, pl_module, batch)
     if batch.advantages is None:
         raise RuntimeError(
             "no callback wrote the batch's advantages: add AdvantageCallback (algorithm."
             "adv_estimator) to the trainer's callbacks"
         )
+    return metrics
+
+
+def apply_rollout_callbacks(
+    callbacks: Iterable[RolloutBatchCallback], trainer: Any, pl_module: Any, batch: RolloutBatch
+) -> dict[str, float]:
+    """:func:`shape_rewards`, then :func:`compute_advantages`; their metrics merged."""
+    callbacks = list(callbacks)
+    metrics = shape_rewards(callbacks, trainer, pl_module, batch)
+    metrics.update(compute_advantages(callbacks, trainer, pl_module, batch))
     return metrics
 
 

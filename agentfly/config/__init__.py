@@ -1,9 +1,9 @@
-"""The config layer: the seeds' typed sections, their spellings, and the checks across keys.
+"""The config layer: verl's typed sections, their spellings, and the checks across keys.
 
 LightningCLI (:mod:`agentfly.cli`) parses; what stays here is what it does not do: the schema
-of the seeds' sections (:mod:`~agentfly.config.schema`, the CLI's groups), the translation of the
-seeds' words, spellings and YAML files into LightningCLI arguments
-(:mod:`~agentfly.config.seed_args`, :mod:`~agentfly.config.aliases`,
+of verl's sections (:mod:`~agentfly.config.schema`, the CLI's groups), the translation of
+AgentFly's and verl's words, spellings and YAML files into LightningCLI arguments
+(:mod:`~agentfly.config.verl_args`, :mod:`~agentfly.config.aliases`,
 :mod:`~agentfly.config.overrides`), and composing the parsed result into the tree a run reads,
 with the checks that need several keys (:mod:`~agentfly.config.load`,
 :mod:`~agentfly.config.validate`, :mod:`~agentfly.config.inactive`), the registries

@@ -7,11 +7,11 @@ AgentFly's scripts spell the agent keys three ways (``agent.max_turns``,
 ``agent.run_config.generation_config.max_tokens``. The longest matching prefix wins.
 
 Canonical homes: run-time shape under ``agent.run_config``, construction under
-``agent.init_config``, the backend at ``agent.init_config.backend`` (the seeds'
+``agent.init_config``, the backend at ``agent.init_config.backend`` (AgentFly's
 ``agent.init_config.backend_config.backend`` is an alias of it).
 
 The model path and the training sampling settings have one key each, as the trainer reads
-them; the agent-side spellings the seeds use (``agent.init_config.model_name_or_path``,
+them; the agent-side spellings AgentFly's scripts use (``agent.init_config.model_name_or_path``,
 ``agent.generation_config.temperature``/``top_p``) are aliases of them.
 """
 

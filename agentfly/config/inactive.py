@@ -163,7 +163,7 @@ def _wandb_off(cfg: Any) -> str | None:
 
 
 def _compatibility(cfg: Any) -> str | None:
-    return "kept for the seeds' commands; its only value names what agentfly always does"
+    return "kept for AgentFly's commands; its only value names what agentfly always does"
 
 
 A = "actor_rollout_ref."

@@ -1,10 +1,10 @@
-"""The seeds' keys, each with its type and default, read from where they are declared.
+"""verl's keys, each with its type and default, read from where they are declared.
 
 ``agent``, ``algorithm``, ``actor_rollout_ref`` and ``critic`` are the dataclasses of
 :mod:`agentfly.config.schema`; ``data.*`` are arguments of
 :class:`~agentfly.rollout.datamodule.RolloutDataModule` (:data:`DATA_KEYS`, the others are
 computed by the plan) and ``trainer.*`` the keyword arguments of
-:class:`~agentfly.modules.trainer.AgentflyTrainer` (Lightning's own are not seed keys).
+:class:`~agentfly.modules.trainer.AgentflyTrainer` (Lightning's own are not verl keys).
 """
 
 from __future__ import annotations
@@ -16,12 +16,8 @@ import typing
 from functools import cache
 from typing import Any
 
-from agentfly.config.schema import (
-    ActorRolloutRefConfig,
-    AgentConfig,
-    AlgorithmConfig,
-    CriticConfig,
-)
+from agentfly.config.schema import AgentConfig, AlgorithmConfig
+from agentfly.config.schema_actor_critic import ActorRolloutRefConfig, CriticConfig
 
 GROUPS: dict[str, type] = {
     "agent": AgentConfig,
@@ -29,7 +25,7 @@ GROUPS: dict[str, type] = {
     "actor_rollout_ref": ActorRolloutRefConfig,
     "critic": CriticConfig,
 }
-#: the DataModule's arguments that are the seeds' ``data.*``
+#: the DataModule's arguments that are verl's ``data.*``
 DATA_KEYS = (
     "train_files",
     "val_files",
@@ -65,8 +61,8 @@ def _argument_keys(fn: Any, prefix: str, names: tuple[str, ...], out: dict[str, 
 
 
 @cache
-def seed_key_table() -> tuple[dict[str, tuple[Any, Any]], frozenset[str]]:
-    """``({key: (type, default)}, sections)`` for every seed key, as dotted paths."""
+def verl_key_table() -> tuple[dict[str, tuple[Any, Any]], frozenset[str]]:
+    """``({key: (type, default)}, sections)`` for every verl key, as dotted paths."""
     from agentfly.modules.trainer import AgentflyTrainer
     from agentfly.rollout.datamodule import RolloutDataModule
 

@@ -1,7 +1,7 @@
-"""The seeds' config tree from what LightningCLI parsed, resolved and checked.
+"""verl's config tree from what LightningCLI parsed, resolved and checked.
 
-``agentfly fit`` parses with LightningCLI (:mod:`agentfly.cli`, the seeds' words translated by
-:mod:`agentfly.config.seed_args`). :func:`compose` turns the parsed namespace into the tree the
+``agentfly fit`` parses with LightningCLI (:mod:`agentfly.cli`, AgentFly's and verl's words translated by
+:mod:`agentfly.config.verl_args`). :func:`compose` turns the parsed namespace into the tree the
 run reads (``data``, ``agent``, ``algorithm``, ``actor_rollout_ref``, ``critic``, ``trainer``): a
 read-only OmegaConf ``DictConfig`` of the values LightningCLI checked, its
 ``${...}`` interpolations resolved (``trainer.default_local_dir``), the defaults that follow other
@@ -20,9 +20,10 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from agentfly.config.keys import DATA_KEYS, GROUPS, NONE_MEANS, seed_key_table
-from agentfly.config.seed_args import CONF_DIR, seed_keys
+from agentfly.config.keys import DATA_KEYS, GROUPS, NONE_MEANS, verl_key_table
+from agentfly.config.plugins import canonical_names
 from agentfly.config.validate import validate
+from agentfly.config.verl_args import CONF_DIR, verl_keys
 from agentfly.core.errors import ConfigError
 
 __all__ = ["CONF_DIR", "compose", "config_to_yaml"]
@@ -42,16 +43,16 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def seed_tree(ns: Any, trainer_defaults: dict[str, Any]) -> dict[str, Any]:
-    """The seeds' tree from a parsed LightningCLI namespace (one subcommand's)."""
+def verl_tree(ns: Any, trainer_defaults: dict[str, Any]) -> dict[str, Any]:
+    """verl's tree from a parsed LightningCLI namespace (one subcommand's)."""
     tree = {g: _plain(ns[g]) for g in GROUPS}
     data = ns.get("data")
     init = _plain(data.get("init_args")) if data is not None and "init_args" in data else _plain(data) or {}
     tree["data"] = {k: init[k] for k in DATA_KEYS if k in init}
     trainer = _plain(ns.trainer)
-    keys = [k.split(".", 1)[1] for k in seed_key_table()[0] if k.startswith("trainer.")]
+    keys = [k.split(".", 1)[1] for k in verl_key_table()[0] if k.startswith("trainer.")]
     tree["trainer"] = {k: trainer[k] for k in keys if k in trainer}
-    for key, meaning in NONE_MEANS.items():  # a signature's None default, as the seeds spell it
+    for key, meaning in NONE_MEANS.items():  # a signature's None default, as verl spells it
         section, name = key.split(".")
         if tree[section].get(name) is None:
             tree[section][name] = list(meaning)
@@ -80,7 +81,7 @@ def _derive(cfg: DictConfig) -> None:
 
 
 def compose(tree: dict[str, Any], *, check_required: bool = True, explicit: set[str] | None = None) -> DictConfig:
-    """The run's config from the seeds' tree: typed, resolved, derived, validated, read-only.
+    """The run's config from verl's tree: typed, resolved, derived, validated, read-only.
 
     Raises:
         ConfigError: an unresolvable interpolation, or what
@@ -93,6 +94,7 @@ def compose(tree: dict[str, Any], *, check_required: bool = True, explicit: set[
         raise ConfigError(f"{exc.full_key if hasattr(exc, 'full_key') else ''}: {str(exc).splitlines()[0]}") from None
     _derive(cfg)
     validate(cfg, check_required=check_required)
+    canonical_names(cfg)
     OmegaConf.set_readonly(cfg, True)
     _say_inactive(cfg, explicit)
     return cfg
@@ -101,7 +103,7 @@ def compose(tree: dict[str, Any], *, check_required: bool = True, explicit: set[
 def _say_inactive(cfg: DictConfig, explicit: set[str] | None) -> None:
     from agentfly.config.inactive import inactive_settings
 
-    keys = seed_keys()
+    keys = verl_keys()
     changed = (explicit or set()) & keys.leaves.keys()
     if not {"actor_rollout_ref.actor.clip_ratio_low", "actor_rollout_ref.actor.clip_ratio_high"} <= changed:
         changed.discard("actor_rollout_ref.actor.clip_ratio")  # it sets a side left unset

@@ -8,10 +8,10 @@ prompt as ``"agent.init_config.system_prompt=\\"...\\""``, so the shell word car
 quotes, which Hydra strips). Where Hydra's grammar refuses a word (an unbalanced quote, a stray
 character in a long prompt), a small fallback splits at the first ``=``, strips one level of
 matching surrounding quotes, and types an unquoted value by Hydra's grammar where it accepts the
-value alone, else keeps it as text. A word is parsed once per process (the seeds' words repeat).
+value alone, else keeps it as text. A word is parsed once per process (AgentFly's and verl's words repeat).
 
 Differences from Hydra: comma-separated values are a Hydra *sweep*; here they are kept as one
-string (``raw``) and :mod:`agentfly.config.seed_args` accepts them only for string keys (as text) and
+string (``raw``) and :mod:`agentfly.config.verl_args` accepts them only for string keys (as text) and
 list keys (split at commas). ``hydra.*`` keys are returned too and ignored there (there
 is no Hydra job).
 """

@@ -24,6 +24,7 @@ from agentfly.core.plugins import PluginError, import_plugin
 
 # key → (module, registry attribute, names that are not looked up there)
 REGISTERED_NAMES: dict[str, tuple[str, str, tuple[Any, ...]]] = {
+    "actor_rollout_ref.actor.policy_loss.loss_mode": ("agentfly.modules.losses", "POLICY_LOSSES", ()),
     "actor_rollout_ref.rollout.name": ("agentfly.rollout.engines", "ENGINES", ()),
     "agent.init_config.agent_type": ("agentfly.rollout.agents", "AGENTS", ("gui",)),
     "agent.init_config.tool_parser_name": ("agentfly.rollout.agents", "AGENTS", (None,)),
@@ -34,6 +35,27 @@ REGISTERED_NAMES: dict[str, tuple[str, str, tuple[Any, ...]]] = {
         (None, "auto", "model"),
     ),
 }
+
+
+#: keys whose registered name an alias may spell (``hf``): the composed config holds the name
+CANONICAL_NAMES = (
+    "actor_rollout_ref.rollout.name",
+    "agent.init_config.agent_type",
+    "agent.init_config.tool_parser_name",
+)
+
+
+def canonical_names(cfg: Any) -> None:
+    """Replace in ``cfg`` a registered alias by the name it stands for (AgentFly's and verl's
+    ``hf`` by ``hermes`` for the agent type, ``transformers`` for the engine), so that the run
+    compares one spelling."""
+    from omegaconf import OmegaConf
+
+    for key in CANONICAL_NAMES:
+        name = OmegaConf.select(cfg, key)
+        if isinstance(name, str):
+            module, attr, _ = REGISTERED_NAMES[key]
+            OmegaConf.update(cfg, key, getattr(importlib.import_module(module), attr).unalias(name))
 
 
 def lookup_error(key: str, registry: Any, name: Any) -> str | None:

@@ -1,4 +1,4 @@
-"""The seeds' ``agent``, ``algorithm``, ``actor_rollout_ref`` and ``critic`` sections, typed.
+"""AgentFly's ``agent`` and verl's ``algorithm``, ``actor_rollout_ref`` and ``critic`` sections, typed.
 
 Each dataclass is a group of ``agentfly fit`` (LightningCLI parses and checks them: a field's type
 states its range or its choices, its docstring line is the key's help). ``data.*`` are the
@@ -10,14 +10,20 @@ verl, each on purpose:
 - ``actor.use_kl_loss=True``, ``actor.entropy_coeff=0.001``,
   ``model.enable_gradient_checkpointing=False``, ``trainer.logger=['console']``: the AgentFly
   training guide's stated defaults.
-- ``rollout.name='hf'`` (verl: required): the embedded transformers engine, so a CPU run needs
-  no vLLM; ``rollout.tensor_model_parallel_size=1`` (verl: 2), so one GPU works.
+- ``rollout.name='transformers'`` (verl: required): the embedded transformers engine, so a CPU
+  run needs no vLLM (verl's ``hf`` is accepted for it, as AgentFly's ``agent_type=hf`` is for the
+  ``hermes`` agent type; the composed config holds the registered names); ``rollout.tensor_model_parallel_size=1`` (verl: 2), so one GPU works.
 - ``actor.strategy='auto'`` (verl: ``fsdp``) and ``trainer.device='auto'`` (verl: ``cuda``).
 - ``data.filter_overlong_prompts=True`` (verl: False) and ``data.max_prompt_length`` = the
   context less one token (verl: 512): a row whose prompt leaves no room is dropped and counted.
 - Model paths default to ``None`` (verl: a placeholder path).
 - ``ppo_mini_batch_size`` counts *trajectories* (after the ``num_chains`` expansion; see
   :mod:`agentfly.config.validate`).
+
+``actor_rollout_ref`` and ``critic`` are in :mod:`agentfly.config.schema_actor_critic`.
+
+A key the LightningModule receives unchanged takes its default from the module's settings group
+(:mod:`agentfly.modules.settings`), so the two cannot disagree: the value is written there once.
 """
 
 from __future__ import annotations
@@ -35,6 +41,10 @@ from jsonargparse.typing import (
 )
 
 from agentfly.modules.loss_modes import LOSS_AGG_MODES
+from agentfly.modules.settings import (
+    CorrectionSettings,
+    KLSettings,
+)
 
 #: a fraction in (0, 1]: a nucleus mass, a share of GPU memory
 UnitFraction = restricted_number_type("UnitFraction", float, [(">", 0), ("<=", 1)])
@@ -48,16 +58,16 @@ class AgentInitConfig:
     """How the agent is built (canonical home of ``agent.tools``, ``agent.template``...).
 
     Attributes:
-        agent_type: agent class by registry name (``hf``, ``react``, ``code``, ``action``...)
-            or ``module:attr``.
+        agent_type: agent class by registry name (``hermes``, ``react``, ``code``, ``action``...;
+            AgentFly's ``hf`` is ``hermes``) or ``module:attr``.
         template: chat template name; ``None`` = the tokenizer's own template.
         tools: tool names available to the agent.
         reward_name: registered reward function.
-        backend: generation backend during training; only ``async_verl`` (the seeds' value),
+        backend: generation backend during training; only ``async_verl`` (AgentFly's value),
             which names agentfly's asynchronous engine pool: any other value is refused.
             ``agent.init_config.backend_config.backend`` is the same node.
-        tool_parser_name: the agent type whose parser reads the model's turns (``hermes`` = the
-            ``hf`` type's, ``react``, ``code``, ``action``); ``None`` = the agent type's own.
+        tool_parser_name: the agent type whose parser reads the model's turns (``hermes``,
+            ``react``, ``code``, ``action``); ``None`` = the agent type's own.
         max_model_len: longest conversation in tokens a chain may reach; ``None`` = the model's.
         system_prompt: replaces the agent type's default system prompt.
         tool_config: per-tool settings by tool name (e.g.
@@ -73,7 +83,7 @@ class AgentInitConfig:
             ``@reward(timeout=)`` (60 s when it sets none).
     """
 
-    agent_type: str = "hf"
+    agent_type: str = "hermes"
     template: str | None = None
     tools: list[str] = field(default_factory=list)
     reward_name: str | None = None
@@ -226,7 +236,7 @@ class RolloutCorrectionConfig:
     """
 
     rollout_is: Literal["token", "sequence"] | None = None
-    rollout_is_threshold: PositiveFloat = 2.0
+    rollout_is_threshold: PositiveFloat = CorrectionSettings.rollout_is_threshold
     rollout_rs: Literal["token", "sequence"] | None = None
     rollout_rs_threshold: PositiveFloat | None = None
     bypass_mode: bool | None = None
@@ -258,274 +268,9 @@ class AlgorithmConfig:
     gamma: ClosedUnitInterval = 1.0
     lam: ClosedUnitInterval = 1.0
     norm_adv_by_std_in_grpo: bool = True
-    use_kl_in_reward: bool = False
-    kl_penalty: str = "kl"
+    use_kl_in_reward: bool = KLSettings.use_kl_in_reward
+    kl_penalty: str = KLSettings.kl_penalty
     kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
     rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
     failed_chains: Literal["resample", "drop", "keep"] = "resample"
     max_resamples: NonNegativeInt = 3
-
-
-# -------------------------------------------------------------------------- actor_rollout_ref
-
-
-@dataclass
-class OptimConfig:
-    """AdamW with warm-up and an optional cosine decay.
-
-    Attributes:
-        lr: peak learning rate.
-        lr_warmup_steps_ratio: warm-up length as a fraction of the optimizer steps.
-        lr_warmup_steps: warm-up length in optimizer steps; ``-1`` = use the ratio.
-        weight_decay: AdamW weight decay.
-        betas: AdamW betas.
-        warmup_style: ``constant`` or ``cosine`` after warm-up.
-        min_lr_ratio: floor of the cosine schedule, as a fraction of ``lr``.
-        num_cycles: cosine cycles over the run.
-    """
-
-    lr: NonNegativeFloat = 1e-6
-    lr_warmup_steps_ratio: ClosedUnitInterval = 0.0
-    lr_warmup_steps: int = -1
-    weight_decay: NonNegativeFloat = 0.01
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
-    warmup_style: Literal["constant", "cosine"] = "constant"
-    min_lr_ratio: ClosedUnitInterval = 0.0
-    num_cycles: NonNegativeFloat = 0.5
-
-
-@dataclass
-class FSDPConfig:
-    """FSDP sharding and offloading (used when the strategy is ``fsdp``).
-
-    Attributes:
-        param_offload: keep parameters on CPU between uses.
-        optimizer_offload: keep optimizer state on CPU.
-        reshard_after_forward: free gathered parameters after the forward pass.
-        fsdp_size: shard group size; ``-1`` = all ranks.
-    """
-
-    param_offload: bool = False
-    optimizer_offload: bool = False
-    reshard_after_forward: bool = True
-    fsdp_size: int = -1
-
-
-@dataclass
-class ActorConfig:
-    """The policy's PPO update.
-
-    Attributes:
-        strategy: Lightning strategy: ``auto``, ``ddp`` or ``fsdp``.
-        ppo_mini_batch_size: trajectories per optimizer step, over all ranks (counted after the
-            ``num_chains`` expansion; AgentFly's seeds use ``train_batch_size * num_chains`` for
-            one update per rollout).
-        ppo_micro_batch_size_per_gpu: trajectories per forward/backward on one device;
-            ``None`` = the whole per-device mini-batch (no gradient accumulation).
-        ppo_epochs: passes over each rollout batch.
-        shuffle: draw each PPO epoch's mini-batches from a fresh (seeded) permutation of the
-            rollout's trajectories instead of in rollout order.
-        clip_ratio: PPO clip range ε.
-        clip_ratio_low: lower clip range; ``None`` = ``clip_ratio``.
-        clip_ratio_high: upper clip range; ``None`` = ``clip_ratio`` (DAPO's clip-higher).
-        clip_ratio_c: dual-clip constant (Ye et al., 2020) for negative advantages.
-        loss_agg_mode: how token losses become one (:func:`agentfly.modules.losses.agg_loss`).
-        loss_scale_factor: the constant ``seq-mean-token-sum-norm`` divides by (Dr. GRPO's
-            MAX_TOKENS); ``None`` = ``actor_rollout_ref.rollout.response_length``.
-        grad_clip: max gradient norm.
-        use_kl_loss: add a KL-to-reference term to the loss.
-        kl_loss_coef: its coefficient.
-        kl_loss_type: its estimator (``kl``, ``abs``, ``mse``, ``low_var_kl``, ``full``...).
-        entropy_coeff: entropy bonus coefficient.
-        ulysses_sequence_parallel_size: sequence-parallel degree; only 1 (sequence parallelism
-            is not implemented, a larger value is refused).
-        optim: the optimizer.
-        fsdp_config: FSDP settings.
-    """
-
-    strategy: Literal["auto", "ddp", "fsdp"] = "auto"
-    ppo_mini_batch_size: PositiveInt = 256
-    ppo_micro_batch_size_per_gpu: PositiveInt | None = None
-    ppo_epochs: PositiveInt = 1
-    shuffle: bool = False
-    clip_ratio: NonNegativeFloat = 0.2
-    clip_ratio_low: NonNegativeFloat | None = None
-    clip_ratio_high: NonNegativeFloat | None = None
-    clip_ratio_c: float = 3.0
-    loss_agg_mode: LossAggMode = "token-mean"
-    loss_scale_factor: PositiveFloat | None = None
-    grad_clip: NonNegativeFloat = 1.0
-    use_kl_loss: bool = True
-    kl_loss_coef: NonNegativeFloat = 0.001
-    kl_loss_type: str = "low_var_kl"
-    entropy_coeff: float = 0.001
-    ulysses_sequence_parallel_size: int = 1
-    optim: OptimConfig = field(default_factory=OptimConfig)
-    fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
-
-
-@dataclass
-class ModelConfig:
-    """The policy model (shared by actor, rollout engines and reference).
-
-    Attributes:
-        path: HF model id or local path (``agent.init_config.model_name_or_path`` is a spelling of it).
-        use_remove_padding: pack sequences without padding; only ``False`` (not implemented;
-            padding never reaches the LM head or the loss).
-        enable_gradient_checkpointing: recompute activations in the backward pass.
-        enable_activation_offload: keep the update's saved activations on the CPU (GPU runs).
-        trust_remote_code: let Hugging Face run model and tokenizer code shipped with the
-            checkpoint (actor, reference, critic, engines).
-    """
-
-    path: str | None = None
-    use_remove_padding: bool = False
-    enable_gradient_checkpointing: bool = False
-    enable_activation_offload: bool = False
-    trust_remote_code: bool = False
-
-
-@dataclass
-class SamplingConfig:
-    """Sampling during validation.
-
-    Attributes:
-        temperature: sampling temperature when ``do_sample`` (0 = the training temperature).
-        top_p: nucleus sampling mass.
-        top_k: top-k cut; ``-1`` = none.
-        do_sample: sample (``False`` = greedy).
-        n: samples per validation prompt.
-        also_greedy: with ``do_sample``, also validate greedily (one chain per prompt), logged
-            as ``val_greedy/...`` beside the sampled ``val/...`` (agentfly's addition).
-    """
-
-    temperature: NonNegativeFloat = 0.0
-    top_p: UnitFraction = 1.0
-    top_k: int = -1
-    do_sample: bool = False
-    n: PositiveInt = 1
-    also_greedy: bool = False
-
-
-@dataclass
-class RolloutConfig:
-    """The generation engines.
-
-    Attributes:
-        name: engine kind: ``hf`` (transformers) or ``vllm``.
-        temperature: training sampling temperature (``agent.generation_config.temperature``
-            is a spelling of it).
-        top_p: training nucleus mass (``agent.generation_config.top_p`` is a spelling of it).
-        top_k: top-k cut; ``-1`` = none.
-        response_length: tokens after the prompt a chain may reach, over all its turns (sampled
-            and observation tokens; verl's meaning); the per-turn limit is
-            ``agent.run_config.generation_config.max_tokens``. Also the default constant of the
-            ``seq-mean-token-sum-norm`` loss.
-        gpu_memory_utilization: fraction of GPU memory a vLLM engine may take.
-        tensor_model_parallel_size: GPUs per engine.
-        log_prob_micro_batch_size_per_gpu: trajectories per log-prob forward on one device;
-            ``None`` = the actor's micro-batch.
-        n: samples per prompt in verl; must stay 1 with the agent loop (use ``num_chains``).
-        num_engines: engines in the pool (Ray actors); 0 = one engine in the training process,
-            no Ray; ``None`` resolves to what the machine holds: on GPUs
-            ``max(1, n_gpus_per_node * nnodes // tensor_model_parallel_size)``; on the CPU 0
-            for ``hf`` engines and one training process on one node without ``RAY_ADDRESS``,
-            else 1 (see :mod:`agentfly.topology`).
-        dtype: engine weights dtype on GPUs; engines on the CPU run in float32, as training does.
-        enforce_eager: disable CUDA graphs and compilation in vLLM; ``None`` = eager on the
-            CPU, CUDA graphs on GPUs.
-        val_kwargs: sampling during validation.
-    """
-
-    name: str = "hf"
-    temperature: NonNegativeFloat = 1.0
-    top_p: UnitFraction = 1.0
-    top_k: int = -1
-    response_length: PositiveInt = 512
-    gpu_memory_utilization: UnitFraction = 0.5
-    tensor_model_parallel_size: PositiveInt = 1
-    log_prob_micro_batch_size_per_gpu: PositiveInt | None = None
-    n: int = 1
-    num_engines: NonNegativeInt | None = None
-    dtype: Literal["bfloat16", "float16", "float32", "auto"] = "bfloat16"
-    enforce_eager: bool | None = None
-    val_kwargs: SamplingConfig = field(default_factory=SamplingConfig)
-
-
-@dataclass
-class RefConfig:
-    """The frozen reference policy (used when a KL term is on).
-
-    Attributes:
-        fsdp_config: how FSDP shards the reference (``param_offload``,
-            ``reshard_after_forward``, ``fsdp_size``); ``optimizer_offload`` is refused (the
-            reference has no optimizer).
-        log_prob_micro_batch_size_per_gpu: trajectories per forward on one device;
-            ``None`` = the actor's micro-batch.
-        ulysses_sequence_parallel_size: sequence-parallel degree (defaults to the actor's).
-    """
-
-    fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
-    log_prob_micro_batch_size_per_gpu: PositiveInt | None = None
-    ulysses_sequence_parallel_size: int | None = None
-
-
-@dataclass
-class ActorRolloutRefConfig:
-    """verl's grouping of the policy model, its rollout engines and its reference copy."""
-
-    actor: ActorConfig = field(default_factory=ActorConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    rollout: RolloutConfig = field(default_factory=RolloutConfig)
-    ref: RefConfig = field(default_factory=RefConfig)
-
-
-# ------------------------------------------------------------------------------------- critic
-
-
-@dataclass
-class CriticModelConfig:
-    """The value model.
-
-    Attributes:
-        path: HF model id or local path; required when the estimator needs a critic.
-        enable_gradient_checkpointing: recompute activations in the backward pass.
-        enable_activation_offload: keep the update's saved activations on the CPU (GPU runs).
-        use_remove_padding: only ``False`` (see the actor model's).
-        fsdp_config: how FSDP shards the critic.
-    """
-
-    path: str | None = None
-    enable_gradient_checkpointing: bool = True
-    enable_activation_offload: bool = False
-    use_remove_padding: bool = False
-    fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
-
-
-@dataclass
-class CriticConfig:
-    """The value function (used only by estimators that need one, e.g. ``gae``).
-
-    Attributes:
-        model: the value model.
-        optim: its optimizer (lr 1e-5 as in verl).
-        ppo_mini_batch_size: trajectories per critic step (defaults to the actor's).
-        ppo_micro_batch_size_per_gpu: trajectories per forward/backward on one device.
-        ppo_epochs: passes per rollout batch (defaults to the actor's).
-        cliprange_value: value clipping range.
-        grad_clip: max gradient norm.
-        loss_agg_mode: loss aggregation (defaults to the actor's).
-        loss_scale_factor: ``seq-mean-token-sum-norm``'s constant (defaults to the actor's).
-        ulysses_sequence_parallel_size: sequence-parallel degree; only 1 (see the actor's).
-    """
-
-    model: CriticModelConfig = field(default_factory=CriticModelConfig)
-    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-5))
-    ppo_mini_batch_size: PositiveInt | None = None
-    ppo_micro_batch_size_per_gpu: PositiveInt | None = None
-    ppo_epochs: PositiveInt | None = None
-    cliprange_value: NonNegativeFloat = 0.5
-    grad_clip: NonNegativeFloat = 1.0
-    loss_agg_mode: LossAggMode | None = None
-    loss_scale_factor: PositiveFloat | None = None
-    ulysses_sequence_parallel_size: int = 1

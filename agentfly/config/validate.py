@@ -89,7 +89,7 @@ UNSUPPORTED: tuple[tuple[str, Any, str], ...] = (
     ("agent.use_agent", True, "agentfly trains through its multi-turn agent loop only (verl's "
      "single-turn path is not built); leave it True"),
     ("agent.init_config.backend", "async_verl", "agentfly's engine pool is the asynchronous "
-     "backend the seeds call async_verl; no other backend exists here"),
+     "backend AgentFly calls async_verl; no other backend exists here"),
     ("actor_rollout_ref.actor.ulysses_sequence_parallel_size", 1, "sequence parallelism "
      "(Ulysses) is not implemented; use 1 and fewer tokens per micro-batch"),
     ("actor_rollout_ref.ref.ulysses_sequence_parallel_size", 1, "sequence parallelism "

@@ -34,3 +34,20 @@ def means(parts: Iterable[Sums]) -> dict[str, float]:
     is left out."""
     totals = merge(parts)
     return {name: total / count for name, (total, count) in sorted(totals.items()) if count}
+
+
+def gathered_means(local: Sums, error: Exception | None, what: str) -> dict[str, float]:
+    """The means of every rank's ``local`` sums (this process's alone when it is not one of
+    several ranks). With several ranks an ``error`` on any of them stops every rank first
+    (:func:`agentfly.core.ranks.fail_together`, naming ``what``) instead of one rank waiting."""
+    import torch.distributed as dist
+
+    from agentfly.core.ranks import fail_together
+
+    parts = [dict(local)]
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        fail_together(error, what)
+        gathered: list[Sums] = [{} for _ in range(dist.get_world_size())]
+        dist.all_gather_object(gathered, parts[0])
+        parts = gathered
+    return means(parts)

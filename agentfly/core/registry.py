@@ -125,6 +125,10 @@ class Registry(Generic[T]):
         self.get(name)
         return self._aliases.get(name, name)
 
+    def unalias(self, name: str) -> str:
+        """The registered name an alias stands for; any other name as it is (nothing imported)."""
+        return self._aliases.get(name, name)
+
     def names(self, include_aliases: bool = False) -> list[str]:
         names = list(self._items)
         if include_aliases:

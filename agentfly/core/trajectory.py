@@ -8,7 +8,7 @@ observation was tokenized on its own; nothing the model produced is decoded and 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -103,5 +103,3 @@ class Trajectory:
     def num_tool_calls(self) -> int:
         return len(self.tool_calls)
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)

@@ -1,4 +1,4 @@
-"""FSDP for the actor, critic and reference: the Lightning strategy from the seed keys, the
+"""FSDP for the actor, critic and reference: the Lightning strategy from verl's keys, the
 sharding applied in ``configure_model``, and the actor's full weights gathered from the shards
 (for the engines and the Hugging Face export, :mod:`agentfly.core.weights`).
 
@@ -7,7 +7,7 @@ agentfly optimises manually (several forward passes and backward calls inside on
 (Lightning-AI/pytorch-lightning#19685). So ``actor.strategy=fsdp`` uses FSDP2 (``fully_shard``)
 through Lightning's ``ModelParallelStrategy``: each model is sharded on its own, one unit per
 transformer block (the model class's ``_no_split_modules``, e.g. ``Qwen2DecoderLayer``) plus the
-model itself, so calling the actor, the reference or the critic directly works. From the seed keys:
+model itself, so calling the actor, the reference or the critic directly works. From verl's keys:
 
 - ``fsdp_config.param_offload`` → ``CPUOffloadPolicy`` (parameters, gradients and the optimizer
   state live on the CPU together, so ``optimizer_offload`` goes with it and alone is refused;

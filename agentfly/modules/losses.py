@@ -1,4 +1,5 @@
-"""PPO losses: aggregation, clipped policy loss with dual clip, clipped value loss, entropy.
+"""PPO losses: aggregation, the policy-loss registry (PPO's clipped loss with dual clip is
+``vanilla``), clipped value loss, entropy.
 
 Definitions follow verl's ``core_algos`` (PPO: Schulman et al. 2017, https://arxiv.org/abs/1707.06347;
 dual clip: Ye et al. 2020, https://arxiv.org/abs/1912.09729). Departures:
@@ -11,16 +12,66 @@ dual clip: Ye et al. 2020, https://arxiv.org/abs/1912.09729). Departures:
   fraction) is called ``pg_clipfrac_dual`` here.
 - ``entropy_from_logits`` is a custom autograd function computed in chunks: neither the forward
   nor the backward pass holds a second (B, T, V) tensor beyond the gradient itself.
+
+Policy losses are plug-ins (:data:`POLICY_LOSSES`, chosen by verl's
+``actor_rollout_ref.actor.policy_loss.loss_mode``): a function with :func:`policy_loss`'s
+arguments, registered with :func:`register_policy_loss` or named as ``module:attr``; the module
+calls the one :func:`get_policy_loss` returns.
 """
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from agentfly.core.reductions import masked_mean
+from agentfly.core.registry import Registry
 from agentfly.modules.loss_modes import LOSS_AGG_MODES
+
+#: ``fn(old_logprob, logprob, advantages, response_mask, *, clip_ratio_low, clip_ratio_high,
+#: clip_ratio_c, loss_agg_mode, weights, **agg_kwargs) -> (loss, metrics)``: see :func:`policy_loss`
+PolicyLossFn = Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]
+
+
+def _check_policy_loss(fn: Any, what: str) -> PolicyLossFn:
+    """``fn`` if it takes the arguments the module passes to a policy loss.
+
+    Raises:
+        TypeError: naming ``what`` and the call it cannot take.
+    """
+    call = "(old_logprob, logprob, advantages, response_mask, clip_ratio_low=, clip_ratio_high=, " \
+        "clip_ratio_c=, loss_agg_mode=, weights=, num_tokens=, num_seqs=, norm=)"
+    try:
+        inspect.signature(fn).bind(
+            None, None, None, None, clip_ratio_low=0.2, clip_ratio_high=0.2, clip_ratio_c=3.0,
+            loss_agg_mode="token-mean", weights=None, num_tokens=1, num_seqs=1, norm=None,
+        )
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{what} is not a policy loss: it must take {call} ({exc})") from None
+    return fn
+
+
+POLICY_LOSSES: Registry[PolicyLossFn] = Registry("policy loss", coerce=_check_policy_loss)
+
+
+def register_policy_loss(name: str, *, aliases: tuple[str, ...] = ()) -> Callable[[PolicyLossFn], PolicyLossFn]:
+    """Register ``fn`` as the policy loss ``name`` (checked to take :func:`policy_loss`'s
+    arguments; it may ignore those it has no use for)."""
+
+    def decorator(fn: PolicyLossFn) -> PolicyLossFn:
+        POLICY_LOSSES.register(name, _check_policy_loss(fn, f"policy loss {name!r}"), aliases=aliases)
+        return fn
+
+    return decorator
+
+
+def get_policy_loss(name: str) -> PolicyLossFn:
+    """The policy loss registered as ``name`` (or a ``module:attr``); an unknown name lists the
+    known ones."""
+    return POLICY_LOSSES.get(name)
 
 
 def agg_loss(
@@ -101,6 +152,7 @@ def agg_norms(mode: str, mask: torch.Tensor, norm: float | None = None) -> dict[
     raise ValueError(f"unknown loss_agg_mode {mode!r} (known: {', '.join(LOSS_AGG_MODES)})")
 
 
+@register_policy_loss("vanilla")
 def policy_loss(
     old_logprob: torch.Tensor,
     logprob: torch.Tensor,

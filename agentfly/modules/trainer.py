@@ -1,9 +1,9 @@
-"""Lightning's ``Trainer`` with the seeds' ``trainer.*`` keys as arguments.
+"""Lightning's ``Trainer`` with verl's ``trainer.*`` keys as arguments.
 
 ``agentfly fit`` is a ``LightningCLI`` (:mod:`agentfly.cli`) whose ``trainer`` group is this
 class: every ``lightning.pytorch.Trainer`` argument is there (``--trainer.precision``,
 ``--trainer.callbacks``, ``--trainer.logger`` ...) next to the RL loop's own keys. The
-Trainer arguments that the seeds' keys express are not separate settings: ``max_steps`` is
+Trainer arguments that verl's keys express are not separate settings: ``max_steps`` is
 ``total_training_steps`` (RL iterations, not optimizer steps), ``max_epochs`` is
 ``total_epochs``, ``devices``/``num_nodes``/``accelerator`` are ``n_gpus_per_node``/``nnodes``/
 ``device``, ``default_root_dir`` is ``default_local_dir`` and ``strategy`` is
@@ -12,12 +12,18 @@ Trainer arguments that the seeds' keys express are not separate settings: ``max_
 
 from __future__ import annotations
 
+import contextlib
+import warnings
+from collections.abc import Iterator
 from typing import Any, Literal
 
 import lightning.pytorch as pl
 from jsonargparse.typing import NonNegativeInt, PositiveInt
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger
+from lightning.pytorch.utilities.warnings import PossibleUserWarning
+
+from agentfly.modules.settings import CriticSettings
 
 #: Trainer arguments that would break how agentfly drives training (manual optimization, one
 #: batch per RL iteration, its own checkpoints and data sharding), with what to use instead.
@@ -33,10 +39,40 @@ MANAGED: dict[str, str] = {
     "reload_dataloaders_every_n_epochs": "nothing (prompts are drawn per iteration)",
     "plugins": "nothing (SLURM's is set when SLURM runs the job)",
 }
-#: Trainer arguments set by the run's plan: the seeds' keys express them (aliases), or MANAGED.
+#: Trainer arguments set by the run's plan: verl's keys express them (aliases), or MANAGED.
 PLANNED_TRAINER_ARGS = frozenset(
     {"max_steps", "max_epochs", "devices", "num_nodes", "accelerator", "default_root_dir", "strategy", *MANAGED}
 )
+
+
+#: Warnings of Lightning and torch that ask nothing an agentfly user can do: (message pattern,
+#: category, why it does not apply). Silenced while the trainer is built and while it runs.
+UNACTIONABLE_WARNINGS: tuple[tuple[str, type[Warning], str], ...] = (
+    (r"Found \d+ module\(s\) in eval mode at the start of training", PossibleUserWarning,
+     "the frozen reference model is in eval mode on purpose"),
+    (r"The `srun` command is available on your system but is not used", PossibleUserWarning,
+     "a run started without srun is one on this machine by choice (examples/slurm runs srun)"),
+    (r"`isinstance\(treespec, LeafSpec\)` is deprecated", FutureWarning,
+     "Lightning's batch transfer calls a torch API that torch deprecates; nothing in agentfly's"),
+)
+
+
+@contextlib.contextmanager
+def unactionable_warnings_silenced() -> Iterator[None]:
+    """Within: :data:`UNACTIONABLE_WARNINGS` are not shown."""
+    with warnings.catch_warnings():
+        for pattern, category, _ in UNACTIONABLE_WARNINGS:
+            warnings.filterwarnings("ignore", message=pattern, category=category)
+        yield
+
+
+def slurm_launched() -> bool:
+    """Whether SLURM launched this process (``srun``), asked without Lightning's hint to use
+    ``srun`` when it is installed but not used (:data:`UNACTIONABLE_WARNINGS`)."""
+    from lightning.fabric.plugins.environments import SLURMEnvironment
+
+    with unactionable_warnings_silenced():
+        return SLURMEnvironment.detect()
 
 
 class AgentflyTrainer(pl.Trainer):
@@ -55,7 +91,7 @@ class AgentflyTrainer(pl.Trainer):
         save_freq: int = -1,
         test_freq: int = -1,
         val_before_train: bool = True,
-        critic_warmup: NonNegativeInt = 0,
+        critic_warmup: NonNegativeInt = CriticSettings.warmup_iterations,
         resume_mode: Literal["auto", "disable", "resume_path"] = "auto",
         resume_from_path: str | None = None,
         resume_changed_config: bool = False,
@@ -112,20 +148,35 @@ class AgentflyTrainer(pl.Trainer):
                 rolled out again, and counted (``rollout/stale_refused_chains``).
             kwargs: ``lightning.pytorch.Trainer`` arguments.
         """
-        self.settings = dict(
-            project_name=project_name, experiment_name=experiment_name, n_gpus_per_node=n_gpus_per_node,
-            nnodes=nnodes, device=device, total_training_steps=total_training_steps,
-            total_epochs=total_epochs, save_freq=save_freq, test_freq=test_freq,
-            val_before_train=val_before_train, critic_warmup=critic_warmup, resume_mode=resume_mode,
-            resume_from_path=resume_from_path, resume_changed_config=resume_changed_config,
-            default_local_dir=default_local_dir, seed=seed,
-            print_config=print_config, num_threads=num_threads, rollout_mode=rollout_mode,
-            max_staleness=max_staleness,
-        )
+        # the RL loop's arguments are the schema of their keys: the run's plan reads them from the
+        # composed config, and the agentfly callbacks it builds hold them
         names = [x for x in logger or [] if isinstance(x, str)]
         if names:
             raise TypeError(
                 f"AgentflyTrainer(logger={names}): logger names become Logger instances when the "
                 "run is planned (agentfly.plan.plan_loggers); pass instances here"
             )
-        super().__init__(logger=list(logger or []) or False, callbacks=callbacks, **kwargs)
+        with unactionable_warnings_silenced():
+            super().__init__(logger=list(logger or []) or False, callbacks=callbacks, **kwargs)
+
+    def fit(self, *args: Any, **kwargs: Any) -> None:
+        with unactionable_warnings_silenced():
+            super().fit(*args, **kwargs)
+
+    def validate(self, *args: Any, **kwargs: Any) -> Any:
+        with unactionable_warnings_silenced():
+            return super().validate(*args, **kwargs)
+
+    def test(self, *args: Any, **kwargs: Any) -> Any:
+        with unactionable_warnings_silenced():
+            return super().test(*args, **kwargs)
+
+    def predict(self, *args: Any, **kwargs: Any) -> Any:
+        with unactionable_warnings_silenced():
+            return super().predict(*args, **kwargs)
+
+    def save_checkpoint(self, filepath: Any, weights_only: bool | None = False, storage_options: Any = None) -> None:
+        """Lightning's, whole by default (``weights_only=False``): a checkpoint of a run holds the
+        optimizers, the loops, the KL controller's and the data order's state beside the weights,
+        so that a resumed run goes on as the uninterrupted one would."""
+        super().save_checkpoint(filepath, weights_only=weights_only, storage_options=storage_options)

@@ -39,6 +39,7 @@ from agentfly.rollout.rewards.base import NO_POLICY
 from agentfly.rollout.templates.base import ChatTemplate
 from agentfly.rollout.tools.base import INVALID_ARGUMENTS, ToolResult
 from agentfly.rollout.tools.call import run_tool_call
+from agentfly.rollout.unseen_tools import explain_invalid_arguments, shows_tool_schemas
 
 logger = logging.getLogger(__name__)
 
@@ -145,6 +146,9 @@ class AgentLoop:
         self.tokenizer = tokenizer
         self.template = template
         self.agent = agent
+        # a template that hides the schemas the agent hands it: failed arguments get explained
+        self._schemas_hidden = not shows_tool_schemas(template, agent)
+        self._explained: set[str] = set()
         self.reward = reward
         self.resources = resources
         self.workers = workers
@@ -284,6 +288,8 @@ class AgentLoop:
             for k in chains
         ]
         done = await self._run_chains(jobs)
+        if self._schemas_hidden:
+            explain_invalid_arguments(done, self.agent.tool_names, self.template.name, self._explained)
         self.last_timing = {f"{k}_s": v for k, v in self._timer.seconds.items()}
         self.last_timing["rollout_s"] = time.perf_counter() - start
         out, at = [], 0

@@ -16,7 +16,7 @@ sampled by version v and trained on by version u is ``u − v`` stale. The produ
 batch that could exceed the bound; at hand-over every chain is checked again
 (:func:`too_stale`) and one that exceeds it is refused and its group rolled out anew.
 
-Batch k's prompts are those of iteration k (:class:`~agentfly.rollout.datamodule.IterationBatches`
+Batch k's prompts are those of iteration k (:class:`~agentfly.rollout.loaders.IterationBatches`
 addresses prompts by iteration), so what was buffered or in flight when a run stopped is rolled
 out again from the same prompts when it resumes from its last checkpoint: every prompt is trained
 on exactly once.

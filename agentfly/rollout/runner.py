@@ -105,7 +105,7 @@ def build_rollout(plan: RolloutPlan, *, ray_init: dict[str, Any] | None = None) 
     except ImportError as e:
         workers.close()
         raise RuntimeError(
-            f"engine {plan.engine!r} cannot start ({e}); use actor_rollout_ref.rollout.name=hf"
+            f"engine {plan.engine!r} cannot start ({e}); use actor_rollout_ref.rollout.name=transformers"
         ) from e
     except BaseException:
         workers.close()

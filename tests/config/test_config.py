@@ -1,8 +1,7 @@
-"""The config layer: the seeds' commands, aliases, overrides, YAML files, errors."""
+"""The config layer: AgentFly's commands, aliases, overrides, YAML files, errors."""
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 
 import pytest
@@ -12,46 +11,24 @@ from omegaconf import OmegaConf
 from agentfly.cli import load_config
 from agentfly.config import ALIASES, ConfigError, canonical_key, config_to_yaml, parse_overrides
 from agentfly.config.load import CONF_DIR
-from tests.config.seed_commands import (
-    SEED_000_CODE,
-    SEED_000_GSM8K,
-    SEED_000_REACT_SEARCH,
-    SEED_001_WEBSHOP,
-    SEED_002_GSM8K,
-    SEED_004_CODE,
+from tests.config.cases import BASE, MODEL, error_of, load_quiet, select
+from tests.config.verl_commands import (
+    EXAMPLE_CODE,
+    EXAMPLE_GSM8K,
+    GUIDE_CODE,
+    GUIDE_GSM8K,
+    GUIDE_REACT_SEARCH,
+    KEY_REFERENCE_WEBSHOP,
     WEBSHOP_SYSTEM_PROMPT,
 )
 
-MODEL = "Qwen/Qwen2.5-3B-Instruct"
-# Enough to make a config runnable (model paths) and cheap to validate (one device, grpo).
-BASE = [
-    f"actor_rollout_ref.model.path={MODEL}",
-    "algorithm.adv_estimator=grpo",
-    "agent.run_config.num_chains=4",
-    "data.train_batch_size=8",
-    "actor_rollout_ref.actor.ppo_mini_batch_size=8",
-    "trainer.n_gpus_per_node=1",
-    "agent.init_config.reward_name=math_equal_reward",
-]
-
-
-def select(cfg, key: str):
-    return OmegaConf.select(cfg, key)
-
-
-def load_quiet(*args, **kwargs):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return load_config(*args, **kwargs)
-
-
-# ------------------------------------------------------------------------- seeds' commands
+# ------------------------------------------------------------------------- AgentFly's commands
 
 NEEDS_BWRAP = pytest.mark.needs_bwrap  # runs the code sandbox: python_executor or code_reward
 
-SEED_EXPECTED = {
+COMMAND_EXPECTED = {
     "000_gsm8k": (
-        SEED_000_GSM8K,
+        GUIDE_GSM8K,
         {
             "algorithm.adv_estimator": "grpo",
             "data.train_files": ["./data/rlhf/math/gsm8k_train.json"],
@@ -69,7 +46,7 @@ SEED_EXPECTED = {
         },
     ),
     "000_react_search": (
-        SEED_000_REACT_SEARCH,
+        GUIDE_REACT_SEARCH,
         {
             "algorithm.adv_estimator": "reinforce_plus_plus",
             "data.val_batch_size": 512,
@@ -85,7 +62,7 @@ SEED_EXPECTED = {
         },
     ),
     "000_code": (
-        SEED_000_CODE,
+        GUIDE_CODE,
         {
             "algorithm.adv_estimator": "grpo",
             "agent.init_config.agent_type": "code",
@@ -102,7 +79,7 @@ SEED_EXPECTED = {
         },
     ),
     "001_webshop": (
-        SEED_001_WEBSHOP,
+        KEY_REFERENCE_WEBSHOP,
         {
             "agent.init_config.agent_type": "action",
             "agent.init_config.system_prompt": WEBSHOP_SYSTEM_PROMPT,
@@ -121,9 +98,9 @@ SEED_EXPECTED = {
         },
     ),
     "002_gsm8k_flat_agent_keys": (
-        SEED_002_GSM8K,
+        EXAMPLE_GSM8K,
         {
-            "agent.init_config.agent_type": "hf",  # agent.agent_type
+            "agent.init_config.agent_type": "hermes",  # agent.agent_type=hf: AgentFly's name for it
             "agent.init_config.tools": ["calculator"],  # agent.tools
             "agent.init_config.template": "qwen2.5",  # agent.template
             "actor_rollout_ref.model.path": MODEL,  # agent.model_name_or_path
@@ -137,7 +114,7 @@ SEED_EXPECTED = {
         },
     ),
     "004_code_max_steps": (
-        SEED_004_CODE,
+        EXAMPLE_CODE,
         {
             "agent.run_config.max_turns": 4,  # agent.max_steps
             "agent.init_config.template": "qwen-chat",
@@ -155,32 +132,32 @@ SEED_EXPECTED = {
 
 
 @pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=NEEDS_BWRAP) if "code" in n else n for n in SEED_EXPECTED]
+    "name", [pytest.param(n, marks=NEEDS_BWRAP) if "code" in n else n for n in COMMAND_EXPECTED]
 )
-def test_seed_command_resolves_to_the_seed_values(name: str) -> None:
-    args, expected = SEED_EXPECTED[name]
+def test_an_agentfly_command_resolves_to_its_values(name: str) -> None:
+    args, expected = COMMAND_EXPECTED[name]
     cfg = load_config(args)
     for key, value in expected.items():
         got = select(cfg, key)
         got = OmegaConf.to_container(got) if OmegaConf.is_config(got) else got
         assert got == value, key
-    # agent.init_config.model_name_or_path (every seed's spelling) is the model path
+    # agent.init_config.model_name_or_path (every command's spelling) is the model path
     assert cfg.actor_rollout_ref.model.path == MODEL
 
 
 @pytest.mark.parametrize(
-    ("example", "seed"),
+    ("example", "command"),
     [
-        ("gsm8k_calculator", SEED_000_GSM8K),
-        ("react_search", SEED_000_REACT_SEARCH),
-        pytest.param("code_agent", SEED_000_CODE, marks=NEEDS_BWRAP),
-        ("webshop", SEED_001_WEBSHOP),
+        ("gsm8k_calculator", GUIDE_GSM8K),
+        ("react_search", GUIDE_REACT_SEARCH),
+        pytest.param("code_agent", GUIDE_CODE, marks=NEEDS_BWRAP),
+        ("webshop", KEY_REFERENCE_WEBSHOP),
     ],
 )
-def test_example_file_mirrors_its_seed_command(example: str, seed: list[str]) -> None:
+def test_example_file_mirrors_its_agentfly_command(example: str, command: list[str]) -> None:
     from_file = load_config(config_file=CONF_DIR / "examples" / f"{example}.yaml")
-    from_seed = load_config(seed)
-    assert OmegaConf.to_container(from_file) == OmegaConf.to_container(from_seed)
+    from_command = load_config(command)
+    assert OmegaConf.to_container(from_file) == OmegaConf.to_container(from_command)
 
 
 # ------------------------------------------------------------------------------- aliases
@@ -229,9 +206,9 @@ def test_alias_reaches_the_canonical_node(alias: str, canonical: str, value) -> 
 
 
 def test_every_alias_points_into_the_schema() -> None:
-    from agentfly.config.keys import seed_key_table
+    from agentfly.config.keys import verl_key_table
 
-    leaves, sections = seed_key_table()
+    leaves, sections = verl_key_table()
     for alias in ALIASES:
         assert canonical_key(alias) in {*leaves, *sections}, alias
 
@@ -417,11 +394,11 @@ def test_every_conf_file_composes_and_validates(path: Path) -> None:
 
 
 def test_defaults_file_equals_the_schema_defaults() -> None:
-    from agentfly.config.keys import seed_key_table
+    from agentfly.config.keys import verl_key_table
 
     from_file = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "config.yaml"))
     from_schema: dict = {}
-    for key, (_, default) in seed_key_table()[0].items():
+    for key, (_, default) in verl_key_table()[0].items():
         *path, last = key.split(".")
         node = from_schema
         for part in path:
@@ -443,7 +420,7 @@ def test_file_then_overrides_precedence(tmp_path: Path) -> None:
 
 
 def test_print_config_round_trips(tmp_path: Path) -> None:
-    cfg = load_config(SEED_001_WEBSHOP)
+    cfg = load_config(KEY_REFERENCE_WEBSHOP)
     dumped = tmp_path / "dump.yaml"
     dumped.write_text(config_to_yaml(cfg))
     again = load_config(config_file=dumped)
@@ -469,12 +446,6 @@ def test_derived_defaults() -> None:
 
 
 # --------------------------------------------------------------------------------- errors
-
-
-def error_of(args: list[str], config_file=None) -> str:
-    with pytest.raises(ConfigError) as err:
-        load_quiet(args, config_file)
-    return str(err.value)
 
 
 def test_unknown_key_names_it_and_the_close_match() -> None:
@@ -536,6 +507,18 @@ def test_invalid_choice_or_range_names_the_key(arg: str, key: str) -> None:
 def test_unknown_estimator_lists_the_registered_ones() -> None:
     msg = error_of([*BASE, "algorithm.adv_estimator=foo"])
     assert "grpo" in msg and "rloo" in msg
+
+
+def test_hf_is_the_transformers_engine_and_the_hermes_agent_type() -> None:
+    """AgentFly's and verl's ``hf`` names two things; the composed config holds their own names."""
+    cfg = load_quiet([*BASE, "actor_rollout_ref.rollout.name=hf", "agent.init_config.agent_type=hf"])
+    assert cfg.actor_rollout_ref.rollout.name == "transformers"
+    assert cfg.agent.init_config.agent_type == "hermes"
+
+
+def test_unknown_policy_loss_names_the_key_and_the_registered_ones() -> None:
+    msg = error_of([*BASE, "actor_rollout_ref.actor.policy_loss.loss_mode=gspo"])
+    assert "actor_rollout_ref.actor.policy_loss.loss_mode='gspo'" in msg and "vanilla" in msg
 
 
 def test_mini_batch_must_divide_the_rollout() -> None:

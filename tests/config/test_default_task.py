@@ -21,7 +21,7 @@ def test_no_arguments_is_the_demo_task(capsys, tmp_path, monkeypatch):
     assert list(cfg.agent.init_config.tools) == ["calculator", "answer"]
     assert cfg.agent.init_config.reward_name == "math_equal_reward_tool"
     assert cfg.agent.run_config.num_chains > 1
-    assert (cfg.actor_rollout_ref.rollout.name, cfg.actor_rollout_ref.rollout.num_engines) == ("hf", None)
+    assert (cfg.actor_rollout_ref.rollout.name, cfg.actor_rollout_ref.rollout.num_engines) == ("transformers", None)
     assert cfg.trainer.total_training_steps == 3  # an override still applies on top
     assert Path(cfg.actor_rollout_ref.model.path).is_dir()
 

@@ -9,7 +9,7 @@ import pytest
 from agentfly.cli import load_config
 from agentfly.config.validate import _kl_kinds
 from agentfly.estimators import ESTIMATORS
-from tests.config.test_config import BASE, error_of
+from tests.config.cases import BASE, error_of
 
 REWARD = "agent.init_config.reward_name=math_equal_reward_tool"
 

@@ -11,7 +11,6 @@ A key added to the schema without a case here fails ``test_every_key_has_a_case`
 from __future__ import annotations
 
 import dataclasses
-import json
 import warnings
 from pathlib import Path
 from typing import Any
@@ -21,33 +20,12 @@ import pytest
 from agentfly.cli import load_config
 from agentfly.config import ConfigError, canonical_key
 from agentfly.config.inactive import RULES
-from agentfly.config.keys import seed_key_table
+from agentfly.config.keys import verl_key_table
 from agentfly.plan import plan_run
 from agentfly.topology import Hardware
+from tests.config.plans import base, compose, write_plan_data
 
 TWO_GPUS = Hardware(gpus=2, cpus=8)
-
-# Every optional part on: a critic (gae), KL in the loss and in the reward, sampled validation,
-# wandb and console loggers, two GPU ranks, two mini-batches per rollout (the rollout-time
-# log-prob pass runs).
-BASE = [
-    "actor_rollout_ref.model.path={data}/models/policy",
-    "critic.model.path={data}/models/critic",
-    "algorithm.adv_estimator=gae",
-    "agent.init_config.reward_name=math_equal_reward_tool",
-    "agent.init_config.tools=[calculator]",
-    "data.train_batch_size=8",
-    "agent.run_config.num_chains=4",
-    "actor_rollout_ref.actor.ppo_mini_batch_size=16",
-    "critic.ppo_mini_batch_size=16",
-    "actor_rollout_ref.actor.use_kl_loss=True",
-    "algorithm.use_kl_in_reward=True",
-    "actor_rollout_ref.rollout.val_kwargs.do_sample=True",
-    "trainer.logger=[console,wandb]",
-    "trainer.n_gpus_per_node=2",
-    "trainer.total_training_steps=10",
-    "trainer.test_freq=5",
-]
 
 FSDP = ["actor_rollout_ref.actor.strategy=fsdp"]
 VLLM = ["actor_rollout_ref.rollout.name=vllm"]
@@ -126,6 +104,7 @@ CHANGES: dict[str, tuple[str, list[str]]] = {
     "actor_rollout_ref.actor.kl_loss_coef": ("0.1", []),
     "actor_rollout_ref.actor.kl_loss_type": ("mse", []),
     "actor_rollout_ref.actor.entropy_coeff": ("0.0", []),
+    "actor_rollout_ref.actor.policy_loss.loss_mode": ("{data}/plugin.py:halved", []),
     "actor_rollout_ref.actor.optim.lr": ("1e-5", []),
     "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio": ("0.5", RATIO),
     "actor_rollout_ref.actor.optim.lr_warmup_steps": ("3", []),
@@ -208,44 +187,45 @@ CHANGES: dict[str, tuple[str, list[str]]] = {
 # key -> the argument of the plan it must change (its own component's, not only that of a key that
 # follows it: critic.* default to the actor's, and iteration counts feed the LR schedules).
 RECEIVES = {
-    "actor_rollout_ref.actor.clip_ratio": "module.clip_ratio_low",
-    "actor_rollout_ref.actor.clip_ratio_c": "module.clip_ratio_c",
-    "actor_rollout_ref.actor.clip_ratio_high": "module.clip_ratio_high",
-    "actor_rollout_ref.actor.clip_ratio_low": "module.clip_ratio_low",
-    "actor_rollout_ref.actor.entropy_coeff": "module.entropy_coeff",
-    "actor_rollout_ref.actor.fsdp_config.fsdp_size": "module.fsdp_size",
-    "actor_rollout_ref.actor.fsdp_config.reshard_after_forward": "module.fsdp_reshard_after_forward",
-    "actor_rollout_ref.actor.grad_clip": "module.grad_clip",
-    "actor_rollout_ref.actor.kl_loss_coef": "module.kl_loss_coef",
-    "actor_rollout_ref.actor.kl_loss_type": "module.kl_loss_type",
-    "actor_rollout_ref.actor.loss_agg_mode": "module.loss_agg_mode",
-    "actor_rollout_ref.actor.loss_scale_factor": "module.loss_scale_factor",
-    "actor_rollout_ref.actor.optim.betas": "module.betas",
-    "actor_rollout_ref.actor.optim.lr": "module.lr",
-    "actor_rollout_ref.actor.optim.lr_warmup_steps": "module.lr_warmup_steps",
-    "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio": "module.lr_warmup_steps",
-    "actor_rollout_ref.actor.optim.min_lr_ratio": "module.min_lr_ratio",
-    "actor_rollout_ref.actor.optim.num_cycles": "module.num_cycles",
-    "actor_rollout_ref.actor.optim.warmup_style": "module.warmup_style",
-    "actor_rollout_ref.actor.optim.weight_decay": "module.weight_decay",
-    "actor_rollout_ref.actor.ppo_epochs": "module.ppo_epochs",
-    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": "module.micro_batch_size",
-    "actor_rollout_ref.actor.ppo_mini_batch_size": "module.ppo_mini_batch_size",
-    "actor_rollout_ref.actor.shuffle": "module.shuffle",
+    "actor_rollout_ref.actor.clip_ratio": "module.policy_loss.clip_ratio_low",
+    "actor_rollout_ref.actor.clip_ratio_c": "module.policy_loss.clip_ratio_c",
+    "actor_rollout_ref.actor.clip_ratio_high": "module.policy_loss.clip_ratio_high",
+    "actor_rollout_ref.actor.clip_ratio_low": "module.policy_loss.clip_ratio_low",
+    "actor_rollout_ref.actor.entropy_coeff": "module.policy_loss.entropy_coeff",
+    "actor_rollout_ref.actor.policy_loss.loss_mode": "module.policy_loss.loss_mode",
+    "actor_rollout_ref.actor.fsdp_config.fsdp_size": "module.fsdp.actor.size",
+    "actor_rollout_ref.actor.fsdp_config.reshard_after_forward": "module.fsdp.actor.reshard_after_forward",
+    "actor_rollout_ref.actor.grad_clip": "module.actor.grad_clip",
+    "actor_rollout_ref.actor.kl_loss_coef": "module.kl.kl_loss_coef",
+    "actor_rollout_ref.actor.kl_loss_type": "module.kl.kl_loss_type",
+    "actor_rollout_ref.actor.loss_agg_mode": "module.actor.loss_agg_mode",
+    "actor_rollout_ref.actor.loss_scale_factor": "module.actor.loss_scale_factor",
+    "actor_rollout_ref.actor.optim.betas": "module.actor_optim.betas",
+    "actor_rollout_ref.actor.optim.lr": "module.actor_optim.lr",
+    "actor_rollout_ref.actor.optim.lr_warmup_steps": "module.actor_optim.warmup_steps",
+    "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio": "module.actor_optim.warmup_steps",
+    "actor_rollout_ref.actor.optim.min_lr_ratio": "module.actor_optim.min_lr_ratio",
+    "actor_rollout_ref.actor.optim.num_cycles": "module.actor_optim.num_cycles",
+    "actor_rollout_ref.actor.optim.warmup_style": "module.actor_optim.warmup_style",
+    "actor_rollout_ref.actor.optim.weight_decay": "module.actor_optim.weight_decay",
+    "actor_rollout_ref.actor.ppo_epochs": "module.actor.epochs",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": "module.actor.micro_batch_size",
+    "actor_rollout_ref.actor.ppo_mini_batch_size": "module.actor.mini_batch_size",
+    "actor_rollout_ref.actor.shuffle": "module.actor.shuffle_seed",
     "actor_rollout_ref.actor.strategy": "trainer.strategy",
-    "actor_rollout_ref.actor.use_kl_loss": "module.use_kl_loss",
-    "actor_rollout_ref.model.enable_activation_offload": "module.activation_offload",
-    "actor_rollout_ref.model.enable_gradient_checkpointing": "module.gradient_checkpointing",
-    "actor_rollout_ref.model.path": "module.model_path",
-    "actor_rollout_ref.model.trust_remote_code": "module.trust_remote_code",
-    "actor_rollout_ref.ref.fsdp_config.fsdp_size": "module.ref_fsdp_size",
-    "actor_rollout_ref.ref.fsdp_config.param_offload": "module.ref_fsdp_offload",
-    "actor_rollout_ref.ref.fsdp_config.reshard_after_forward": "module.ref_fsdp_reshard_after_forward",
-    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": "module.ref_log_prob_micro_batch_size",
+    "actor_rollout_ref.actor.use_kl_loss": "module.kl.use_kl_loss",
+    "actor_rollout_ref.model.enable_activation_offload": "module.actor.activation_offload",
+    "actor_rollout_ref.model.enable_gradient_checkpointing": "module.actor.gradient_checkpointing",
+    "actor_rollout_ref.model.path": "module.model.path",
+    "actor_rollout_ref.model.trust_remote_code": "module.model.trust_remote_code",
+    "actor_rollout_ref.ref.fsdp_config.fsdp_size": "module.fsdp.reference.size",
+    "actor_rollout_ref.ref.fsdp_config.param_offload": "module.fsdp.reference.offload",
+    "actor_rollout_ref.ref.fsdp_config.reshard_after_forward": "module.fsdp.reference.reshard_after_forward",
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": "module.kl.reference_micro_batch_size",
     "actor_rollout_ref.rollout.dtype": "rollout.engine_kwargs.dtype",
     "actor_rollout_ref.rollout.enforce_eager": "rollout.engine_kwargs.enforce_eager",
     "actor_rollout_ref.rollout.gpu_memory_utilization": "rollout.engine_kwargs.gpu_memory_utilization",
-    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": "module.log_prob_micro_batch_size",
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": "module.actor.forward_micro_batch_size",
     "actor_rollout_ref.rollout.name": "rollout.engine",
     "actor_rollout_ref.rollout.num_engines": "rollout.num_engines",
     "actor_rollout_ref.rollout.response_length": "rollout.loop.max_response_len",
@@ -288,34 +268,34 @@ RECEIVES = {
     "algorithm.kl_penalty": "callbacks",
     "algorithm.lam": "callbacks",
     "algorithm.norm_adv_by_std_in_grpo": "callbacks",
-    "algorithm.use_kl_in_reward": "module.use_kl_in_reward",
-    RC + "rollout_is": "module.rollout_is",
-    RC + "rollout_is_threshold": "module.rollout_is_threshold",
-    RC + "rollout_rs": "module.rollout_rs",
-    RC + "rollout_rs_threshold": "module.rollout_rs_threshold",
-    RC + "bypass_mode": "module.bypass_mode",
+    "algorithm.use_kl_in_reward": "module.kl.use_kl_in_reward",
+    RC + "rollout_is": "module.correction.rollout_is",
+    RC + "rollout_is_threshold": "module.correction.rollout_is_threshold",
+    RC + "rollout_rs": "module.correction.rollout_rs",
+    RC + "rollout_rs_threshold": "module.correction.rollout_rs_threshold",
+    RC + "bypass_mode": "module.correction.bypass_mode",
     "algorithm.failed_chains": "datamodule.failed_chains",
     "algorithm.max_resamples": "datamodule.max_resamples",
-    "critic.cliprange_value": "module.cliprange_value",
-    "critic.grad_clip": "module.critic_grad_clip",
-    "critic.loss_agg_mode": "module.critic_loss_agg_mode",
-    "critic.loss_scale_factor": "module.critic_loss_scale_factor",
-    "critic.model.enable_activation_offload": "module.critic_activation_offload",
-    "critic.model.enable_gradient_checkpointing": "module.critic_gradient_checkpointing",
-    "critic.model.fsdp_config.fsdp_size": "module.critic_fsdp_size",
-    "critic.model.fsdp_config.reshard_after_forward": "module.critic_fsdp_reshard_after_forward",
-    "critic.model.path": "module.critic_path",
-    "critic.optim.betas": "module.critic_betas",
-    "critic.optim.lr": "module.critic_lr",
-    "critic.optim.lr_warmup_steps": "module.critic_lr_warmup_steps",
-    "critic.optim.lr_warmup_steps_ratio": "module.critic_lr_warmup_steps",
-    "critic.optim.min_lr_ratio": "module.critic_min_lr_ratio",
-    "critic.optim.num_cycles": "module.critic_num_cycles",
-    "critic.optim.warmup_style": "module.critic_warmup_style",
-    "critic.optim.weight_decay": "module.critic_weight_decay",
-    "critic.ppo_epochs": "module.critic_ppo_epochs",
-    "critic.ppo_micro_batch_size_per_gpu": "module.critic_micro_batch_size",
-    "critic.ppo_mini_batch_size": "module.critic_ppo_mini_batch_size",
+    "critic.cliprange_value": "module.critic.cliprange_value",
+    "critic.grad_clip": "module.critic.update.grad_clip",
+    "critic.loss_agg_mode": "module.critic.update.loss_agg_mode",
+    "critic.loss_scale_factor": "module.critic.update.loss_scale_factor",
+    "critic.model.enable_activation_offload": "module.critic.update.activation_offload",
+    "critic.model.enable_gradient_checkpointing": "module.critic.update.gradient_checkpointing",
+    "critic.model.fsdp_config.fsdp_size": "module.fsdp.critic.size",
+    "critic.model.fsdp_config.reshard_after_forward": "module.fsdp.critic.reshard_after_forward",
+    "critic.model.path": "module.critic.path",
+    "critic.optim.betas": "module.critic.optim.betas",
+    "critic.optim.lr": "module.critic.optim.lr",
+    "critic.optim.lr_warmup_steps": "module.critic.optim.warmup_steps",
+    "critic.optim.lr_warmup_steps_ratio": "module.critic.optim.warmup_steps",
+    "critic.optim.min_lr_ratio": "module.critic.optim.min_lr_ratio",
+    "critic.optim.num_cycles": "module.critic.optim.num_cycles",
+    "critic.optim.warmup_style": "module.critic.optim.warmup_style",
+    "critic.optim.weight_decay": "module.critic.optim.weight_decay",
+    "critic.ppo_epochs": "module.critic.update.epochs",
+    "critic.ppo_micro_batch_size_per_gpu": "module.critic.update.micro_batch_size",
+    "critic.ppo_mini_batch_size": "module.critic.update.mini_batch_size",
     "data.prompt_key": "datamodule.prompt_key",
     "data.max_prompt_length": "datamodule.max_prompt_length",
     "data.filter_overlong_prompts": "datamodule.filter_overlong_prompts",
@@ -327,7 +307,7 @@ RECEIVES = {
     "data.val_batch_size": "datamodule.val_batch_size",
     "data.val_files": "datamodule.val_files",
     "trainer.callbacks": "user_callbacks",
-    "trainer.critic_warmup": "module.critic_warmup",
+    "trainer.critic_warmup": "module.critic.warmup_iterations",
     "trainer.rollout_mode": "datamodule.rollout_mode",
     "trainer.max_staleness": "datamodule.max_staleness",
     "trainer.default_local_dir": "run_dir",
@@ -392,27 +372,7 @@ ELSEWHERE = {"trainer.print_config"}
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("every_key")
-    rows = [{"question": f"What is {i}+1?", "problem": f"{i}+1", "answer": str(i + 1)} for i in range(40)]
-    for name in ("train", "val", "other"):
-        (root / f"{name}.json").write_text(json.dumps(rows))
-    (root / "plugin.py").write_text('"""A user\'s module that registers nothing."""\n')
-    for name in ("policy", "critic", "other"):  # model paths are checked when a run is planned
-        (root / "models" / name).mkdir(parents=True)
-    return root
-
-
-def base(data: Path) -> list[str]:
-    return [
-        *(arg.replace("{data}", str(data)) for arg in BASE),
-        f"data.train_files=[{data}/train.json]", f"data.val_files=[{data}/val.json]",
-    ]
-
-
-def compose(args: list[str]) -> Any:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return load_config(args)
+    return write_plan_data(tmp_path_factory.mktemp("every_key"))
 
 
 def plan_of(args: list[str], hw: Hardware = TWO_GPUS) -> dict[str, Any]:
@@ -434,8 +394,8 @@ def differences(a: dict[str, Any], b: dict[str, Any], prefix: str = "") -> list[
 
 
 def test_every_key_has_a_case():
-    leaves, _ = seed_key_table()
-    # Lightning's own Trainer arguments are not seed keys; one case each for an argument and the
+    leaves, _ = verl_key_table()
+    # Lightning's own Trainer arguments are not verl keys; one case each for an argument and the
     # callbacks
     leaves = set(leaves) | {"trainer.precision", "trainer.callbacks"}
     covered = set(CHANGES) | set(REFUSED) | ELSEWHERE
@@ -467,7 +427,7 @@ def test_a_value_this_build_cannot_honour_is_refused_with_the_reason(data, key):
 def test_offloading_parameters_and_optimizer_together_reaches_the_module(data, prefix):
     both, context = PAIRS[prefix]
     changed = differences(plan_of([*base(data), *context]), plan_of([*base(data), *context, *both]))
-    assert any("fsdp_offload" in d for d in changed), changed
+    assert any(d.startswith("module.fsdp.") and d.endswith(".offload") for d in changed), changed
 
 
 def test_print_config_prints_the_config(data, capsys, monkeypatch):
@@ -622,7 +582,7 @@ def test_off_sync_without_a_correction_the_engine_is_the_old_policy(data):
     the policy that sampled them, unless an importance weight or a rejection is chosen; an
     explicit value always wins."""
     def bypass(*args: str) -> bool:
-        return plan_of(base(data) + list(args))["module"]["bypass_mode"]
+        return plan_of(base(data) + list(args))["module"]["correction"]["bypass_mode"]
 
     assert bypass() is False
     assert bypass("trainer.rollout_mode=one_step_off") is True

@@ -237,7 +237,7 @@ def test_a_cached_hub_id_is_resolved_to_its_snapshot_before_anything_starts(task
     cfg = load_config(args(task, "actor_rollout_ref.model.path=agentfly-test/tiny"))
     with caplog.at_level(logging.WARNING, logger="agentfly"):
         plan = make_plan(cfg, CPU)
-    assert plan.module["model_path"] == str(snapshot)
+    assert plan.module["model"].path == str(snapshot)
     assert plan.rollout.engine_kwargs["model"] == str(snapshot)
     if mode == "the Hub unreachable":
         assert "the Hub cannot be reached (ConnectError" in caplog.text and str(snapshot) in caplog.text

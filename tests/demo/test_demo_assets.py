@@ -101,14 +101,14 @@ def test_greedy_rollout_calls_the_tools_in_the_warm_start_format():
     maker = load_script("make_demo_model")
     template = get_template(TEMPLATE)
     val = rows("val")[:4]
-    pool = EnginePool("hf", 0, engine_kwargs={"model": str(MODEL)})
+    pool = EnginePool("transformers", 0, engine_kwargs={"model": str(MODEL)})
     try:
         tokenizer = pool.tokenizer
         loop = AgentLoop(
             engine=pool,
             tokenizer=tokenizer,
             template=template,
-            agent=get_agent("hf", [get_tool("calculator"), get_tool("answer")]),
+            agent=get_agent("hermes", [get_tool("calculator"), get_tool("answer")]),
             reward="math_equal_reward_tool",
             max_turns=3,
             max_tokens=32,

@@ -87,7 +87,7 @@ def test_short_demo_learns_from_its_rewards_and_reports(demo_run):
         # math_equal_reward_tool: 1 right, 0.1 wrong after a tool call, 0 without one
         assert all(min(abs(x - v) for v in (0.0, 0.1, 1.0)) < 1e-6 for x in rec["scores"]), rec["scores"]
         assert len(set(rec["scores"])) > 1  # something to learn from
-        assert float(r["critic/score/mean"]) == pytest.approx(sum(rec["scores"]) / len(rec["scores"]), abs=1e-5)
+        assert float(r["training/reward/mean"]) == pytest.approx(sum(rec["scores"]) / len(rec["scores"]), abs=1e-5)
         assert float(r["rollout/tool_call_rate"]) > 0.5  # the warm start calls the tools
         assert (
             r["actor/kl_loss"] != "" and r["actor/entropy"] != ""

@@ -15,7 +15,7 @@ pytest.importorskip("matplotlib")
 
 COLUMNS = [
     "actor/entropy",
-    "critic/score/mean",
+    "training/reward/mean",
     "rollout/accuracy",
     "step",
     "timing/iteration_s",
@@ -45,7 +45,7 @@ def train_row(iteration: int, seconds: float, score: float, entropy: float) -> d
         "training/iteration": iteration,
         "step": iteration - 1,
         "timing/iteration_s": seconds,
-        "critic/score/mean": score,
+        "training/reward/mean": score,
         "rollout/accuracy": score,
         "actor/entropy": entropy,
     }

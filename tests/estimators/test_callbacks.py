@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agentfly.callbacks import AdvantageCallback, KLRewardCallback, apply_rollout_callbacks
+from agentfly.callbacks import (
+    AdvantageCallback,
+    KLRewardCallback,
+    RolloutBatchCallback,
+    apply_rollout_callbacks,
+    compute_advantages,
+    shape_rewards,
+)
 from agentfly.core.batch import RolloutBatch
 from agentfly.estimators import get_estimator, kl_penalty
 
@@ -45,6 +52,31 @@ def test_hooks_run_kl_shaping_before_advantages_whatever_the_list_order():
     current = (0.25 + (-0.5 / 3) * 2 + (-0.5)) / 4
     assert metrics["actor/reward_kl_penalty"] == pytest.approx(current, abs=1e-6)
     assert metrics["actor/reward_kl_penalty_coeff"] == pytest.approx(0.1)
+
+
+class Doubling(RolloutBatchCallback):
+    """A user's hook: doubles the token rewards (stage 1) or adds one to them (stage 2)."""
+
+    def __init__(self, stage: int, log: list[int]) -> None:
+        self.stage, self.log = stage, log
+
+    def on_rollout_batch(self, trainer, pl_module, batch):
+        self.log.append(self.stage)
+        r = batch.token_level_rewards
+        batch.token_level_rewards = r * 2 if self.stage == 1 else r + batch.response_mask
+        return {}
+
+
+def test_hooks_of_one_phase_run_in_stage_order():
+    """Two reward-shaping hooks given in reverse order run by stage: (s · 2) + 1 on each sampled
+    token, not (s + 1) · 2; the advantages come after both."""
+    batch, log = make_batch(), []
+    shape_rewards([Doubling(2, log), Doubling(1, log)], None, None, batch)
+    assert log == [1, 2]
+    expected = batch.token_level_scores * 2 + batch.response_mask
+    assert torch.equal(batch.token_level_rewards, expected)
+    with pytest.raises(RuntimeError, match="AdvantageCallback"):
+        compute_advantages([Doubling(1, log)], None, None, batch)  # stage 1 is not an estimator's
 
 
 def test_without_kl_callback_scores_are_the_rewards():

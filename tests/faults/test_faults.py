@@ -27,7 +27,7 @@ import pytest
 from agentfly.cli import main
 from agentfly.models.tiny import build_tiny_model
 from agentfly.rollout.execution.sandbox_isolation import bwrap_problem
-from tests.test_no_orphans import processes_of
+from tests.fit_runs import processes_of
 
 REPO = Path(__file__).resolve().parents[2]
 ITERATIONS = 2

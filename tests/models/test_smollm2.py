@@ -116,13 +116,13 @@ def test_one_chain_through_the_agent_loop(converted):
     from agentfly.rollout.templates import get_template
     from agentfly.rollout.tools import get_tool
 
-    pool = EnginePool("hf", 0, engine_kwargs={"model": str(converted), "seed": 0})
+    pool = EnginePool("transformers", 0, engine_kwargs={"model": str(converted), "seed": 0})
     try:
         loop = AgentLoop(
             engine=pool,
             tokenizer=pool.tokenizer,
             template=get_template("qwen2.5"),
-            agent=get_agent("hf", [get_tool("calculator"), get_tool("answer")]),
+            agent=get_agent("hermes", [get_tool("calculator"), get_tool("answer")]),
             reward="math_equal_reward_tool",
             max_turns=1,
             num_chains=1,

@@ -15,7 +15,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.test_fit import rows, write_task
+from agentfly.rollout.engines.caller_thread import run_sync
+from tests.fit_runs import rows, write_task
 
 PROMPT = "<|im_start|>user\nWhat is 7*7?<|im_end|>\n<|im_start|>assistant\n"
 
@@ -34,7 +35,7 @@ class SyncProbe(pl.Callback):
         session = trainer.datamodule.session
         prompt = session.tokenizer.encode(PROMPT, add_special_tokens=False)
         params = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)
-        (out,) = session.pool.generate_sync([prompt], params)[0]
+        (out,) = run_sync(session.pool, session.pool.generate([prompt], params))[0]
         seq, n = prompt + list(out.token_ids), len(out.token_ids)
         with torch.no_grad():  # a collective under FSDP: every rank runs it
             logits = pl_module.actor(torch.tensor([seq])).logits.float()

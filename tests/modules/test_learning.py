@@ -19,178 +19,37 @@ advantages (GRPO on rewards (1, 0) and (0, 1): ±1/√2), never from the module'
 
 from __future__ import annotations
 
-import math
-import warnings
-from pathlib import Path
 from typing import Any
 
-import lightning.pytorch as pl
 import pytest
 import torch
-from torch.utils.data import DataLoader
 
 from agentfly.callbacks import AdvantageCallback, KLRewardCallback
-from agentfly.core.batch import RolloutBatch
-from agentfly.core.trajectory import Trajectory
-from agentfly.modules.rl_module import AgentRLModule
-from agentfly.rollout.collate import collate_trajectories
-
-# (group, prompt ids, [(ids, sampled?)...], reward). Prompts of two lengths (left padding),
-# responses of four (right padding); observations (sampled? False) between the sampled turns.
-CHAINS = [
-    (0, [5, 6, 7, 8], [([20, 21, 22], True), ([30, 31], False), ([23, 24], True)], 1.0),
-    (0, [5, 6, 7, 8], [([40, 41, 42, 43], True)], 0.0),
-    (1, [9, 10, 11], [([50, 51], True), ([60, 61, 62], False), ([52], True)], 0.0),
-    (1, [9, 10, 11], [([70, 71, 72], True)], 1.0),
-]
-# GRPO on rewards (1, 0) and (0, 1): (r - 1/2) / (std + 1e-6), the unbiased std being 1/√2
-GRPO_ADVANTAGES = [(r - 0.5) / (math.sqrt(0.5) + 1e-6) for *_, r in CHAINS]
-EQUAL_REWARDS = [(g, p, segs, 1.0) for g, p, segs, _ in CHAINS]  # GRPO advantages all zero
-PAD = 0
-NO_CLIP = 1e9  # grad_clip that never clips
-
-
-# ---------------------------------------------------------------- the batch and its references
-
-
-def response_tokens(chain: tuple) -> tuple[list[int], list[bool]]:
-    """The chain's response ids and which of them were sampled, from the spec above."""
-    ids = [i for seg, _ in chain[2] for i in seg]
-    sampled = [s for seg, s in chain[2] for _ in seg]
-    return ids, sampled
-
-
-def make_batch(chains: list[tuple] = CHAINS) -> RolloutBatch:
-    """Collate the chains through ``Trajectory`` (sampled turns and observations appended in
-    order). The engine's log-probabilities are left at 0: the module computes its own."""
-    trajs = []
-    for group, prompt, segments, reward in chains:
-        traj = Trajectory(prompt_ids=list(prompt), group_id=group, reward=reward)
-        for ids, sampled in segments:
-            if sampled:
-                traj.append_sampled(ids, [0.0] * len(ids))
-            else:
-                traj.append_observation(ids)
-        trajs.append(traj)
-    return collate_trajectories(trajs, PAD)
-
-
-@torch.no_grad()
-def chain_logprobs(model: Any, chains: list[tuple] = CHAINS) -> list[torch.Tensor]:
-    """Teacher-forced log p of every response token, one plain forward per unpadded chain."""
-    out = []
-    for chain, rows in zip(chains, chain_log_softmax(model, chains), strict=True):
-        ids, _ = response_tokens(chain)
-        out.append(rows.gather(-1, torch.tensor(ids).unsqueeze(-1)).squeeze(-1))  # (R,)
-    return out
-
-
-@torch.no_grad()
-def chain_log_softmax(model: Any, chains: list[tuple] = CHAINS) -> list[torch.Tensor]:
-    """Full log-softmax rows (R, V) predicting each response token, per unpadded chain."""
-    out = []
-    for chain in chains:
-        prompt, (ids, _) = chain[1], response_tokens(chain)
-        logits = model(input_ids=torch.tensor([prompt + ids])).logits[0].float()  # (L, V)
-        out.append(logits[len(prompt) - 1 : -1].log_softmax(-1))  # position P-1+t predicts t
-    return out
-
-
-@torch.no_grad()
-def chain_values(critic: Any, chains: list[tuple] = CHAINS) -> list[torch.Tensor]:
-    """The critic's value at the position predicting each response token, per unpadded chain."""
-    out = []
-    for chain in chains:
-        prompt, (ids, _) = chain[1], response_tokens(chain)
-        v = critic(input_ids=torch.tensor([prompt + ids])).logits[0, :, 0].float()  # (L,)
-        out.append(v[len(prompt) - 1 : -1])
-    return out
-
-
-def sampled_mask(n: int, chains: list[tuple] = CHAINS) -> torch.Tensor:
-    return torch.tensor(response_tokens(chains[n])[1])
-
-
-def load_actor(path: Path) -> Any:
-    from transformers import AutoModelForCausalLM
-
-    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-
-
-# ---------------------------------------------------------------- one fit on the batch
-
-
-class Perturb(pl.Callback):
-    """Moves the actor away from the reference before the update (seeded Gaussian noise) and
-    records its log-probabilities there: the behaviour policy of the batch."""
-
-    def __init__(self, scale: float = 0.05) -> None:
-        self.scale = scale
-        self.logprobs: list[torch.Tensor] = []
-        self.rows: list[torch.Tensor] = []
-
-    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
-        g = torch.Generator().manual_seed(1)
-        with torch.no_grad():
-            for p in pl_module.actor.parameters():
-                p.add_(self.scale * torch.randn(p.shape, generator=g))
-        self.logprobs = chain_logprobs(pl_module.actor)
-        self.rows = chain_log_softmax(pl_module.actor)
-
-
-class ValuesBefore(pl.Callback):
-    """The critic's values on the chains when training starts (its head is initialised at load)."""
-
-    values: list[torch.Tensor]
-
-    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
-        self.values = chain_values(pl_module.critic)
-
-
-class GradProbe(pl.Callback):
-    """The actor's gradient at each of its optimizer steps (after clipping, before the step)."""
-
-    def __init__(self) -> None:
-        self.grads: list[dict[str, torch.Tensor]] = []
-
-    def on_before_optimizer_step(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
-        actor = dict(pl_module.actor.named_parameters())
-        if optimizer.param_groups[0]["params"][0] is next(iter(actor.values())):
-            self.grads.append(
-                {k: p.grad.detach().clone() for k, p in actor.items() if p.grad is not None}
-            )
-
-
-def fit_once(
-    model_path: Path, batch: RolloutBatch, callbacks: list[Any], **hparams: Any
-) -> tuple[Any, dict[str, float]]:
-    """One ``training_step`` of ``AgentRLModule(**hparams)`` on ``batch`` by a Lightning Trainer on
-    the CPU; returns the module and the metrics it logged."""
-    settings = dict(
-        lr=1e-3, weight_decay=0.0, entropy_coeff=0.0, ppo_mini_batch_size=len(batch)
-    )
-    settings.update(hparams)
-    torch.manual_seed(0)  # the critic's value head is initialised when the module loads it
-    module = AgentRLModule(model_path=str(model_path), **settings)
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        devices=1,
-        max_epochs=1,
-        logger=False,
-        callbacks=callbacks,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        limit_val_batches=0,
-    )
-    loader = DataLoader([batch], batch_size=None, collate_fn=lambda b: b)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # num_workers, modules in eval mode
-        trainer.fit(module, train_dataloaders=loader)
-    assert module.iteration == 1
-    return module, {k: float(v) for k, v in trainer.callback_metrics.items()}
-
+from agentfly.modules.losses import POLICY_LOSSES, policy_loss, register_policy_loss
+from agentfly.modules.settings import (
+    CriticSettings,
+    KLSettings,
+    OptimizerSettings,
+    PolicyLossSettings,
+    UpdateSettings,
+)
+from tests.modules.one_update import (
+    CHAINS,
+    EQUAL_REWARDS,
+    GRPO_ADVANTAGES,
+    NO_CLIP,
+    GradProbe,
+    Perturb,
+    ValuesBefore,
+    chain_log_softmax,
+    chain_logprobs,
+    chain_values,
+    fit_once,
+    load_actor,
+    make_batch,
+    response_tokens,
+    sampled_mask,
+)
 
 # ---------------------------------------------------------------- policy gradient
 
@@ -208,11 +67,35 @@ def test_one_update_raises_positive_and_lowers_negative_advantage_chains(tiny_mo
     assert metrics["actor/pg_loss"] == pytest.approx(pg, abs=1e-5)
 
 
+@register_policy_loss("test_gradient_ascent")
+def gradient_ascent(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """PPO's loss negated: a policy loss of the user's that the module must call."""
+    loss, metrics = policy_loss(*args, **kwargs)
+    return -loss, metrics
+
+
+def test_the_module_calls_the_policy_loss_that_loss_mode_names(tiny_model_dir):
+    """The registered loss named by ``loss_mode`` is the one minimised: with PPO's loss negated,
+    positive-advantage chains fall and negative ones rise."""
+    before = chain_logprobs(load_actor(tiny_model_dir))
+    module, _ = fit_once(
+        tiny_model_dir, make_batch(), [AdvantageCallback("grpo")],
+        policy_loss=PolicyLossSettings(loss_mode="test_gradient_ascent", entropy_coeff=0.0),
+    )
+    after = chain_logprobs(module.actor)
+    for n, adv in enumerate(GRPO_ADVANTAGES):
+        moved = (after[n] - before[n])[sampled_mask(n)]
+        assert bool((moved < 0).all()) if adv > 0 else bool((moved > 0).all()), (n, adv, moved)
+
+
 def test_the_update_is_the_gradient_of_the_sampled_tokens_only(tiny_model_dir):
     """The gradient reaching the optimizer is that of ``-Σ A·log p / N`` over the sampled tokens
     (observation tokens and padding contribute nothing), computed on the unpadded chains."""
     probe = GradProbe()
-    fit_once(tiny_model_dir, make_batch(), [AdvantageCallback("grpo"), probe], grad_clip=NO_CLIP)
+    fit_once(
+        tiny_model_dir, make_batch(), [AdvantageCallback("grpo"), probe],
+        actor=UpdateSettings("actor", mini_batch_size=len(CHAINS), grad_clip=NO_CLIP),
+    )
     assert len(probe.grads) == 1
     model = load_actor(tiny_model_dir).train()
     total = sum(int(sampled_mask(n).sum()) for n in range(len(CHAINS)))
@@ -246,7 +129,7 @@ def test_the_entropy_bonus_raises_the_entropy(tiny_model_dir):
         tiny_model_dir,
         make_batch(EQUAL_REWARDS),
         [AdvantageCallback("grpo"), perturb],
-        entropy_coeff=1.0,
+        policy_loss=PolicyLossSettings(entropy_coeff=1.0),
     )
 
     def entropy(rows: list[torch.Tensor]) -> float:
@@ -268,8 +151,10 @@ def test_one_critic_update_moves_the_values_toward_the_returns(tiny_model_dir):
         tiny_model_dir,
         make_batch(),
         [AdvantageCallback("gae", gamma=1.0, lam=1.0), before],
-        critic_path=str(tiny_model_dir),
-        critic_lr=3e-4,
+        critic=CriticSettings(
+            str(tiny_model_dir), UpdateSettings("critic", mini_batch_size=len(CHAINS)),
+            OptimizerSettings(lr=3e-4, weight_decay=0.0),
+        ),
     )
     after = chain_values(module.critic)
     returns = [torch.full_like(v, r) for v, (*_, r) in zip(after, CHAINS, strict=True)]
@@ -317,10 +202,7 @@ def test_logged_kl_loss_is_the_actor_to_reference_kl(tiny_model_dir, kind):
         tiny_model_dir,
         make_batch(EQUAL_REWARDS),
         [AdvantageCallback("grpo"), perturb],
-        use_reference=True,
-        use_kl_loss=True,
-        kl_loss_type=kind,
-        kl_loss_coef=1.0,
+        kl=KLSettings(use_kl_loss=True, kl_loss_type=kind, kl_loss_coef=1.0),
     )
     ref = chain_logprobs(load_actor(tiny_model_dir))
     expected = sampled_kl(kind, perturb.logprobs, ref)
@@ -339,11 +221,8 @@ def test_kl_loss_pulls_the_actor_toward_the_reference(tiny_model_dir, kind, lr):
         tiny_model_dir,
         make_batch(EQUAL_REWARDS),
         [AdvantageCallback("grpo"), perturb],
-        use_reference=True,
-        use_kl_loss=True,
-        kl_loss_type=kind,
-        kl_loss_coef=1.0,
-        lr=lr,
+        kl=KLSettings(use_kl_loss=True, kl_loss_type=kind, kl_loss_coef=1.0),
+        actor_optim=OptimizerSettings(lr=lr, weight_decay=0.0),
     )
     reference = load_actor(tiny_model_dir)
     if kind == "full":
@@ -371,8 +250,7 @@ def test_kl_in_the_reward_is_old_to_reference_and_shapes_the_returns(tiny_model_
             AdvantageCallback("reinforce_plus_plus"),
             perturb,
         ],
-        use_reference=True,
-        use_kl_in_reward=True,
+        kl=KLSettings(use_kl_loss=False, use_kl_in_reward=True),
     )
     ref = chain_logprobs(load_actor(tiny_model_dir))
     per_seq, returns = [], []
@@ -393,29 +271,28 @@ def test_kl_in_the_reward_is_old_to_reference_and_shapes_the_returns(tiny_model_
 # ---------------------------------------------------------------- PPO ratio
 
 
-def test_the_ratio_is_taken_against_the_behaviour_log_probs(tiny_model_dir, monkeypatch):
+def test_the_ratio_is_taken_against_the_behaviour_log_probs(tiny_model_dir):
     """Two PPO epochs on one rollout: both steps compare with the log-probabilities the batch was
     sampled with (here: the actor's when the update starts, which is not the reference), so the
     first step's ratio is 1 and the second's is not."""
-    import agentfly.modules.rl_module as rl_module
-
     calls = []
-    real = rl_module.policy_loss
 
     def recording(old, logp, *args, **kwargs):
-        loss, metrics = real(old, logp, *args, **kwargs)
+        loss, metrics = policy_loss(old, logp, *args, **kwargs)
         calls.append((old.detach().clone(), {k: float(v) for k, v in metrics.items()}))
         return loss, metrics
 
-    monkeypatch.setattr(rl_module, "policy_loss", recording)
+    name = f"test_recording_{id(calls)}"
+    POLICY_LOSSES.register(name, recording)
     perturb = Perturb()
     fit_once(
         tiny_model_dir,
         make_batch(),
         [AdvantageCallback("grpo"), perturb],
-        use_reference=True,
-        ppo_epochs=2,
-        lr=1e-2,
+        policy_loss=PolicyLossSettings(loss_mode=name, entropy_coeff=0.0),
+        kl=KLSettings(use_kl_loss=True, kl_loss_coef=0.0),  # a reference, so that it could be confused
+        actor=UpdateSettings("actor", mini_batch_size=len(CHAINS), epochs=2),
+        actor_optim=OptimizerSettings(lr=1e-2, weight_decay=0.0),
     )
     assert len(calls) == 2
     behaviour = perturb.logprobs

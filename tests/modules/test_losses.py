@@ -7,13 +7,16 @@ import math
 import pytest
 import torch
 
+from agentfly.core.registry import UnknownNameError
 from agentfly.modules.losses import (
     LOSS_AGG_MODES,
     agg_loss,
     agg_norms,
     entropy_from_logits,
+    get_policy_loss,
     logprobs_from_logits,
     policy_loss,
+    register_policy_loss,
     value_loss,
 )
 
@@ -121,6 +124,14 @@ def test_policy_loss_ignores_masked_tokens_and_needs_c_above_one():
     assert a.item() == pytest.approx(b.item())
     with pytest.raises(ValueError, match="clip_ratio_c"):
         policy_loss(old, new, adv, mask, clip_ratio_c=1.0)
+
+
+def test_the_policy_loss_registry_holds_ppo_as_vanilla_and_checks_signatures():
+    assert get_policy_loss("vanilla") is policy_loss
+    with pytest.raises(UnknownNameError, match="vanilla"):
+        get_policy_loss("gspo")
+    with pytest.raises(TypeError, match="not a policy loss"):
+        register_policy_loss("takes_too_little")(lambda old_logprob, logprob: None)
 
 
 def test_value_loss_by_hand():

@@ -19,6 +19,13 @@ from agentfly.core.batch import RolloutBatch
 from agentfly.core.trajectory import Trajectory
 from agentfly.models.tiny import build_tiny_model
 from agentfly.modules.rl_module import AgentRLModule
+from agentfly.modules.settings import (
+    KLSettings,
+    ModelSettings,
+    OptimizerSettings,
+    PolicyLossSettings,
+    UpdateSettings,
+)
 from agentfly.rollout.collate import collate_trajectories
 
 D = torch.float64
@@ -81,9 +88,14 @@ def module_for(
     model_path, kind: str, micro: int | None, loss_kind: str | None = None
 ) -> AgentRLModule:
     module = AgentRLModule(
-        str(model_path), use_reference=True, use_kl_in_reward=True, kl_penalty=kind,
-        use_kl_loss=True, kl_loss_type=loss_kind or kind, kl_loss_coef=0.1, micro_batch_size=micro,
-        ppo_mini_batch_size=4, lr=0.0,
+        ModelSettings(str(model_path)),
+        actor=UpdateSettings("actor", mini_batch_size=4, micro_batch_size=micro),
+        actor_optim=OptimizerSettings(lr=0.0),
+        policy_loss=PolicyLossSettings(entropy_coeff=0.0),
+        kl=KLSettings(
+            use_kl_loss=True, kl_loss_type=loss_kind or kind, kl_loss_coef=0.1,
+            use_kl_in_reward=True, kl_penalty=kind,
+        ),
     )
     module.configure_model()
     with torch.no_grad():  # the actor moves away from the reference

@@ -20,7 +20,14 @@ from agentfly.core.batch import RolloutBatch
 from agentfly.modules.losses import agg_norms, policy_loss
 from agentfly.modules.rl_module import AgentRLModule
 from agentfly.modules.rollout_correction import importance_weights, is_log_ratio, logprob_gap
-from tests.modules.test_learning import (
+from agentfly.modules.settings import (
+    CorrectionSettings,
+    KLSettings,
+    ModelSettings,
+    PolicyLossSettings,
+    UpdateSettings,
+)
+from tests.modules.one_update import (
     CHAINS,
     GRPO_ADVANTAGES,
     NO_CLIP,
@@ -223,8 +230,13 @@ def actor_loss(module: AgentRLModule, batch: RolloutBatch, logits: torch.Tensor)
     return loss.item(), metrics, grad[0, 0, 0].item() / (1 - math.exp(logits[0, 0, 0].item()))
 
 
-def module(**hparams) -> AgentRLModule:
-    return AgentRLModule(model_path="unused", entropy_coeff=0.0, use_kl_loss=False, **hparams)
+def module(**correction) -> AgentRLModule:
+    """A module (no model loaded) with no entropy bonus nor KL term, and ``correction``."""
+    return AgentRLModule(
+        ModelSettings("unused"), actor=UpdateSettings("actor", mini_batch_size=1),
+        policy_loss=PolicyLossSettings(entropy_coeff=0.0), kl=KLSettings(use_kl_loss=False),
+        correction=CorrectionSettings(**correction),
+    )
 
 
 def test_decoupled_ppo_clips_against_the_proximal_policy_and_weighs_against_the_behaviour():
@@ -313,8 +325,9 @@ def test_truncated_weights_scale_each_chains_gradient(tiny_model_dir):
     probe = GradProbe()
     _, metrics = fit_once(
         tiny_model_dir, stale_batch(tiny_model_dir, [10.0, 0.5, 1.0, 1.0]),
-        [AdvantageCallback("grpo"), probe], grad_clip=NO_CLIP, micro_batch_size=1,
-        rollout_is="token", rollout_is_threshold=2.0,
+        [AdvantageCallback("grpo"), probe],
+        actor=UpdateSettings("actor", mini_batch_size=4, micro_batch_size=1, grad_clip=NO_CLIP),
+        correction=CorrectionSettings(rollout_is="token", rollout_is_threshold=2.0),
     )
     assert_gradient(probe, expected_gradient(tiny_model_dir, [2.0, 0.5, 1.0, 1.0], [0, 1, 2, 3]))
     assert metrics["actor/is_weight/max"] == pytest.approx(10.0, rel=1e-3)
@@ -331,8 +344,9 @@ def test_rejected_chains_leave_the_loss_and_its_denominator(tiny_model_dir):
     probe = GradProbe()
     _, metrics = fit_once(
         tiny_model_dir, stale_batch(tiny_model_dir, [10.0, 0.5, 1.0, 1.0]),
-        [AdvantageCallback("grpo"), probe], grad_clip=NO_CLIP,
-        rollout_rs="sequence", rollout_rs_threshold=2.0,
+        [AdvantageCallback("grpo"), probe],
+        actor=UpdateSettings("actor", mini_batch_size=4, grad_clip=NO_CLIP),
+        correction=CorrectionSettings(rollout_rs="sequence", rollout_rs_threshold=2.0),
     )
     assert_gradient(probe, expected_gradient(tiny_model_dir, [1.0] * 4, [1, 2, 3]))
     counts = [int(sampled_mask(n).sum()) for n in range(len(CHAINS))]
@@ -352,7 +366,9 @@ def test_bypass_takes_the_ratio_against_the_engine_and_skips_the_pass(tiny_model
     from agentfly.callbacks import AdvantageCallback
 
     _, metrics = fit_once(
-        tiny_model_dir, make_batch(), [AdvantageCallback("grpo")], ppo_epochs=2, bypass_mode=True
+        tiny_model_dir, make_batch(), [AdvantageCallback("grpo")],
+        actor=UpdateSettings("actor", mini_batch_size=4, epochs=2),
+        correction=CorrectionSettings(bypass_mode=True),
     )
     counts = [int(sampled_mask(n).sum()) for n in range(len(CHAINS))]
     negative = sum(c for c, a in zip(counts, GRPO_ADVANTAGES) if a < 0)

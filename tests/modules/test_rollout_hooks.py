@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from agentfly.callbacks import AdvantageCallback, RolloutBatchCallback
-from tests.modules.test_learning import GRPO_ADVANTAGES, fit_once, make_batch
+from tests.modules.one_update import GRPO_ADVANTAGES, fit_once, make_batch
 
 
 class Seen(RolloutBatchCallback):

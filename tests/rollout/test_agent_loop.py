@@ -2,46 +2,17 @@
 
 from __future__ import annotations
 
-import json
+import logging
 
 import pytest
 
-from agentfly.models.tiny import build_tiny_model
-from agentfly.rollout.agent_loop import AgentLoop
 from agentfly.rollout.agents import get_agent
 from agentfly.rollout.data import question_of
-from agentfly.rollout.engines import EnginePool
 from agentfly.rollout.engines import scripted as _scripted  # noqa: F401  (registers "scripted")
 from agentfly.rollout.templates import get_template
 from agentfly.rollout.tools import get_tool
-
-
-def call(name, **args):
-    return "<tool_call>\n" + json.dumps({"name": name, "arguments": args}) + "\n</tool_call>"
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return build_tiny_model(tmp_path_factory.mktemp("tiny"))
-
-
-def make_loop(model_dir, script, *, tools=("calculator", "answer"), agent="hf", **kw):
-    pool = EnginePool("scripted", 0, engine_kwargs={"model": str(model_dir), "script": script})
-    tok = pool.tokenizer
-    return AgentLoop(
-        engine=pool,
-        tokenizer=tok,
-        template=get_template("qwen2.5"),
-        agent=get_agent(agent, [get_tool(t) for t in tools]),
-        reward="math_equal_reward_tool",
-        **kw,
-    )
-
-
-ROWS = [
-    {"question": "What is 12*34?", "answer": "408"},
-    {"question": "What is 7+8?", "answer": "15"},
-]
+from agentfly.rollout.unseen_tools import shows_tool_schemas
+from tests.rollout.scripted_loops import ROWS, call, make_loop
 
 
 def check_token_exact(loop, traj):
@@ -181,3 +152,41 @@ def test_concurrency_cap_is_respected(model_dir):
     loop._chain = counting
     trajs = loop.run(ROWS)
     assert len(trajs) == 8 and peak == 2
+
+
+# ------------------------------------------------------------ a template that hides the schemas
+
+
+@pytest.mark.parametrize(("template", "agent", "shown"), [
+    ("qwen2.5", "hermes", True), ("qwen2.5-no-system-tool", "hermes", False), ("qwen2.5", "react", True),
+])
+def test_whether_the_model_is_shown_the_tools_schemas(template, agent, shown):
+    tools = [get_tool("calculator"), get_tool("answer")]
+    assert shows_tool_schemas(get_template(template), get_agent(agent, tools)) is shown
+
+
+@pytest.mark.parametrize("template", ["qwen2.5-no-system-tool", "qwen2.5"])
+def test_calls_that_all_miss_a_hidden_schema_name_the_template(model_dir, caplog, template):
+    """Well-formed calls with another tool's arguments fail as ``invalid_arguments`` under both
+    templates; where the template showed the model no schema, the run says so, once."""
+    loop = make_loop(model_dir, [call("answer", expression="12*34")], template=template, max_turns=1, num_chains=4)
+    with caplog.at_level(logging.WARNING, logger="agentfly.rollout.unseen_tools"):
+        trajs = loop.run(ROWS[:1]) + loop.run(ROWS[:1])
+    assert [c.error for t in trajs for c in t.tool_calls] == ["invalid_arguments"] * 8
+    said = [r.getMessage() for r in caplog.records if r.name == "agentfly.rollout.unseen_tools"]
+    if template == "qwen2.5":
+        assert said == []
+    else:
+        (message,) = said  # the second rollout does not repeat it
+        assert "'answer'" in message and "unknown argument(s): expression" in message
+        assert "'qwen2.5-no-system-tool' shows the model no tool schemas" in message
+
+
+def test_calls_that_are_not_json_are_not_blamed_on_the_template(model_dir, caplog):
+    """A broken call names no tool's arguments: the template is not why it failed."""
+    broken = '<tool_call>\n{"name": "answer", "arguments": {"answer": "4\n</tool_call>'
+    loop = make_loop(model_dir, [broken], template="qwen2.5-no-system-tool", max_turns=1, num_chains=4)
+    with caplog.at_level(logging.WARNING, logger="agentfly.rollout.unseen_tools"):
+        trajs = loop.run(ROWS[:1])
+    assert [c.error for t in trajs for c in t.tool_calls] == ["invalid_arguments"] * 4
+    assert [r for r in caplog.records if r.name == "agentfly.rollout.unseen_tools"] == []

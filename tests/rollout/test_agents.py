@@ -21,7 +21,7 @@ def tools(*names):
 
 
 def test_hermes_reads_several_calls_and_flags_broken_ones():
-    agent = get_agent("hf", tools("calculator", "answer"))
+    agent = get_agent("hermes", tools("calculator", "answer"))
     text = (
         'Let me compute.\n<tool_call>\n{"name": "calculator", "arguments": {"expression": "2*3"}}\n</tool_call>\n'
         '<tool_call>\n{"name": "answer", "arguments": "{\\"answer\\": \\"6\\"}"}\n</tool_call>\n'

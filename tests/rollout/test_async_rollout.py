@@ -15,11 +15,12 @@ from agentfly.core.trajectory import ToolCallRecord, Trajectory
 from agentfly.rollout.collate import collate_trajectories
 from agentfly.rollout.datamodule import RolloutDataModule
 from agentfly.rollout.failures import failure_reason
+from agentfly.rollout.handover import staleness_metrics
 from agentfly.rollout.producer import Produced, RolloutProducer, lead, staleness, too_stale
-from tests.rollout.test_agent_loop import ROWS, call, make_loop, model_dir  # noqa: F401
+from tests.rollout.scripted_loops import ROWS, call, make_loop
 
 
-def test_every_sampled_token_carries_the_version_of_the_weights_that_sampled_it(model_dir):  # noqa: F811
+def test_every_sampled_token_carries_the_version_of_the_weights_that_sampled_it(model_dir):
     """Turn 1 is sampled before a weight push named version 7, turn 2 after it: the chain's
     sampled tokens carry 0 then 7, tool observations -1, and the batch keeps them per token."""
     loop = make_loop(model_dir, [call("calculator", expression="12*34"), call("answer", answer="408")])
@@ -46,7 +47,7 @@ def test_every_sampled_token_carries_the_version_of_the_weights_that_sampled_it(
     assert (batch.policy_version[batch.response_mask == 0] == -1).all()
 
 
-def test_a_weight_push_names_the_version_the_samples_carry(model_dir):  # noqa: F811
+def test_a_weight_push_names_the_version_the_samples_carry(model_dir):
     loop = make_loop(model_dir, [call("answer", answer="15")])
     loop.engine.update_weights({}, version=12)
     (traj,) = loop.run(ROWS[1:], num_chains=1)
@@ -91,7 +92,7 @@ def test_the_data_module_rolls_a_refused_group_out_again_and_counts_it():
     items = [(10, {"q": "a"}), (11, {"q": "b"})]
     kept = [_traj(6, 0, [4]), _traj(6, 1, [4])]
     produced = Produced(3, items, [*kept, _traj(7, 0, [4]), _traj(7, 1, [3, 4])])
-    assert dm._refuse_stale(produced, current=5) == 2
+    assert dm.train_rollouts.refuse_stale(produced, current=5) == 2
     assert rolled == [([{"q": "b"}], 7)]  # the refused group's row, under its own group id
     assert produced.trajs[:2] == kept
     assert [(t.group_id, t.chain_index, t.sampled_versions) for t in produced.trajs[2:]] == [(7, 0, [5]), (7, 1, [5])]
@@ -104,12 +105,12 @@ def _timed_out(t: Trajectory) -> Trajectory:
     return t
 
 
-def _refusing_module(policy: str, reruns: list) -> RolloutDataModule:
+def _refusing_module(policy: str, reruns: list, trajectory_dir: str | None = None) -> RolloutDataModule:
     """Iteration 3 at version 5, bound 1, batch of rows 10 and 11 (groups 6 and 7): the fresh
     rollout of a refused group has chain 1 failed by a hung tool; a re-run answers."""
     dm = RolloutDataModule(
         lambda: None, train_batch_size=2, rollout_mode="async", max_staleness=1,
-        failed_chains=policy, max_resamples=1,
+        failed_chains=policy, max_resamples=1, trajectory_dir=trajectory_dir,
     )
 
     class Loop:
@@ -133,7 +134,7 @@ def test_a_failed_chain_of_a_group_rolled_out_again_is_resampled_not_trained_on(
     produced = Produced(3, [(10, {"q": "a"}), (11, {"q": "b"})],
                         [*kept, _traj(7, 0, [3]), _traj(7, 1, [4])],
                         metrics={"rollout/failed_chains": 2.0, "rollout/resampled_chains": 2.0})
-    assert dm._refuse_stale(produced, current=5) == 2
+    assert dm.train_rollouts.refuse_stale(produced, current=5) == 2
     assert reruns == [[(7, 1)]]  # the failed fresh chain alone, re-run once
     assert [failure_reason(t) for t in produced.trajs] == [None] * 4
     assert [(t.group_id, t.chain_index) for t in produced.trajs] == [(6, 0), (6, 1), (7, 0), (7, 1)]
@@ -144,15 +145,14 @@ def test_a_failed_chain_of_a_group_rolled_out_again_is_resampled_not_trained_on(
 
 
 def test_a_group_rolled_out_again_that_fails_is_dropped_and_its_row_recorded(tmp_path):
-    dm = _refusing_module("drop", [])
-    dm.trajectory_dir = str(tmp_path)
+    dm = _refusing_module("drop", [], trajectory_dir=str(tmp_path))
     kept = [_traj(6, 0, [4]), _traj(6, 1, [4])]
     produced = Produced(3, [(10, {"q": "a"}), (11, {"q": "b"})],
                         [*kept, _traj(7, 0, [3]), _traj(7, 1, [4])])
-    assert dm._refuse_stale(produced, current=5) == 2
+    assert dm.train_rollouts.refuse_stale(produced, current=5) == 2
     assert produced.trajs == kept
     assert produced.metrics["rollout/dropped_groups"] == 1
-    dm._write_rollout_record(produced.items, produced.trajs, [], 5, offset=6)
+    dm.train_rollouts.write_record(produced.items, produced.trajs, [], 5, offset=6)
     record = json.loads((tmp_path / "rollouts_rank0.jsonl").read_text())
     assert record["rows"] == [10, 11] and record["dropped_rows"] == [11]
     assert len(record["rewards"]) == 2
@@ -230,5 +230,5 @@ def test_one_step_off_pushes_weights_only_after_the_rollout_in_flight():
 
 def test_staleness_metrics_are_measured_on_sampled_tokens():
     batch = SimpleNamespace(policy_version=torch.tensor([[3, -1, 4], [5, 5, -1]]))
-    m = RolloutDataModule._staleness_metrics(batch, current=5)
+    m = staleness_metrics(batch, current=5)
     assert m == {"rollout/staleness/mean": pytest.approx((2 + 1 + 0 + 0) / 4), "rollout/staleness/max": 2.0}

@@ -29,10 +29,10 @@ def checksum(prediction: str) -> float:
 @pytest.fixture(scope="module")
 def loop(tmp_path_factory):
     model = build_tiny_model(tmp_path_factory.mktemp("baseline"), initializer_range=0.2)
-    pool = EnginePool("hf", 0, engine_kwargs={"model": str(model), "device": "cpu"})
+    pool = EnginePool("transformers", 0, engine_kwargs={"model": str(model), "device": "cpu"})
     yield AgentLoop(
         engine=pool, tokenizer=pool.tokenizer, template=get_template("qwen2.5"),
-        agent=get_agent("hf", [get_tool("calculator")]), reward=checksum,
+        agent=get_agent("hermes", [get_tool("calculator")]), reward=checksum,
         num_chains=2, max_turns=1, max_tokens=8, seed=7,
     )
     pool.shutdown()

@@ -40,7 +40,7 @@ def _greedy_ids(outputs) -> list[list[int]]:
 def test_local_pool_batches_concurrent_requests(model_dirs):
     a, b = model_dirs
     kwargs = {"model": a, "device": "cpu", "max_model_len": 64}
-    pool = EnginePool("hf", num_engines=0, engine_kwargs=kwargs)
+    pool = EnginePool("transformers", num_engines=0, engine_kwargs=kwargs)
     assert pool.backend == "local"
     prompts = _prompts(pool.tokenizer)
     expected = _greedy_ids(TransformersEngine(a, device="cpu").generate(prompts, GREEDY))
@@ -54,7 +54,7 @@ def test_local_pool_batches_concurrent_requests(model_dirs):
     assert pool.stats()[0]["requests"] < len(prompts)
 
     pool.update_weights(b)
-    assert _greedy_ids(pool.generate_sync(prompts, GREEDY)) == _greedy_ids(
+    assert _greedy_ids(run_sync(pool, pool.generate(prompts, GREEDY))) == _greedy_ids(
         TransformersEngine(b, device="cpu").generate(prompts, GREEDY)
     )
 
@@ -156,7 +156,7 @@ def test_ray_pool_spreads_requests_and_updates_every_actor(model_dirs):
     a, b = model_dirs
     temp_dir = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray's socket paths
     pool = EnginePool(
-        "hf",
+        "transformers",
         num_engines=2,
         engine_kwargs={"model": str(a), "device": "cpu"},
         num_cpus_per_engine=1,

@@ -30,6 +30,7 @@ from agentfly.rollout.engines import (
     EngineTimeoutError,
     SamplingParams,
 )
+from agentfly.rollout.engines.caller_thread import run_sync
 from agentfly.rollout.engines.capacity import (
     capacity_problem,
     engines_that_fit,
@@ -255,7 +256,7 @@ def test_a_full_cluster_and_a_dead_engine(ray_cluster, tiny_model_dir):
         assert all(r[0][0].token_ids for r in served)
         assert [s["pid"] for s in pool.stats()] == [pids[1]]
         assert list(pool.lost_engines) == [0]
-        assert in_thread(lambda: pool.generate_sync([[4, 5]], SAMPLING))[0][0].token_ids
+        assert in_thread(lambda: run_sync(pool, pool.generate([[4, 5]], SAMPLING)))[0][0].token_ids
     finally:
         pool.shutdown()
     assert _all_cpus_free(ray_cluster)
@@ -316,7 +317,7 @@ def test_killed_and_hung_engines_fail_their_callers(ray_cluster, tiny_model_dir)
 
         assert sorted(pool.lost_engines) == [0, 1, 2]
         with pytest.raises(EngineLostError) as caught:
-            in_thread(lambda: pool.generate_sync([[1]], SAMPLING), bound=10)
+            in_thread(lambda: run_sync(pool, pool.generate([[1]], SAMPLING)), bound=10)
         assert "no engine is left in the pool" in str(caught.value)
         for why in ("engine 0 died", "engine 1 did not finish", "engine 2 did not finish"):
             assert why in str(caught.value)

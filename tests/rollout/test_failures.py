@@ -287,7 +287,7 @@ def loop(tmp_path_factory):
     tools = [get_tool(t) for t in ("answer", "calculator", "test_failures_hang")]
     yield AgentLoop(
         engine=pool, tokenizer=pool.tokenizer, template=get_template("qwen2.5"),
-        agent=get_agent("hf", tools), reward="test_failures_exact", max_turns=2, num_chains=4,
+        agent=get_agent("hermes", tools), reward="test_failures_exact", max_turns=2, num_chains=4,
         max_tokens=256, seed=SEED,
     )
     pool.shutdown()

@@ -29,7 +29,7 @@ SHORT = [{"question": f"What is {i}+1?", "answer": str(i + 1)} for i in range(3)
 @pytest.fixture
 def renderer(tiny_tokenizer) -> PromptRenderer:
     # no tools in the template: with the tiny tokenizer a tool schema alone passes 80 tokens
-    agent = get_agent("hf", [], "Be brief.")
+    agent = get_agent("hermes", [], "Be brief.")
     return PromptRenderer(agent, get_template("qwen2.5"), tiny_tokenizer, CONTEXT)
 
 
@@ -128,7 +128,7 @@ class NoEngine:
 def loop_of(tokenizer, engine, context=CONTEXT) -> AgentLoop:
     return AgentLoop(
         engine=engine, tokenizer=tokenizer, template=get_template("qwen2.5"),
-        agent=get_agent("hf", [], "Be brief."), max_model_len=context, max_tokens=8,
+        agent=get_agent("hermes", [], "Be brief."), max_model_len=context, max_tokens=8,
     )
 
 

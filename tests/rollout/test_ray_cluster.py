@@ -1,4 +1,4 @@
-"""The engine pool joins an existing Ray cluster named by RAY_ADDRESS (as the seed scripts start
+"""The engine pool joins an existing Ray cluster named by RAY_ADDRESS (as AgentFly's scripts start
 one with `ray start --head`) instead of starting its own."""
 
 from __future__ import annotations
@@ -68,10 +68,11 @@ def test_pool_joins_the_cluster_in_ray_address(tmp_path):
     code = f"""
 import ray
 from agentfly.rollout.engines import EnginePool, SamplingParams
+from agentfly.rollout.engines.caller_thread import run_sync
 pool = EnginePool("scripted", 1, engine_kwargs={{"model": {str(model)!r}, "script": ["hi"]}}, num_cpus_per_engine=0.5)
 joined = ray.get_runtime_context().gcs_address
 assert joined == {address!r}, f"joined {{joined}}, not the cluster at {address}"
-out = pool.generate_sync([[1, 2, 3]], SamplingParams(max_tokens=8))
+out = run_sync(pool, pool.generate([[1, 2, 3]], SamplingParams(max_tokens=8)))
 print("NODES", len(ray.nodes()), "TOKENS", len(out[0][0].token_ids))
 pool.shutdown()
 """

@@ -29,7 +29,7 @@ def base_args(model, data, extra=()):
         "agent.init_config.template=qwen2.5",
         "agent.init_config.reward_name=math_equal_reward_tool",
         "agent.run_config.max_turns=2",
-        "--agent.num_chains",  # a LightningCLI-style flag, and the seeds' other spelling
+        "--agent.num_chains",  # a LightningCLI-style flag, and AgentFly's other spelling
         "2",
         "agent.run_config.generation_config.max_tokens=16",
         "actor_rollout_ref.rollout.name=hf",

@@ -47,7 +47,7 @@ def test_ray_pool_four_prompts_four_chains_three_turns(tmp_path, ray_tmp):
     try:
         tok = pool.tokenizer
         template = get_template("qwen2.5")
-        agent = get_agent("hf", [get_tool("calculator"), get_tool("answer")])
+        agent = get_agent("hermes", [get_tool("calculator"), get_tool("answer")])
         loop = AgentLoop(
             engine=pool, tokenizer=tok, template=template, agent=agent,
             reward="math_equal_reward_tool", max_turns=3, num_chains=4,
@@ -80,10 +80,10 @@ def test_hf_engine_logprobs_match_a_forward_pass(tmp_path):
     from transformers import AutoModelForCausalLM
 
     model_dir = build_tiny_model(tmp_path / "m", initializer_range=0.2)
-    pool = EnginePool("hf", 0, engine_kwargs={"model": str(model_dir), "seed": 3})
+    pool = EnginePool("transformers", 0, engine_kwargs={"model": str(model_dir), "seed": 3})
     loop = AgentLoop(
         engine=pool, tokenizer=pool.tokenizer, template=get_template("qwen2.5"),
-        agent=get_agent("hf", [get_tool("calculator")]), reward="math_equal_reward_tool",
+        agent=get_agent("hermes", [get_tool("calculator")]), reward="math_equal_reward_tool",
         max_turns=2, num_chains=2, max_tokens=24, temperature=1.0,
     )
     trajs = loop.run(ROWS[:2])

@@ -13,7 +13,7 @@ from agentfly.plan import plan_run
 from agentfly.rollout.producer import Produced, RolloutProducer
 from agentfly.rollout.trainer_threads import TrainerThreads
 from agentfly.topology import Hardware
-from tests.config.test_every_key import base, compose, data  # noqa: F401
+from tests.config.plans import base, compose, write_plan_data
 
 
 class _Record(torch.autograd.Function):
@@ -161,7 +161,8 @@ CPU2 = Hardware(gpus=0, cpus=2)
         ([], None, None),  # sync: the two take turns on every core
     ],
 )
-def test_the_plan_lends_the_cores_only_where_it_split_them(extra, idle_threads, trainer_threads, data):  # noqa: F811
+def test_the_plan_lends_the_cores_only_where_it_split_them(extra, idle_threads, trainer_threads, tmp_path):
+    data = write_plan_data(tmp_path)
     plan = plan_run(compose([*base(data), "trainer.device=cpu", "trainer.n_gpus_per_node=1", *extra]), CPU2)
     assert plan.datamodule["idle_threads"] == idle_threads
     assert plan.num_threads == trainer_threads
@@ -184,15 +185,15 @@ def test_the_data_module_takes_the_cores_back_before_each_hand_over(threads_rest
     )
     dm.trainer = SimpleNamespace(lightning_module=model)
     iteration = [0]
-    dm._iteration = lambda: iteration[0]
+    dm.iteration = lambda: iteration[0]
 
     def roll(k: int, items=None) -> Produced:
         if k == 1:
             release.wait(5)
         return Produced(k, [(k, {})], [])
 
-    dm._roll = roll
-    dm._hand_over = lambda produced, waited: (produced.iteration, torch.get_num_threads())
+    dm.train_rollouts.roll = roll
+    dm.train_rollouts.hand_over = lambda produced, waited: (produced.iteration, torch.get_num_threads())
     try:
         assert dm.rollout([(0, {})]) == (0, 1)
         model[0](torch.ones(1, 4))  # the update while iteration 1 rolls out

@@ -9,7 +9,7 @@ import pytest
 
 from agentfly.cli import main
 from agentfly.core.metric_sums import means as val_means
-from tests.test_fit import fit_args, rows, task  # noqa: F401  (the fixture)
+from tests.fit_runs import fit_args, rows
 
 
 def test_val_means_weights_ranks_by_their_rows():
@@ -29,7 +29,7 @@ def _val_row(run):
     return row
 
 
-def test_sampled_validation_with_greedy_beside(task, tmp_path):  # noqa: F811
+def test_sampled_validation_with_greedy_beside(task, tmp_path):
     root, model = task
     run = tmp_path / "run"
     kw = "actor_rollout_ref.rollout.val_kwargs"
@@ -46,7 +46,7 @@ def test_sampled_validation_with_greedy_beside(task, tmp_path):  # noqa: F811
     assert float(row["val/val/tool_call_rate"]) == pytest.approx(rate)
 
 
-def test_greedy_validation_by_default(task, tmp_path):  # noqa: F811
+def test_greedy_validation_by_default(task, tmp_path):
     root, model = task
     run = tmp_path / "run"
     assert main(fit_args(root, model, run, 1, ["trainer.val_before_train=True"])) == 0

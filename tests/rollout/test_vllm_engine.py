@@ -119,11 +119,11 @@ def test_registered_and_import_is_lazy():
     subprocess.run([sys.executable, "-c", code], check=True, env=dict(os.environ))
 
 
-def test_missing_vllm_names_the_hf_engine(monkeypatch):
+def test_missing_vllm_names_the_transformers_engine(monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", None)  # makes `import vllm` raise ImportError
-    with pytest.raises(VLLMUnavailableError, match=r"rollout\.name=hf"):
+    with pytest.raises(VLLMUnavailableError, match=r"rollout\.name=transformers"):
         import_vllm()
-    with pytest.raises(VLLMUnavailableError, match=r"rollout\.name=hf"):
+    with pytest.raises(VLLMUnavailableError, match=r"rollout\.name=transformers"):
         VLLMEngine("/nonexistent")
 
 

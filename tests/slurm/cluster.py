@@ -40,6 +40,7 @@ import socket
 import stat
 import subprocess
 import tempfile
+import textwrap
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -447,3 +448,9 @@ def slurm_cluster(
         cluster.stop()
         if not root.is_relative_to(workdir):
             shutil.rmtree(root, ignore_errors=True)  # the short fallback outside workdir
+
+
+def write_job(path: Path, body: str) -> Path:
+    """A batch script at ``path``: a bash shebang, then ``body`` dedented."""
+    path.write_text("#!/bin/bash\n" + textwrap.dedent(body))
+    return path

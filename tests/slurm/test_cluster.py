@@ -5,13 +5,12 @@ and the requeue that Lightning's SLURMEnvironment performs. Skipped without slur
 from __future__ import annotations
 
 import sys
-import textwrap
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.slurm.cluster import SlurmCluster
+from tests.slurm.cluster import SlurmCluster, write_job
 
 # A task that records SIGUSR1 and, when asked, requeues its job from rank 0 the way Lightning's
 # SIGUSR1 handler does (`scontrol requeue $SLURM_JOB_ID`); a restarted run exits at once.
@@ -38,11 +37,6 @@ time.sleep(120)
 note("timeout")
 sys.exit(1)
 """
-
-
-def write_job(path: Path, body: str) -> Path:
-    path.write_text("#!/bin/bash\n" + textwrap.dedent(body))
-    return path
 
 
 def task(tmp: Path) -> Path:

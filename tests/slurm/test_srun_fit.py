@@ -49,8 +49,7 @@ def test_sigusr1_checkpoints_requeues_and_the_next_launch_resumes(cluster, tmp_p
     import csv
     import time
 
-    from tests.slurm.cluster import free_port
-    from tests.slurm.test_cluster import write_job
+    from tests.slurm.cluster import free_port, write_job
 
     model = build_tiny_model(tmp_path / "model", initializer_range=0.2)
     rows = [{"question": f"What is {a}+{a}?", "answer": str(2 * a)} for a in range(1, 9)]

@@ -1,4 +1,5 @@
-"""Agent types by name: ``hf`` (hermes tool calls), ``react``, ``code``, ``action``."""
+"""Agent types by name: ``hermes`` (hermes tool calls; AgentFly's ``hf``), ``react``, ``code``,
+``action``."""
 
 from agentfly.rollout.agents import action, code, hermes, react  # noqa: F401  (registers them)
 from agentfly.rollout.agents.base import (

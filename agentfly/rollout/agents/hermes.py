@@ -1,4 +1,4 @@
-"""The ``hf`` agent: tool calls as hermes ``<tool_call>{"name": ..., "arguments": ...}</tool_call>``.
+"""The ``hermes`` agent (AgentFly's ``hf``): tool calls as hermes ``<tool_call>{"name": ..., "arguments": ...}</tool_call>``.
 
 The tools' JSON schemas go to the chat template (Qwen2.5 and other hermes-style templates show
 them in the system message); results come back as ``tool`` messages.
@@ -15,7 +15,7 @@ from agentfly.rollout.agents.base import Agent, ParsedTurn, ToolCallRequest, reg
 TOOL_CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
 
 
-@register_agent("hf", aliases=("hermes",))
+@register_agent("hermes", aliases=("hf",))
 class HermesAgent(Agent):
     tools_in_template = True
 

@@ -1,6 +1,6 @@
 """Generation engines behind one interface, and the Ray pool that serves them.
 
-``create_engine("hf", model=path)`` builds one engine; :class:`EnginePool` holds several (Ray
+``create_engine("transformers", model=path)`` builds one engine; :class:`EnginePool` holds several (Ray
 actors, or one in-process engine for debugging). Importing this package registers the built-in
 engines without importing torch or transformers.
 """

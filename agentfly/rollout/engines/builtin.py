@@ -1,4 +1,4 @@
-"""The built-in engines (``scripted``, ``hf``, ``vllm``): importing this module registers them,
+"""The built-in engines (``scripted``, ``transformers``, ``vllm``): importing this module registers them,
 without importing torch, transformers or vLLM. The package and an engine actor import it."""
 
 import agentfly.rollout.engines.scripted

@@ -170,11 +170,6 @@ def cluster_nodes() -> list[dict[str, float]]:
     return [dict(node["Resources"]) for node in ray.nodes() if node.get("Alive")]
 
 
-def max_engines(num_cpus: float, num_gpus: float) -> float:
-    """Engines of ``(num_cpus, num_gpus)`` each that the connected Ray cluster holds in total."""
-    return engines_that_fit(cluster_nodes(), num_cpus, num_gpus)
-
-
 def check_capacity(
     num_engines: int, num_cpus: float, num_gpus: float, *, wait_s: float = 10.0
 ) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Sequence
@@ -87,6 +88,16 @@ class EngineHost:
         }
 
 
+#: where Ray says that a local instance it starts takes its default, token authentication
+RAY_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
+
+
+def _quiet_token_default(record: logging.LogRecord) -> bool:
+    """Drop Ray's notice that the instance agentfly starts on this machine uses Ray's default
+    (token authentication): nothing to act on (``RAY_AUTH_MODE=disabled`` still opts out)."""
+    return not record.getMessage().startswith("Token authentication is enabled for this Ray cluster")
+
+
 def ensure_ray(num_cpus: int | None = None, temp_dir: str | None = None, **kwargs: Any) -> bool:
     """Initialise Ray if it is not: join ``RAY_ADDRESS`` when set, else start a local instance.
 
@@ -104,5 +115,6 @@ def ensure_ray(num_cpus: int | None = None, temp_dir: str | None = None, **kwarg
             ray.init(address=os.environ["RAY_ADDRESS"], **kwargs)
         else:
             kwargs.setdefault("include_dashboard", False)
+            logging.getLogger(RAY_AUTH_LOGGER).addFilter(_quiet_token_default)
             ray.init(num_cpus=num_cpus, _temp_dir=temp_dir, **kwargs)
     return True

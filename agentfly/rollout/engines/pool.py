@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from agentfly.rollout.engines.actors import Deadlines, RayEngines
 from agentfly.rollout.engines.base import GenerationOutput, SamplingParams
 from agentfly.rollout.engines.batching import RequestBatcher
-from agentfly.rollout.engines.caller_thread import InProcessCalls, run_sync
+from agentfly.rollout.engines.caller_thread import InProcessCalls
 from agentfly.rollout.engines.capacity import check_local_capacity
 from agentfly.rollout.engines.host import EngineHost, ensure_ray
 
@@ -49,7 +49,7 @@ class EnginePool:
     in-process engine runs in this process, with no deadline.
 
     Args:
-        engine: registered engine name (``"hf"``, ``"vllm"``...).
+        engine: registered engine name (``"transformers"``, ``"vllm"``...).
         num_engines: engines to start; 0 means one in-process engine (``backend="local"``).
         engine_kwargs: constructor arguments of every engine (model path, dtype, max_model_len,
             device, seed...). With Ray, engine ``i`` gets ``seed + i`` so samples differ.
@@ -81,7 +81,7 @@ class EnginePool:
 
     def __init__(
         self,
-        engine: str = "hf",
+        engine: str = "transformers",
         num_engines: int = 1,
         *,
         engine_kwargs: dict[str, Any] | None = None,
@@ -200,12 +200,6 @@ class EnginePool:
         if self._ray is not None and not self._ray.live():
             raise self._ray.none_left()
         return await self._batcher.submit(prompts, sampling)
-
-    def generate_sync(
-        self, prompts: list[list[int]], sampling: SamplingParams
-    ) -> list[list[GenerationOutput]]:
-        """:meth:`generate` from synchronous code (see :func:`run_sync`)."""
-        return run_sync(self, self.generate(prompts, sampling))
 
     def update_weights(self, weights: Weights, version: int | None = None) -> None:
         """Load new weights into every engine; returns once all have them.

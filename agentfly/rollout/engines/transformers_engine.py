@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from agentfly.rollout.engines.base import Weights
 
 
-@register_engine("hf", aliases=("transformers",))
+@register_engine("transformers", aliases=("hf",))
 class TransformersEngine(Engine):
     """Serve a Hugging Face causal LM with plain PyTorch.
 
@@ -174,14 +174,7 @@ class TransformersEngine(Engine):
         distinct: dict[tuple[int, ...], int] = {}
         inverse = [distinct.setdefault(tuple(r.prompt), len(distinct)) for r in rows]
         unique = list(distinct)
-        width = max(len(p) for p in unique)
-        input_ids = torch.full((len(unique), width), self.pad_token_id, dtype=torch.long)
-        attention_mask = torch.zeros((len(unique), width), dtype=torch.long)
-        for i, prompt in enumerate(unique):  # left padding
-            input_ids[i, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
-            attention_mask[i, width - len(prompt) :] = 1
-        input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
-        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # (U, L)
+        input_ids, attention_mask, position_ids = self._left_padded(unique, torch)  # (U, L) each
 
         # per-row sampling settings, on the device once per batch (rows leaving are dropped
         # with the cache), so a decode step copies nothing to the device but its uniforms
@@ -217,18 +210,9 @@ class TransformersEngine(Engine):
                     draw_uniforms(self._groups(live), device),
                     truncated=any(_truncates(r.sampling) for r in live if not r.sampling.greedy),
                 )
-                chosen_list, logprob_list = chosen.tolist(), chosen_logprobs.tolist()
-                keep: list[int] = []
-                for j, i in enumerate(active):
-                    row = rows[i]
-                    row.tokens.append(chosen_list[j])
-                    row.logprobs.append(logprob_list[j])
-                    if chosen_list[j] in stop_ids[i] or self._hits_stop(row):
-                        row.finish = "stop"
-                    elif step + 1 >= limits[i]:
-                        row.finish = "length"
-                    else:
-                        keep.append(j)
+                keep = self._append_step(
+                    rows, active, chosen.tolist(), chosen_logprobs.tolist(), stop_ids, limits, step
+                )
                 if not keep:
                     break
                 if len(keep) < len(active):  # finished rows leave the batch and its cache
@@ -255,13 +239,41 @@ class TransformersEngine(Engine):
                 cache = out.past_key_values
                 logits = out.logits[:, -1, :].float()  # (A, V)
         return [
-            GenerationOutput(
-                token_ids=r.tokens,
-                logprobs=r.logprobs,
-                finish_reason=r.finish or "length",
-            )
+            GenerationOutput(token_ids=r.tokens, logprobs=r.logprobs, finish_reason=r.finish or "length")
             for r in rows
         ]
+
+    def _left_padded(self, prompts: list[tuple[int, ...]], torch: Any) -> tuple[Any, Any, Any]:
+        """``prompts`` left-padded on the device: input ids, attention mask, position ids.
+        Shape: (U, L) each."""
+        width = max(len(p) for p in prompts)
+        input_ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for i, prompt in enumerate(prompts):
+            input_ids[i, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
+            attention_mask[i, width - len(prompt) :] = 1
+        input_ids, attention_mask = input_ids.to(self.device), attention_mask.to(self.device)
+        return input_ids, attention_mask, (attention_mask.cumsum(-1) - 1).clamp(min=0)
+
+    def _append_step(
+        self, rows: list[_Row], active: list[int], chosen: list[int], logprobs: list[float],
+        stop_ids: list[Any], limits: list[int], step: int,
+    ) -> list[int]:
+        """Append a decode step's token to each active row, and mark the rows it finishes (a
+        stop token or string: ``stop``; their token limit: ``length``). Returns the positions in
+        ``active`` of the rows that go on."""
+        keep: list[int] = []
+        for j, i in enumerate(active):
+            row = rows[i]
+            row.tokens.append(chosen[j])
+            row.logprobs.append(logprobs[j])
+            if chosen[j] in stop_ids[i] or self._hits_stop(row):
+                row.finish = "stop"
+            elif step + 1 >= limits[i]:
+                row.finish = "length"
+            else:
+                keep.append(j)
+        return keep
 
     @staticmethod
     def _groups(rows: list[_Row]) -> list[tuple[list[int], Any]]:

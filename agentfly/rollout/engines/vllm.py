@@ -56,7 +56,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-HINT = "use rollout.name=hf (the transformers engine) instead"
+HINT = "use rollout.name=transformers (the transformers engine) instead"
 # KV cache on the CPU backend when neither kv_cache_memory_bytes nor VLLM_CPU_KVCACHE_SPACE is
 # given: vLLM would otherwise reserve gpu_memory_utilization of all system memory.
 CPU_DEFAULT_KV_CACHE_BYTES = 1 << 30

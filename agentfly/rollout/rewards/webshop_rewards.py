@@ -1,4 +1,4 @@
-"""``webshop_reward``: registered for the seeds' WebShop command; WebShop is not shipped."""
+"""``webshop_reward``: registered for AgentFly's WebShop command; WebShop is not shipped."""
 
 from __future__ import annotations
 

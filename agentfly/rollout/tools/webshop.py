@@ -1,6 +1,6 @@
-"""``webshop_browser_action``: the WebShop environment tool of the seeds, not shipped here.
+"""``webshop_browser_action``: the WebShop environment tool of AgentFly's commands, not shipped here.
 
-WebShop needs its own server and product index. The tool is registered so that the seed's
+WebShop needs its own server and product index. The tool is registered so that AgentFly's
 command parses and runs; every call answers that the environment is not available, and the
 matching ``webshop_reward`` reports the same as a counted reward failure.
 """

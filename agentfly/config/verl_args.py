@@ -1,22 +1,24 @@
-"""The seeds' command lines and YAML files as LightningCLI arguments.
+"""AgentFly's and verl's command lines and YAML files as LightningCLI arguments.
 
-``agentfly fit`` parses with LightningCLI (jsonargparse). The seeds write their keys Hydra's way
-(``a.b=c``, ``+a.b=c``, ``~a.b``, ``a.l=[x,y]``, ``trainer.logger=['console','wandb']``), in
+*verl keys* are the keys of verl's config (``data.*``, ``algorithm.*``, ``actor_rollout_ref.*``,
+``critic.*``, ``trainer.*``) and of AgentFly's ``agent.*`` beside them: the keys AgentFly's
+training scripts set. ``agentfly fit`` parses with LightningCLI (jsonargparse); those scripts
+write their keys Hydra's way (``a.b=c``, ``+a.b=c``, ``~a.b``, ``a.l=[x,y]``, ``trainer.logger=['console','wandb']``), in
 several spellings (``agent.max_turns`` and ``agent.run_config.max_turns``; the example scripts'
 flat ``agent.tools``, ``agent.template``...), and their YAML files are sections of those keys.
 :func:`to_cli_args` turns all of it into what LightningCLI reads, before it parses:
 
-- every seed key given by a ``--config`` file (in order), then on the command line (Hydra words
+- every verl key given by a ``--config`` file (in order), then on the command line (Hydra words
   and ``--a.b[=]value`` flags alike, in order), is mapped to its canonical spelling
   (:mod:`agentfly.config.aliases`) and merged into one tree; a later source wins, two spellings
   of one key with different values in the same source are an error, ``~a.b`` returns a key to
   its default, and a key under a free-form mapping (``agent.init_config.tool_config.search.top_k``)
   merges into it. The tree goes to LightningCLI as the first ``--config``; LightningCLI types and
   checks its values.
-- what is not a seed key (``--model.class_path``, ``--data.init_args.*``, ``--trainer.precision``,
+- what is not a verl key (``--model.class_path``, ``--data.init_args.*``, ``--trainer.precision``,
   ``--trainer.callbacks+=...``, ``--ckpt_path``, ``--print_config``, ``--help``) is passed on as
   written, after it; keys of a LightningCLI config file (``--print_config``'s output) that are
-  not seed keys stay in the tree as they are.
+  not verl keys stay in the tree as they are.
 - an unknown key is refused here, naming the close matches.
 
 When neither a config file nor ``data.train_files`` is given, the default task
@@ -36,7 +38,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from agentfly.config.aliases import ALIASES, canonical_key
-from agentfly.config.keys import seed_key_table, takes
+from agentfly.config.keys import takes, verl_key_table
 from agentfly.config.overrides import parse_override
 from agentfly.core.errors import ConfigError
 
@@ -47,7 +49,7 @@ PACKAGE_DIR = Path(__file__).resolve().parents[1]
 if not OmegaConf.has_resolver("pkg"):
     OmegaConf.register_new_resolver("pkg", lambda rel: str(PACKAGE_DIR / rel))
 
-#: Keys the seeds pass that have no job here (``+hydra.job.chdir=False``): accepted, unused.
+#: Keys AgentFly's scripts pass that have no job here (``+hydra.job.chdir=False``): accepted, unused.
 IGNORED_NAMESPACES = ("hydra",)
 _RESET = object()
 
@@ -57,10 +59,10 @@ class _Append(list):
 
 
 class _Keys:
-    """The seed keys (canonical), their types and defaults, and the names to suggest."""
+    """The verl keys (canonical), their types and defaults, and the names to suggest."""
 
     def __init__(self) -> None:
-        table, self.sections = seed_key_table()
+        table, self.sections = verl_key_table()
         self.leaves = {k: tp for k, (tp, _) in table.items()}
         self.defaults = {k: default for k, (_, default) in table.items()}
         self.open_nodes = {k for k, tp in self.leaves.items() if takes(tp, dict)}
@@ -75,7 +77,7 @@ class _Keys:
         # sections that exist only as a spelling (agent.init_config.backend_config)
         self.alias_sections = {".".join(a.split(".")[:i]) for a in ALIASES for i in range(1, a.count(".") + 1)}
 
-    def is_seed_key(self, key: str) -> bool:
+    def is_verl_key(self, key: str) -> bool:
         """A leaf, or a key inside a free-form mapping (``agent.init_config.tool_config.search``)."""
         parts = key.split(".")
         return key in self.leaves or any(".".join(parts[:i]) in self.open_nodes for i in range(1, len(parts)))
@@ -93,11 +95,11 @@ class _Keys:
 
 
 @cache
-def seed_keys() -> _Keys:
+def verl_keys() -> _Keys:
     return _Keys()
 
 
-#: What LightningCLI reads besides the seeds' sections.
+#: What LightningCLI reads besides verl's sections.
 _LIGHTNING_ROOTS = ("model", "ckpt_path", "print_config", "config", "help")
 
 
@@ -106,11 +108,11 @@ def _passes_through(key: str, keys: _Keys) -> bool:
     parts = key.split(".")
     lightning = parts[0] in _LIGHTNING_ROOTS or ".".join(parts[:2]) in keys.lightning  # trainer.<argument>
     data = key.startswith(("data.class_path", "data.init_args", "data.dict_kwargs"))
-    return not keys.is_seed_key(key) and (lightning or data)
+    return not keys.is_verl_key(key) and (lightning or data)
 
 
 class _Source:
-    """One source's seed keys: ``{canonical key: value}`` in order, spellings checked.
+    """One source's verl keys: ``{canonical key: value}`` in order, spellings checked.
 
     A config file's other keys (``model:``, ``trainer.precision``...) are merged into ``rest``.
     """
@@ -133,7 +135,7 @@ class _Source:
                 f"{spelling} ({self.origin}): agentfly sets this Trainer argument itself; use {keys.managed[key]}"
             )
             return
-        if not keys.is_seed_key(key):
+        if not keys.is_verl_key(key):
             if (key in keys.sections or spelling in keys.alias_sections) and isinstance(value, dict):
                 for k, v in value.items():
                     self.set(f"{spelling}.{k}", v, keys)
@@ -225,7 +227,7 @@ def _flag_value(text: str) -> Any:
 
 
 def _command_line(args: list[str], keys: _Keys) -> tuple[list[str], list[str], _Source]:
-    """(config files, pass-through args, the command line's seed keys)."""
+    """(config files, pass-through args, the command line's verl keys)."""
     files: list[str] = []
     passed: list[str] = []
     source = _Source("command line")
@@ -246,7 +248,7 @@ def _command_line(args: list[str], keys: _Keys) -> tuple[list[str], list[str], _
                 eq, text, i = "=", args[i + 1], i + 1
             append = name.endswith("+")
             canon = canonical_key(name.rstrip("+"))
-            if _passes_through(canon, keys) or (append and not keys.is_seed_key(canon)):
+            if _passes_through(canon, keys) or (append and not keys.is_verl_key(canon)):
                 passed.append(f"--{canon}{'+' if append else ''}{eq}{text}")
             elif not eq:
                 raise ConfigError(f"--{name} needs a value")
@@ -287,13 +289,13 @@ def _put(tree: dict[str, Any], key: str, value: Any, keys: _Keys) -> None:
 
 
 def to_cli_args(args: list[str], *, default_task: bool = True) -> tuple[list[str], set[str]]:
-    """The LightningCLI arguments for ``args`` (after the subcommand), and the seed keys set.
+    """The LightningCLI arguments for ``args`` (after the subcommand), and the verl keys set.
 
     Raises:
         ConfigError: unknown keys (with close matches), a key with two values in one source,
             an unreadable or missing config file.
     """
-    keys = seed_keys()
+    keys = verl_keys()
     files, passed, cli = _command_line(list(args), keys)
     names_data = "data.train_files" in cli.values or any(a.startswith("--data.init_args.train_files") for a in passed)
     if default_task and not files and not names_data:

@@ -1,4 +1,4 @@
-"""The seed documents' training commands on this 2-core CPU machine, with their own GPU topology
+"""AgentFly's training commands (tests/config/verl_commands.py) on this 2-core CPU machine, with their own GPU topology
 (`trainer.n_gpus_per_node`, `tensor_model_parallel_size`, batch and micro-batch sizes): the model
 swapped for a tiny local one, the data for small local files (batch sizes scaled down where they
 exceed the data), `rollout.name=hf` for vLLM and fewer steps. Each parses, and the GSM8K,
@@ -14,22 +14,22 @@ import torch
 
 from agentfly.cli import load_config, main
 from agentfly.models.tiny import build_tiny_model
-from tests.config.seed_commands import (
-    SEED_000_CODE,
-    SEED_000_GSM8K,
-    SEED_000_REACT_SEARCH,
-    SEED_001_WEBSHOP,
+from tests.config.verl_commands import (
+    GUIDE_CODE,
+    GUIDE_GSM8K,
+    GUIDE_REACT_SEARCH,
+    KEY_REFERENCE_WEBSHOP,
 )
+from tests.fit_runs import probe_args
+from tests.fit_runs import rows as metrics_rows
 from tests.probes import assert_updates_follow_the_advantages, read_records
-from tests.test_fit import probe_args
-from tests.test_fit import rows as metrics_rows
 
 TINY_KEYS = ("agent.init_config.model_name_or_path", "actor_rollout_ref.model.path", "critic.model.path")
 
 
 @pytest.fixture(scope="module")
 def local(tmp_path_factory):
-    root = tmp_path_factory.mktemp("seeds")
+    root = tmp_path_factory.mktemp("commands")
     model = build_tiny_model(root / "model", initializer_range=0.2)
     math = [{"question": f"Tom has {a} apples and buys {b} more. How many?", "answer": f"{a}+{b}={a + b}\n#### {a + b}"} for a, b in [(3, 4), (5, 6), (2, 9), (7, 7)]]
     qa = [{"question": q, "answer": [a]} for q, a in [("Who wrote Hamlet?", "Shakespeare"), ("What is the capital of France?", "Paris"), ("Which planet is red?", "Mars"), ("What gas do plants absorb?", "carbon dioxide")]]
@@ -41,19 +41,19 @@ def local(tmp_path_factory):
     return root, model, corpus
 
 
-def localize(seed: list[str], replace: dict[str, str], extra: list[str]) -> list[str]:
-    """The seed's arguments with some values replaced (keeping its spelling), then ``extra``."""
+def localize(command: list[str], replace: dict[str, str], extra: list[str]) -> list[str]:
+    """The command's arguments with some values replaced (keeping its spelling), then ``extra``."""
     out = []
-    for arg in seed:
+    for arg in command:
         key = arg.split("=", 1)[0]
         out.append(f"{key}={replace[key]}" if key in replace else arg)
     return out + extra
 
 
-def local_args(seed, data, local_dir, model, corpus=None, extra=(), steps=2):
-    """The seed with a local model and data; batch sizes scaled to 2 prompts where they exceed
-    the data; `hf` for `vllm`; the seed's GPU counts, tensor parallelism and micro-batches kept."""
-    chains = int(next(a.split("=")[1] for a in seed if a.split("=")[0].endswith("num_chains")))
+def local_args(command, data, local_dir, model, corpus=None, extra=(), steps=2):
+    """The command with a local model and data; batch sizes scaled to 2 prompts where they exceed
+    the data; `transformers` for `vllm`; the command's GPU counts, tensor parallelism and micro-batches kept."""
+    chains = int(next(a.split("=")[1] for a in command if a.split("=")[0].endswith("num_chains")))
     replace = {k: str(model) for k in TINY_KEYS}
     replace.update({
         "data.train_files": str(data), "data.val_files": str(data),
@@ -61,43 +61,43 @@ def local_args(seed, data, local_dir, model, corpus=None, extra=(), steps=2):
         "actor_rollout_ref.actor.ppo_mini_batch_size": str(2 * chains),
         "critic.ppo_mini_batch_size": str(2 * chains),
         "agent.run_config.generation_config.max_tokens": "12",
-        "actor_rollout_ref.rollout.name": "hf",
+        "actor_rollout_ref.rollout.name": "transformers",
         "trainer.total_training_steps": str(steps), "trainer.save_freq": str(steps),
         "trainer.test_freq": str(steps),
     })
     more = ["actor_rollout_ref.actor.optim.lr=1e-3", f"trainer.default_local_dir={local_dir}"]
     if corpus is not None:
         more.append(f"agent.init_config.tool_config.search.corpus_path={corpus}")
-    return localize(seed, replace, more + list(extra))
+    return localize(command, replace, more + list(extra))
 
 
 @pytest.mark.parametrize(
-    "name, seed, data, with_corpus, engines, says",
+    "name, command, data, with_corpus, engines, says",
     [
-        # the seed's 1 GPU; the engine in this process
-        ("gsm8k", SEED_000_GSM8K, "math", False, "0", []),
+        # the command's 1 GPU; the engine in this process
+        ("gsm8k", GUIDE_GSM8K, "math", False, "0", []),
         # 8 GPUs and tensor parallelism 2: one CPU process, the engine not split
-        ("react_search", SEED_000_REACT_SEARCH, "qa", True, "0",
+        ("react_search", GUIDE_REACT_SEARCH, "qa", True, "0",
          ["trainer.n_gpus_per_node=8 -> 1 CPU process", "tensor_model_parallel_size=2 -> 1"]),
         # 4 GPUs, the engines left to the machine: one engine in a Ray pool, no hang
-        pytest.param("code", SEED_000_CODE, "code", False, None,
+        pytest.param("code", GUIDE_CODE, "code", False, None,
                      ["trainer.n_gpus_per_node=4 -> 1 CPU process", "one rollout engine"],
                      marks=pytest.mark.needs_bwrap),
     ],
 )
-def test_seed_command_trains_on_the_cpu(local, tmp_path, monkeypatch, ray_tmpdir, caplog, name, seed, data, with_corpus, engines, says):
+def test_an_agentfly_command_trains_on_the_cpu(local, tmp_path, monkeypatch, ray_tmpdir, caplog, name, command, data, with_corpus, engines, says):
     import logging
 
     if torch.cuda.is_available():
         pytest.skip("checks the CPU fallback")
     root, model, corpus = local
-    monkeypatch.setenv("WANDB_MODE", "offline")  # the seeds log to wandb
+    monkeypatch.setenv("WANDB_MODE", "offline")  # AgentFly's commands log to wandb
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
     run = tmp_path / "run"
     extra = [] if engines is None else [f"actor_rollout_ref.rollout.num_engines={engines}"]
-    args = local_args(seed, root / f"{data}.json", run, model, corpus if with_corpus else None, extra)
+    args = local_args(command, root / f"{data}.json", run, model, corpus if with_corpus else None, extra)
     for key in ("trainer.n_gpus_per_node", "actor_rollout_ref.rollout.tensor_model_parallel_size"):
-        assert any(a.startswith(key + "=") for a in args)  # the seed's own value, not replaced
+        assert any(a.startswith(key + "=") for a in args)  # the command's own value, not replaced
     with caplog.at_level(logging.WARNING, logger="agentfly"):
         assert main(["train", *args]) == 0
     said = " ".join(r.getMessage() for r in caplog.records)
@@ -115,7 +115,7 @@ def test_gae_trains_a_critic(local, tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
     run, probe = tmp_path / "run", tmp_path / "probe"
     extra = ["algorithm.adv_estimator=gae", "actor_rollout_ref.rollout.num_engines=0", *probe_args(probe)]
-    args = local_args(SEED_000_GSM8K, root / "math.json", run, model, extra=extra, steps=3)
+    args = local_args(GUIDE_GSM8K, root / "math.json", run, model, extra=extra, steps=3)
     assert main(["train", *args]) == 0
     losses = [float(r["critic/vf_loss"]) for r in metrics_rows(run) if r.get("critic/vf_loss")]
     assert len(losses) == 3
@@ -130,7 +130,7 @@ def test_gae_trains_a_critic(local, tmp_path, monkeypatch):
 
 def test_webshop_command_parses_and_its_tool_says_not_available(local, tmp_path):
     root, model, _ = local
-    args = local_args(SEED_001_WEBSHOP, root / "math.json", tmp_path / "run", model)
+    args = local_args(KEY_REFERENCE_WEBSHOP, root / "math.json", tmp_path / "run", model)
     cfg = load_config(args)
     assert cfg.agent.init_config.agent_type == "action"
     assert list(cfg.agent.init_config.tools) == ["webshop_browser_action"]

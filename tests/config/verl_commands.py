@@ -1,4 +1,4 @@
-"""The seeds' training commands, as the shell passes their arguments to the program.
+"""AgentFly's training commands (in verl's keys), as the shell passes their arguments to the program.
 
 Copied from ``/work/shared/seeds``: the three commands of the training guide (000), the WebShop
 script of the Hydra key reference (001, shell variables expanded, its multi-line system prompt
@@ -8,7 +8,7 @@ takes the same arguments). Shell quoting is already removed: ``"[calculator]"`` 
 ``[calculator]`` and ``['console','wandb']`` as ``[console,wandb]``.
 """
 
-# The WebShop system prompt of seed 001, verbatim.
+# The WebShop system prompt of document 001, verbatim.
 WEBSHOP_SYSTEM_PROMPT = """\
 You are an autonomous shopping agent operating in the WebShop web environment. Your goal is to purchase exactly one product that best matches the user's natural-language instruction.
 You must conduct reasoning inside <think> and </think> first every time you get new information. After reasoning, you can do one action by <action> action </action>. If you think you have finished the task, summarize what you have done.
@@ -36,7 +36,7 @@ You must conduct reasoning inside <think> and </think> first every time you get 
 
 Remember that you must put your action inside <action> and </action> tags."""
 
-SEED_000_GSM8K = [
+GUIDE_GSM8K = [
     "algorithm.adv_estimator=grpo",
     "data.train_files=./data/rlhf/math/gsm8k_train.json",
     "data.val_files=./data/rlhf/math/gsm8k_test.json",
@@ -76,7 +76,7 @@ SEED_000_GSM8K = [
     "trainer.total_training_steps=100",
 ]
 
-SEED_000_REACT_SEARCH = [
+GUIDE_REACT_SEARCH = [
     "algorithm.adv_estimator=reinforce_plus_plus",
     "data.train_files=./data/rlhf/qa/train_random_8000.json",
     "data.val_files=./data/rlhf/qa/dev_random_500.json",
@@ -118,7 +118,7 @@ SEED_000_REACT_SEARCH = [
     "trainer.val_before_train=True",
 ]
 
-SEED_000_CODE = [
+GUIDE_CODE = [
     "algorithm.adv_estimator=grpo",
     "data.train_files=./data/rlhf/code/train.json",
     "data.val_files=./data/rlhf/code/val.json",
@@ -157,7 +157,7 @@ SEED_000_CODE = [
     "trainer.total_training_steps=300",
 ]
 
-SEED_001_WEBSHOP = [
+KEY_REFERENCE_WEBSHOP = [
     "algorithm.adv_estimator=grpo",
     "data.train_files=./data/rlhf/webshop/webshop_goals_train.json",
     "data.val_files=./data/rlhf/webshop/webshop_goals_val.json",
@@ -209,7 +209,7 @@ SEED_001_WEBSHOP = [
     "trainer.val_before_train=False",
 ]
 
-SEED_002_GSM8K = [
+EXAMPLE_GSM8K = [
     "algorithm.adv_estimator=grpo",
     "data.train_files=./data/rlhf/math/gsm8k_train.json",
     "data.val_files=./data/rlhf/math/gsm8k_test.json",
@@ -258,7 +258,7 @@ SEED_002_GSM8K = [
     "trainer.val_before_train=False",
 ]
 
-SEED_004_CODE = [
+EXAMPLE_CODE = [
     "algorithm.adv_estimator=grpo",
     "data.train_files=./data/train.json",
     "data.val_files=./data/val.json",

@@ -1,0 +1,315 @@
+"""verl's ``actor_rollout_ref`` and ``critic`` sections, typed: the policy model, its update,
+its rollout engines and its reference copy; the value model and its update. The groups of
+``agentfly fit`` beside :mod:`agentfly.config.schema`'s ``agent`` and ``algorithm`` (whose
+docstring lists the defaults that depart from verl's, on purpose).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from jsonargparse.typing import (
+    ClosedUnitInterval,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    restricted_number_type,
+)
+
+from agentfly.modules.loss_modes import LOSS_AGG_MODES
+from agentfly.modules.settings import (
+    CRITIC_LR,
+    CriticSettings,
+    FSDPSettings,
+    KLSettings,
+    ModelSettings,
+    OptimizerSettings,
+    PolicyLossSettings,
+    UpdateSettings,
+)
+
+#: a fraction in (0, 1]: a nucleus mass, a share of GPU memory
+UnitFraction = restricted_number_type("UnitFraction", float, [(">", 0), ("<=", 1)])
+LossAggMode = Literal[LOSS_AGG_MODES]  # type: ignore[valid-type]
+
+
+# -------------------------------------------------------------------------- actor_rollout_ref
+
+
+@dataclass
+class OptimConfig:
+    """AdamW with warm-up and an optional cosine decay.
+
+    Attributes:
+        lr: peak learning rate.
+        lr_warmup_steps_ratio: warm-up length as a fraction of the optimizer steps.
+        lr_warmup_steps: warm-up length in optimizer steps; ``-1`` = use the ratio.
+        weight_decay: AdamW weight decay.
+        betas: AdamW betas.
+        warmup_style: ``constant`` or ``cosine`` after warm-up.
+        min_lr_ratio: floor of the cosine schedule, as a fraction of ``lr``.
+        num_cycles: cosine cycles over the run.
+    """
+
+    lr: NonNegativeFloat = OptimizerSettings.lr
+    lr_warmup_steps_ratio: ClosedUnitInterval = 0.0
+    lr_warmup_steps: int = -1
+    weight_decay: NonNegativeFloat = OptimizerSettings.weight_decay
+    betas: list[float] = field(default_factory=lambda: list(OptimizerSettings.betas))
+    warmup_style: Literal["constant", "cosine"] = OptimizerSettings.warmup_style
+    min_lr_ratio: ClosedUnitInterval = OptimizerSettings.min_lr_ratio
+    num_cycles: NonNegativeFloat = OptimizerSettings.num_cycles
+
+
+@dataclass
+class FSDPConfig:
+    """FSDP sharding and offloading (used when the strategy is ``fsdp``).
+
+    Attributes:
+        param_offload: keep parameters on CPU between uses.
+        optimizer_offload: keep optimizer state on CPU.
+        reshard_after_forward: free gathered parameters after the forward pass.
+        fsdp_size: shard group size; ``-1`` = all ranks.
+    """
+
+    param_offload: bool = FSDPSettings.offload
+    optimizer_offload: bool = FSDPSettings.offload
+    reshard_after_forward: bool = FSDPSettings.reshard_after_forward
+    fsdp_size: int = FSDPSettings.size
+
+
+@dataclass
+class PolicyLossConfig:
+    """The policy loss (verl's ``actor.policy_loss``).
+
+    Attributes:
+        loss_mode: a registered policy loss (``vanilla``: PPO's clipped surrogate with the dual
+            clip; :data:`agentfly.modules.losses.POLICY_LOSSES`) or a ``module:attr`` of the
+            user's.
+    """
+
+    loss_mode: str = PolicyLossSettings.loss_mode
+
+
+@dataclass
+class ActorConfig:
+    """The policy's PPO update.
+
+    Attributes:
+        strategy: Lightning strategy: ``auto``, ``ddp`` or ``fsdp``.
+        ppo_mini_batch_size: trajectories per optimizer step, over all ranks (counted after the
+            ``num_chains`` expansion; AgentFly's scripts use ``train_batch_size * num_chains`` for
+            one update per rollout).
+        ppo_micro_batch_size_per_gpu: trajectories per forward/backward on one device;
+            ``None`` = the whole per-device mini-batch (no gradient accumulation).
+        ppo_epochs: passes over each rollout batch.
+        shuffle: draw each PPO epoch's mini-batches from a fresh (seeded) permutation of the
+            rollout's trajectories instead of in rollout order.
+        clip_ratio: PPO clip range ε.
+        clip_ratio_low: lower clip range; ``None`` = ``clip_ratio``.
+        clip_ratio_high: upper clip range; ``None`` = ``clip_ratio`` (DAPO's clip-higher).
+        clip_ratio_c: dual-clip constant (Ye et al., 2020) for negative advantages.
+        loss_agg_mode: how token losses become one (:func:`agentfly.modules.losses.agg_loss`).
+        loss_scale_factor: the constant ``seq-mean-token-sum-norm`` divides by (Dr. GRPO's
+            MAX_TOKENS); ``None`` = ``actor_rollout_ref.rollout.response_length``.
+        grad_clip: max gradient norm.
+        use_kl_loss: add a KL-to-reference term to the loss.
+        kl_loss_coef: its coefficient.
+        kl_loss_type: its estimator (``kl``, ``abs``, ``mse``, ``low_var_kl``, ``full``...).
+        entropy_coeff: entropy bonus coefficient.
+        policy_loss: the policy loss (``loss_mode``).
+        ulysses_sequence_parallel_size: sequence-parallel degree; only 1 (sequence parallelism
+            is not implemented, a larger value is refused).
+        optim: the optimizer.
+        fsdp_config: FSDP settings.
+    """
+
+    strategy: Literal["auto", "ddp", "fsdp"] = "auto"
+    ppo_mini_batch_size: PositiveInt = 256
+    ppo_micro_batch_size_per_gpu: PositiveInt | None = None
+    ppo_epochs: PositiveInt = UpdateSettings.epochs
+    shuffle: bool = False
+    clip_ratio: NonNegativeFloat = PolicyLossSettings.clip_ratio_low
+    clip_ratio_low: NonNegativeFloat | None = None
+    clip_ratio_high: NonNegativeFloat | None = None
+    clip_ratio_c: float = PolicyLossSettings.clip_ratio_c
+    loss_agg_mode: LossAggMode = UpdateSettings.loss_agg_mode
+    loss_scale_factor: PositiveFloat | None = None
+    grad_clip: NonNegativeFloat = UpdateSettings.grad_clip
+    use_kl_loss: bool = KLSettings.use_kl_loss
+    kl_loss_coef: NonNegativeFloat = KLSettings.kl_loss_coef
+    kl_loss_type: str = KLSettings.kl_loss_type
+    entropy_coeff: float = PolicyLossSettings.entropy_coeff
+    policy_loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
+    ulysses_sequence_parallel_size: int = 1
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
+
+
+@dataclass
+class ModelConfig:
+    """The policy model (shared by actor, rollout engines and reference).
+
+    Attributes:
+        path: HF model id or local path (``agent.init_config.model_name_or_path`` is a spelling of it).
+        use_remove_padding: pack sequences without padding; only ``False`` (not implemented;
+            padding never reaches the LM head or the loss).
+        enable_gradient_checkpointing: recompute activations in the backward pass.
+        enable_activation_offload: keep the update's saved activations on the CPU (GPU runs).
+        trust_remote_code: let Hugging Face run model and tokenizer code shipped with the
+            checkpoint (actor, reference, critic, engines).
+    """
+
+    path: str | None = None
+    use_remove_padding: bool = False
+    enable_gradient_checkpointing: bool = UpdateSettings.gradient_checkpointing
+    enable_activation_offload: bool = UpdateSettings.activation_offload
+    trust_remote_code: bool = ModelSettings.trust_remote_code
+
+
+@dataclass
+class SamplingConfig:
+    """Sampling during validation.
+
+    Attributes:
+        temperature: sampling temperature when ``do_sample`` (0 = the training temperature).
+        top_p: nucleus sampling mass.
+        top_k: top-k cut; ``-1`` = none.
+        do_sample: sample (``False`` = greedy).
+        n: samples per validation prompt.
+        also_greedy: with ``do_sample``, also validate greedily (one chain per prompt), logged
+            as ``val_greedy/...`` beside the sampled ``val/...`` (agentfly's addition).
+    """
+
+    temperature: NonNegativeFloat = 0.0
+    top_p: UnitFraction = 1.0
+    top_k: int = -1
+    do_sample: bool = False
+    n: PositiveInt = 1
+    also_greedy: bool = False
+
+
+@dataclass
+class RolloutConfig:
+    """The generation engines.
+
+    Attributes:
+        name: engine kind: ``transformers`` (verl's ``hf``) or ``vllm``.
+        temperature: training sampling temperature (``agent.generation_config.temperature``
+            is a spelling of it).
+        top_p: training nucleus mass (``agent.generation_config.top_p`` is a spelling of it).
+        top_k: top-k cut; ``-1`` = none.
+        response_length: tokens after the prompt a chain may reach, over all its turns (sampled
+            and observation tokens; verl's meaning); the per-turn limit is
+            ``agent.run_config.generation_config.max_tokens``. Also the default constant of the
+            ``seq-mean-token-sum-norm`` loss.
+        gpu_memory_utilization: fraction of GPU memory a vLLM engine may take.
+        tensor_model_parallel_size: GPUs per engine.
+        log_prob_micro_batch_size_per_gpu: trajectories per log-prob forward on one device;
+            ``None`` = the actor's micro-batch.
+        n: samples per prompt in verl; must stay 1 with the agent loop (use ``num_chains``).
+        num_engines: engines in the pool (Ray actors); 0 = one engine in the training process,
+            no Ray; ``None`` resolves to what the machine holds: on GPUs
+            ``max(1, n_gpus_per_node * nnodes // tensor_model_parallel_size)``; on the CPU 0
+            for ``hf`` engines and one training process on one node without ``RAY_ADDRESS``,
+            else 1 (see :mod:`agentfly.topology`).
+        dtype: engine weights dtype on GPUs; engines on the CPU run in float32, as training does.
+        enforce_eager: disable CUDA graphs and compilation in vLLM; ``None`` = eager on the
+            CPU, CUDA graphs on GPUs.
+        val_kwargs: sampling during validation.
+    """
+
+    name: str = "transformers"
+    temperature: NonNegativeFloat = ModelSettings.temperature
+    top_p: UnitFraction = 1.0
+    top_k: int = -1
+    response_length: PositiveInt = 512
+    gpu_memory_utilization: UnitFraction = 0.5
+    tensor_model_parallel_size: PositiveInt = 1
+    log_prob_micro_batch_size_per_gpu: PositiveInt | None = None
+    n: int = 1
+    num_engines: NonNegativeInt | None = None
+    dtype: Literal["bfloat16", "float16", "float32", "auto"] = "bfloat16"
+    enforce_eager: bool | None = None
+    val_kwargs: SamplingConfig = field(default_factory=SamplingConfig)
+
+
+@dataclass
+class RefConfig:
+    """The frozen reference policy (used when a KL term is on).
+
+    Attributes:
+        fsdp_config: how FSDP shards the reference (``param_offload``,
+            ``reshard_after_forward``, ``fsdp_size``); ``optimizer_offload`` is refused (the
+            reference has no optimizer).
+        log_prob_micro_batch_size_per_gpu: trajectories per forward on one device;
+            ``None`` = the actor's micro-batch.
+        ulysses_sequence_parallel_size: sequence-parallel degree (defaults to the actor's).
+    """
+
+    fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
+    log_prob_micro_batch_size_per_gpu: PositiveInt | None = None
+    ulysses_sequence_parallel_size: int | None = None
+
+
+@dataclass
+class ActorRolloutRefConfig:
+    """verl's grouping of the policy model, its rollout engines and its reference copy."""
+
+    actor: ActorConfig = field(default_factory=ActorConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    ref: RefConfig = field(default_factory=RefConfig)
+
+
+# ------------------------------------------------------------------------------------- critic
+
+
+@dataclass
+class CriticModelConfig:
+    """The value model.
+
+    Attributes:
+        path: HF model id or local path; required when the estimator needs a critic.
+        enable_gradient_checkpointing: recompute activations in the backward pass.
+        enable_activation_offload: keep the update's saved activations on the CPU (GPU runs).
+        use_remove_padding: only ``False`` (see the actor model's).
+        fsdp_config: how FSDP shards the critic.
+    """
+
+    path: str | None = None
+    enable_gradient_checkpointing: bool = True
+    enable_activation_offload: bool = UpdateSettings.activation_offload
+    use_remove_padding: bool = False
+    fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
+
+
+@dataclass
+class CriticConfig:
+    """The value function (used only by estimators that need one, e.g. ``gae``).
+
+    Attributes:
+        model: the value model.
+        optim: its optimizer (lr 1e-5 as in verl).
+        ppo_mini_batch_size: trajectories per critic step (defaults to the actor's).
+        ppo_micro_batch_size_per_gpu: trajectories per forward/backward on one device.
+        ppo_epochs: passes per rollout batch (defaults to the actor's).
+        cliprange_value: value clipping range.
+        grad_clip: max gradient norm.
+        loss_agg_mode: loss aggregation (defaults to the actor's).
+        loss_scale_factor: ``seq-mean-token-sum-norm``'s constant (defaults to the actor's).
+        ulysses_sequence_parallel_size: sequence-parallel degree; only 1 (see the actor's).
+    """
+
+    model: CriticModelConfig = field(default_factory=CriticModelConfig)
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=CRITIC_LR))
+    ppo_mini_batch_size: PositiveInt | None = None
+    ppo_micro_batch_size_per_gpu: PositiveInt | None = None
+    ppo_epochs: PositiveInt | None = None
+    cliprange_value: NonNegativeFloat = CriticSettings.cliprange_value
+    grad_clip: NonNegativeFloat = UpdateSettings.grad_clip
+    loss_agg_mode: LossAggMode | None = None
+    loss_scale_factor: PositiveFloat | None = None
+    ulysses_sequence_parallel_size: int = 1

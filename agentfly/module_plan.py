@@ -1,0 +1,153 @@
+"""The LightningModule's part of the run's plan: the config as the module's settings groups.
+
+:func:`plan_module` builds each group of :mod:`agentfly.modules.settings` once, with what the
+module cannot know alone: per-rank batch sizes, the optimizer steps of the run (the schedules'
+horizons), the loss constant that defaults to the response budget, the resolved ``bypass_mode``.
+The critic's keys that fall back to the actor's were filled when the config was composed
+(:func:`agentfly.config.load.compose`); nothing here falls back again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentfly.config.inactive import bypass_mode
+from agentfly.modules.settings import (
+    CorrectionSettings,
+    CriticSettings,
+    FSDPSettings,
+    KLSettings,
+    ModelSettings,
+    OptimizerSettings,
+    PolicyLossSettings,
+    ShardingSettings,
+    UpdateSettings,
+)
+from agentfly.topology import Topology
+
+
+def _warmup(optim: Any, total_steps: int) -> int:
+    """Warm-up length in optimizer steps: ``lr_warmup_steps``, else the ratio of the run's steps."""
+    steps = optim.lr_warmup_steps
+    if steps is not None and steps >= 0:
+        return int(steps)
+    return int(optim.lr_warmup_steps_ratio * total_steps)
+
+
+def optimizer_settings(optim: Any, steps: int) -> OptimizerSettings:
+    """AdamW and its schedule from an ``optim`` section, over ``steps`` optimizer steps."""
+    return OptimizerSettings(
+        lr=float(optim.lr),
+        betas=tuple(optim.betas),
+        weight_decay=float(optim.weight_decay),
+        warmup_style=str(optim.warmup_style),
+        min_lr_ratio=float(optim.min_lr_ratio),
+        num_cycles=float(optim.num_cycles),
+        warmup_steps=_warmup(optim, steps),
+        decay_steps=steps,
+    )
+
+
+def fsdp_settings(fsdp: Any) -> FSDPSettings:
+    """One model's ``fsdp_config``."""
+    return FSDPSettings(
+        offload=bool(fsdp.param_offload),
+        reshard_after_forward=bool(fsdp.reshard_after_forward),
+        size=int(fsdp.fsdp_size),
+    )
+
+
+def update_settings(
+    name: str, section: Any, model: Any, *, world: int, budget: float, micro: int | None,
+    shuffle_seed: int | None, forward_micro: int | None = None,
+) -> UpdateSettings:
+    """An update's settings from its section (``actor_rollout_ref.actor``, ``critic``) and its
+    model's (``enable_gradient_checkpointing``...): the mini-batch per rank, the loss constant
+    defaulting to the response ``budget``."""
+    return UpdateSettings(
+        name=name,
+        mini_batch_size=max(1, section.ppo_mini_batch_size // world),
+        micro_batch_size=micro,
+        forward_micro_batch_size=forward_micro,
+        epochs=int(section.ppo_epochs),
+        shuffle_seed=shuffle_seed,
+        grad_clip=float(section.grad_clip),
+        loss_agg_mode=str(section.loss_agg_mode),
+        loss_scale_factor=float(section.loss_scale_factor or budget),
+        gradient_checkpointing=bool(model.enable_gradient_checkpointing),
+        activation_offload=bool(model.enable_activation_offload),
+    )
+
+
+def optimizer_steps(update: UpdateSettings, iterations: int, per_rank: int) -> int:
+    """The run's optimizer steps of ``update``: one per mini-batch, per epoch, per iteration."""
+    return iterations * update.epochs * max(1, per_rank // update.mini_batch_size)
+
+
+def plan_module(cfg: Any, topology: Topology, iterations: int, estimator: Any) -> dict[str, Any]:
+    """The LightningModule's keyword arguments, one settings group each; ``estimator``: the
+    registered ``algorithm.adv_estimator`` (a critic when it ``needs_critic``)."""
+    world = topology.world_size
+    actor_cfg, critic_cfg, ref = cfg.actor_rollout_ref.actor, cfg.critic, cfg.actor_rollout_ref.ref
+    rollout, model = cfg.actor_rollout_ref.rollout, cfg.actor_rollout_ref.model
+    alg, corr = cfg.algorithm, cfg.algorithm.rollout_correction
+    per_rank = cfg.data.train_batch_size * cfg.agent.run_config.num_chains // world
+    budget = float(rollout.response_length)
+    shuffle_seed = int(cfg.trainer.seed) if actor_cfg.shuffle else None  # the critic's order too
+    actor = update_settings(
+        "actor", actor_cfg, model, world=world, budget=budget, shuffle_seed=shuffle_seed,
+        micro=actor_cfg.ppo_micro_batch_size_per_gpu,
+        forward_micro=rollout.log_prob_micro_batch_size_per_gpu,
+    )
+    critic = None
+    if estimator.needs_critic:
+        critic_mini = max(1, critic_cfg.ppo_mini_batch_size // world)
+        update = update_settings(
+            "critic", critic_cfg, critic_cfg.model, world=world, budget=budget,
+            shuffle_seed=shuffle_seed, micro=int(critic_cfg.ppo_micro_batch_size_per_gpu or critic_mini),
+        )
+        critic = CriticSettings(
+            path=str(critic_cfg.model.path),
+            update=update,
+            optim=optimizer_settings(critic_cfg.optim, optimizer_steps(update, iterations, per_rank)),
+            cliprange_value=float(critic_cfg.cliprange_value),
+            warmup_iterations=int(cfg.trainer.critic_warmup),
+        )
+    return dict(
+        model=ModelSettings(
+            path=str(model.path),
+            trust_remote_code=bool(model.trust_remote_code),
+            dtype="float32",
+            temperature=float(rollout.temperature or 1.0),
+        ),
+        actor=actor,
+        actor_optim=optimizer_settings(actor_cfg.optim, optimizer_steps(actor, iterations, per_rank)),
+        policy_loss=PolicyLossSettings(
+            loss_mode=str(actor_cfg.policy_loss.loss_mode),
+            clip_ratio_low=float(actor_cfg.clip_ratio_low),
+            clip_ratio_high=float(actor_cfg.clip_ratio_high),
+            clip_ratio_c=float(actor_cfg.clip_ratio_c),
+            entropy_coeff=float(actor_cfg.entropy_coeff),
+        ),
+        kl=KLSettings(
+            use_kl_loss=bool(actor_cfg.use_kl_loss),
+            kl_loss_coef=float(actor_cfg.kl_loss_coef),
+            kl_loss_type=str(actor_cfg.kl_loss_type),
+            use_kl_in_reward=bool(alg.use_kl_in_reward),
+            kl_penalty=str(alg.kl_penalty),
+            reference_micro_batch_size=ref.log_prob_micro_batch_size_per_gpu,
+        ),
+        correction=CorrectionSettings(
+            rollout_is=None if corr.rollout_is is None else str(corr.rollout_is),  # type: ignore[arg-type]
+            rollout_is_threshold=float(corr.rollout_is_threshold),
+            rollout_rs=None if corr.rollout_rs is None else str(corr.rollout_rs),  # type: ignore[arg-type]
+            rollout_rs_threshold=None if corr.rollout_rs_threshold is None else float(corr.rollout_rs_threshold),
+            bypass_mode=bypass_mode(cfg),
+        ),
+        critic=critic,
+        fsdp=ShardingSettings(
+            actor=fsdp_settings(actor_cfg.fsdp_config),
+            reference=fsdp_settings(ref.fsdp_config),
+            critic=fsdp_settings(critic_cfg.model.fsdp_config),
+        ),
+    )

@@ -1,0 +1,239 @@
+"""What :class:`~agentfly.modules.rl_module.AgentRLModule` is told: a few typed groups of settings.
+
+:func:`agentfly.module_plan.plan_module` builds each group once from the composed config (per-rank
+batch sizes, optimizer steps, the loss constant that defaults to the response budget); tests and
+users build them by hand. A field's default here is the setting's only default: the config
+schema (:mod:`agentfly.config.schema`, :mod:`agentfly.config.schema_actor_critic`) takes its
+defaults from these classes wherever a key is passed on unchanged. The module reads each field as
+it is: no field stands for another when unset, but where its docstring says so.
+
+The classes are torch-free, so the config layer imports them in milliseconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+#: the levels of an importance weight: per token, or the chain's product on each of its tokens
+CORRECTION_LEVELS = ("token", "sequence")
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """The policy model (the actor, and the reference when a KL term is on).
+
+    Attributes:
+        path: its checkpoint (a Hugging Face id or a local folder).
+        trust_remote_code: let Hugging Face run model code shipped with the checkpoints.
+        dtype: parameter dtype of every model.
+        temperature: the rollout temperature: log-probabilities, entropies and KLs are those of
+            ``softmax(logits / temperature)``, the distribution the engines sampled from.
+    """
+
+    path: str
+    trust_remote_code: bool = False
+    dtype: str = "float32"
+    temperature: float = 1.0
+
+
+@dataclass(frozen=True)
+class UpdateSettings:
+    """How one model (the actor or the critic) is updated on a rollout batch.
+
+    Attributes:
+        name: the metrics' prefix (``actor``, ``critic``).
+        mini_batch_size: trajectories per optimizer step on this rank.
+        micro_batch_size: trajectories per forward/backward (None: the mini-batch).
+        forward_micro_batch_size: trajectories per forward of the no-grad pass before the update
+            (the actor's old log-probabilities, the critic's values; None: ``micro_batch_size``).
+        epochs: passes over the batch.
+        shuffle_seed: None: each epoch's mini-batches in rollout order; an int: from a fresh
+            permutation seeded by it, the iteration and the epoch.
+        grad_clip: max gradient norm.
+        loss_agg_mode: see :func:`agentfly.modules.losses.agg_loss`.
+        loss_scale_factor: ``seq-mean-token-sum-norm``'s constant (None: the padded length).
+        gradient_checkpointing: recompute activations in the backward pass.
+        activation_offload: keep saved activations on the CPU during the backward pass (CUDA).
+    """
+
+    name: str
+    mini_batch_size: int
+    micro_batch_size: int | None = None
+    forward_micro_batch_size: int | None = None
+    epochs: int = 1
+    shuffle_seed: int | None = None
+    grad_clip: float = 1.0
+    loss_agg_mode: str = "token-mean"
+    loss_scale_factor: float | None = None
+    gradient_checkpointing: bool = False
+    activation_offload: bool = False
+
+    @property
+    def pass_micro_batch_size(self) -> int | None:
+        """Trajectories per forward of the no-grad pass."""
+        return self.forward_micro_batch_size or self.micro_batch_size
+
+
+@dataclass(frozen=True)
+class OptimizerSettings:
+    """AdamW and its learning-rate schedule (:func:`agentfly.modules.schedule.lr_multiplier`).
+
+    Attributes:
+        lr: peak learning rate.
+        betas: AdamW betas.
+        weight_decay: AdamW weight decay.
+        warmup_style: ``constant`` or ``cosine`` after warm-up.
+        min_lr_ratio: floor of the cosine schedule, as a fraction of ``lr``.
+        num_cycles: cosine cycles over ``decay_steps``.
+        warmup_steps: linear warm-up length in optimizer steps (0: none).
+        decay_steps: the run's optimizer steps, the cosine horizon.
+    """
+
+    lr: float = 1e-6
+    betas: tuple[float, float] = (0.9, 0.999)
+    weight_decay: float = 0.01
+    warmup_style: Literal["constant", "cosine"] = "constant"
+    min_lr_ratio: float = 0.0
+    num_cycles: float = 0.5
+    warmup_steps: int = 0
+    decay_steps: int = 1
+
+
+#: the critic's learning rate when none is given (verl's)
+CRITIC_LR = 1e-5
+
+
+@dataclass(frozen=True)
+class PolicyLossSettings:
+    """The actor's objective besides the KL term.
+
+    Attributes:
+        loss_mode: the policy loss, a name in :data:`agentfly.modules.losses.POLICY_LOSSES`
+            (``vanilla``: PPO's clipped surrogate with the dual clip) or a ``module:attr``.
+        clip_ratio_low: PPO's lower clip range ε_low.
+        clip_ratio_high: PPO's upper clip range ε_high (DAPO's clip-higher when above ε_low).
+        clip_ratio_c: the dual-clip constant (Ye et al., 2020) for negative advantages.
+        entropy_coeff: the entropy bonus's coefficient (AgentFly's training guide's default).
+    """
+
+    loss_mode: str = "vanilla"
+    clip_ratio_low: float = 0.2
+    clip_ratio_high: float = 0.2
+    clip_ratio_c: float = 3.0
+    entropy_coeff: float = 0.001
+
+
+@dataclass(frozen=True)
+class KLSettings:
+    """The KL to the frozen reference: a term of the actor's loss, a penalty in the reward, or both.
+    The reference is loaded when either is on.
+
+    Attributes:
+        use_kl_loss: add ``kl_loss_coef`` × KL(actor ‖ reference) to the actor's loss (on by
+            AgentFly's training guide's default).
+        kl_loss_coef: its coefficient.
+        kl_loss_type: its estimator (``kl``, ``abs``, ``mse``, ``low_var_kl``, ``full``...).
+        use_kl_in_reward: the batch hooks shape the reward with KL(old ‖ reference): the module
+            computes ``old_log_probs`` and ``ref_log_probs`` for them.
+        kl_penalty: the reward's estimator; ``full`` also gives the hooks ``full_kl``.
+        reference_micro_batch_size: trajectories per forward of the reference's no-grad pass
+            (None: the actor's micro-batch).
+    """
+
+    use_kl_loss: bool = True
+    kl_loss_coef: float = 0.001
+    kl_loss_type: str = "low_var_kl"
+    use_kl_in_reward: bool = False
+    kl_penalty: str = "kl"
+    reference_micro_batch_size: int | None = None
+
+    @property
+    def needs_reference(self) -> bool:
+        return self.use_kl_loss or self.use_kl_in_reward
+
+
+@dataclass(frozen=True)
+class CorrectionSettings:
+    """Off-policy correction between the engine that sampled the tokens (the behaviour policy)
+    and the actor before the update (:mod:`agentfly.modules.rollout_correction`); off by default.
+
+    Attributes:
+        rollout_is: truncated importance sampling per ``token`` or per ``sequence``; None: off.
+        rollout_is_threshold: its cap C.
+        rollout_rs: rejection (masking) of the tokens (``token``) or whole chains
+            (``sequence``) whose weight exceeds :attr:`rejection_bound`; None: off.
+        rollout_rs_threshold: that bound; None: ``rollout_is_threshold``.
+        bypass_mode: the engine's log-probabilities are PPO's old log-probabilities (the ratio
+            and the clip are π_θ/π_behav); refused with ``rollout_is`` or ``rollout_rs``, whose
+            weight would be 1 on every token.
+
+    Raises:
+        ValueError: an unknown level, or a weight with ``bypass_mode``.
+    """
+
+    rollout_is: Literal["token", "sequence"] | None = None
+    rollout_is_threshold: float = 2.0
+    rollout_rs: Literal["token", "sequence"] | None = None
+    rollout_rs_threshold: float | None = None
+    bypass_mode: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("rollout_is", "rollout_rs"):
+            level = getattr(self, name)
+            if level is not None and level not in CORRECTION_LEVELS:
+                raise ValueError(f"{name}={level!r} is not one of: None, {', '.join(CORRECTION_LEVELS)}")
+            if level is not None and self.bypass_mode:
+                raise ValueError(
+                    f"{name}={level!r} with bypass_mode=True: the engine's log-probabilities are "
+                    "then the old policy, so the weight π_old/π_engine is 1 on every token"
+                )
+
+    @property
+    def rejection_bound(self) -> float:
+        """``rollout_rs``'s bound: ``rollout_rs_threshold``, else ``rollout_is_threshold``."""
+        return self.rollout_is_threshold if self.rollout_rs_threshold is None else self.rollout_rs_threshold
+
+
+@dataclass(frozen=True)
+class CriticSettings:
+    """The value model, trained beside the actor when the advantage estimator needs values.
+
+    Attributes:
+        path: its checkpoint (a token-classification head with one label is put on it).
+        update: how it is updated (its own epochs, mini- and micro-batches, loss aggregation).
+        optim: its optimizer.
+        cliprange_value: how far a value may move from the rollout's before the loss clips it.
+        warmup_iterations: iterations that update only the critic.
+    """
+
+    path: str
+    update: UpdateSettings
+    optim: OptimizerSettings = field(default_factory=lambda: OptimizerSettings(lr=CRITIC_LR))
+    cliprange_value: float = 0.5
+    warmup_iterations: int = 0
+
+
+@dataclass(frozen=True)
+class FSDPSettings:
+    """How FSDP2 shards one model, when the strategy provides a device mesh (``strategy=fsdp``;
+    :mod:`agentfly.modules.fsdp`).
+
+    Attributes:
+        offload: keep parameters (and the optimizer state with them) on the CPU between uses.
+        reshard_after_forward: free the gathered parameters after the forward pass.
+        size: the shard group's size; -1: all ranks.
+    """
+
+    offload: bool = False
+    reshard_after_forward: bool = True
+    size: int = -1
+
+
+@dataclass(frozen=True)
+class ShardingSettings:
+    """Each model's :class:`FSDPSettings`."""
+
+    actor: FSDPSettings = FSDPSettings()
+    reference: FSDPSettings = FSDPSettings()
+    critic: FSDPSettings = FSDPSettings()
