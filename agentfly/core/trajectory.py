@@ -22,6 +22,7 @@ class ToolCallRecord:
     ok: bool = True
     error: str | None = None  # "unknown_tool", "invalid_arguments", "timeout", "exception", ...
     turn: int = 0
+    reward: float | None = None  # the environment's reward for the step this call took
 
 
 @dataclass
@@ -39,6 +40,13 @@ class Trajectory:
         policy_versions: (R,) the policy version that sampled each token (the weights version
             the engine was given, :attr:`GenerationOutput.weights_version`); -1 where
             ``loss_mask`` is 0. A chain whose turns straddle a weight update mixes versions.
+        turn_rewards: (num_turns,) the environment reward each assistant turn earned: the sum
+            of the rewards of the environment steps its tool calls took (0.0 for a turn that
+            took none). ``turn_ids`` maps tokens to these turns.
+
+    ``environments`` holds the episode of each environment the chain acted in, by environment
+    name (:meth:`agentfly.rollout.tools.environment.EnvSession.record`: its goal, every step's
+    action, reward, end flags and info, the return): what an environment's reward scores.
     """
 
     prompt_ids: list[int]
@@ -47,15 +55,17 @@ class Trajectory:
     rollout_logprobs: list[float] = field(default_factory=list)
     turn_ids: list[int] = field(default_factory=list)
     policy_versions: list[int] = field(default_factory=list)
+    turn_rewards: list[float] = field(default_factory=list)
     messages: list[dict[str, Any]] = field(default_factory=list)  # the chat, as text
     tool_calls: list[ToolCallRecord] = field(default_factory=list)
     num_turns: int = 0
-    finish_reason: str = ""  # answer | no_tool_call | max_turns | max_model_len | error
+    finish_reason: str = ""  # answer | no_tool_call | episode_over | max_turns | max_model_len | error
     truncated: bool = False  # a turn hit its max_tokens before its end-of-turn marker
     final_response: str = ""
     group_id: int = 0  # chains of the same prompt share it
     chain_index: int = 0  # position of this chain inside its group
     row: dict[str, Any] = field(default_factory=dict)  # the data row (all fields)
+    environments: dict[str, dict[str, Any]] = field(default_factory=dict)
     reward: float | None = None
     reward_extras: dict[str, Any] = field(default_factory=dict)
     reward_failed: bool = False

@@ -14,11 +14,23 @@ Reward: 1.0 on the step that solves the puzzle, 0 otherwise. Each move's info ha
 (player moves found / player moves of the solution) and, with Stockfish, the engine's
 ``best_move`` before the move and the move's ``cp_loss`` (centipawns lost against it, 0 for the
 best move), for AgentFly's move-quality reward.
+
+:func:`puzzle_rows` makes task rows (``question``: the goal and the board after the setup move)
+from Lichess's puzzle database (its CSV: ``PuzzleId,FEN,Moves,...``) or from a few built-in
+mate-in-one puzzles::
+
+    python -m agentfly.envs.chess make-data --out data/chess/puzzles.json \
+        [--csv lichess_db_puzzle.csv --limit 1000]
 """
 
 from __future__ import annotations
 
+import argparse
+import csv
+import itertools
+import json
 import shutil
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +39,15 @@ from agentfly.envs.base import Env, EnvUnavailable, EnvUsageError, StepResult, r
 STOCKFISH_PATHS = ("/usr/games/stockfish", "/usr/bin/stockfish", "/usr/local/bin/stockfish",
                    "/opt/homebrew/bin/stockfish")
 MATE_SCORE = 10000
+
+DEMO_PUZZLES = [
+    {"puzzle_id": "backrank", "fen": "r5k1/5ppp/8/8/8/8/5PPP/3R2K1 b - - 0 1", "moves": "a8a2 d1d8"},
+    {"puzzle_id": "scholar", "fen": "r1bqkbnr/pppp1ppp/2n5/4p2Q/2B1P3/8/PPPP1PPP/RNB1K1NR b KQkq - 3 3",
+     "moves": "g8f6 h5f7"},
+    {"puzzle_id": "fool", "fen": "rnbqkbnr/pppp1ppp/8/4p3/8/5P2/PPPPP1PP/RNBQKBNR w KQkq - 0 2",
+     "moves": "g2g4 d8h4"},
+]
+"""Mate-in-one puzzles in Lichess's form (the opponent's setup move first), each with one mate."""
 
 
 def find_stockfish() -> str | None:
@@ -187,3 +208,42 @@ class ChessPuzzleEnv(Env):
         if self._engine is not None:
             self._engine.quit()
             self._engine = None
+
+
+def puzzle_rows(puzzles: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Task rows of ``puzzles`` (``puzzle_id``, ``fen``, ``moves``): the ``question`` is the
+    goal, then the board the player sees (after the setup move)."""
+    env = ChessPuzzleEnv(use_engine=False)
+    rows = []
+    for puzzle in puzzles:
+        state, info = env.reset(puzzle)
+        rows.append({**puzzle, "question": f"{info['goal']}\n\n{state}"})
+    return rows
+
+
+def read_lichess_csv(path: str | Path, limit: int | None = None) -> list[dict[str, Any]]:
+    """The first ``limit`` puzzles of Lichess's puzzle database CSV (``PuzzleId``, ``FEN``,
+    ``Moves``, ``Rating``, ``Themes`` kept)."""
+    with open(path, newline="", encoding="utf-8") as f:
+        return [{"puzzle_id": r["PuzzleId"], "fen": r["FEN"], "moves": r["Moves"],
+                 "rating": int(r.get("Rating") or 0), "themes": r.get("Themes", "")}
+                for r in itertools.islice(csv.DictReader(f), limit)]
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Chess puzzle task rows.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    rows = commands.add_parser("make-data", help="rows from Lichess's CSV, or the built-in puzzles")
+    rows.add_argument("--out", required=True, help="a JSON file")
+    rows.add_argument("--csv", default=None, help="Lichess's lichess_db_puzzle.csv (default: the built-in puzzles)")
+    rows.add_argument("--limit", type=int, default=None)
+    args = parser.parse_args(argv)
+    puzzles = read_lichess_csv(args.csv, args.limit) if args.csv else DEMO_PUZZLES[: args.limit]
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(puzzle_rows(puzzles), indent=1))
+    print(f"{len(puzzles)} puzzles in {out}")
+
+
+if __name__ == "__main__":
+    main()

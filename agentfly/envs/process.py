@@ -152,6 +152,16 @@ class ProcessEnv:
             raise EnvUsageError(f"{self.label}: {method!r} is not a public method")
         return self._call(method, args, kwargs, self.step_timeout)
 
+    @property
+    def busy(self) -> bool:
+        """Whether a call is in progress (another thread waits on the environment)."""
+        return self._lock.locked()
+
+    def kill(self) -> None:
+        """Kill the process group now, without waiting for a call in progress (that call then
+        raises :class:`~agentfly.envs.base.EnvCrashed`); :meth:`close` still releases the rest."""
+        self._finalizer()
+
     def close(self) -> None:
         """Close the environment (its own ``close`` under ``close_timeout``), then kill what is
         left of its process group. Idempotent."""

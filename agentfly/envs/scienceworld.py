@@ -3,7 +3,11 @@ package; it needs a Java runtime, Debian's ``openjdk-17-jre-headless``).
 
 A task row names the task (``task_name``, one of :meth:`ScienceWorldEnv.task_names`) and its
 variation (``variation``, or AgentFly's ``variation_idx``); each task's variations are split into
-train, dev and test (:func:`variation_rows`).
+train, dev and test. :func:`variation_rows` makes rows (``question``: the task's description and
+the first observation)::
+
+    python -m agentfly.envs.scienceworld make-data --tasks find-living-thing,boil \
+        --split train --limit 10 --out data/scienceworld/train.json
 
 Reward: the task's score gained by the step, over 100, counted from 0, so the episode's return is
 the final score over 100 and a completed task returns 1.0. Some tasks start with part of the score
@@ -17,6 +21,10 @@ and ``walkthrough`` (the gold action sequence).
 
 from __future__ import annotations
 
+import argparse
+import json
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from agentfly.envs.base import Env, EnvUnavailable, EnvUsageError, StepResult, register_env, require
@@ -105,12 +113,40 @@ class ScienceWorldEnv(Env):
             self._sim = None
 
 
-def variation_rows(task_names: list[str], split: str, simplification: str = "") -> list[dict[str, Any]]:
-    """Task rows for every variation of ``task_names`` in ``split`` (starts one simulator)."""
+def variation_rows(
+    task_names: list[str], split: str, simplification: str = "", limit: int | None = None
+) -> list[dict[str, Any]]:
+    """Task rows for the variations of ``task_names`` in ``split`` (the first ``limit`` of each),
+    each ``question`` the task's description and its first observation (starts one simulator)."""
     env = ScienceWorldEnv(simplification=simplification)
+    rows = []
     try:
-        return [{"question": f"Complete the ScienceWorld task {name!r}.", "task_name": name,
-                 "variation": v, "split": split}
-                for name in task_names for v in env.variations(name, split)]
+        for name in task_names:
+            for variation in env.variations(name, split)[:limit]:
+                observation, info = env.reset({"task_name": name, "variation": variation})
+                rows.append({"question": f"{info['goal']}\n\n{observation}".strip(), "task_name": name,
+                             "variation": variation, "split": split})
     finally:
         env.close()
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="ScienceWorld task rows.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    rows = commands.add_parser("make-data", help="a row per variation of the tasks in a split")
+    rows.add_argument("--tasks", required=True, help="comma-separated task names")
+    rows.add_argument("--split", default="train", choices=SPLITS)
+    rows.add_argument("--limit", type=int, default=None, help="variations per task at most")
+    rows.add_argument("--simplification", default="")
+    rows.add_argument("--out", required=True, help="a JSON file")
+    args = parser.parse_args(argv)
+    made = variation_rows(args.tasks.split(","), args.split, args.simplification, args.limit)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(made, indent=1))
+    print(f"{len(made)} rows in {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -16,6 +16,14 @@ The catalog: WebShop's own data files when ``data_dir`` is given
 ``reset`` has the ``goal`` (the instruction), ``admissible_actions`` and a ``walkthrough`` (search
 the goal product's name, open it, choose the goal's options, buy).
 
+:func:`make_data` writes the task rows of every goal (``question``: the search page, which holds
+the goal's instruction; ``task_id``), as AgentFly's ``webshop_goals_{train,val}.json``::
+
+    python -m agentfly.envs.webshop make-data --out data/webshop --val 4
+
+(with ``--data-dir`` for WebShop's data; the catalog's settings must be the tool's,
+``agent.init_config.tool_config.webshop_browser_action.<setting>``).
+
 Departures from WebShop: ``Next >`` shows only while more results follow; the Attributes button
 is not shown (WebShop hides it too unless asked); a chosen option shows as ``[clicked] value`` (as
 WebShop's rich text mode marks it); reviews are not part of the data.
@@ -23,9 +31,13 @@ WebShop's rich text mode marks it); reviews are not part of the data.
 
 from __future__ import annotations
 
+import argparse
 import functools
+import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from agentfly.envs.base import Env, EnvUsageError, StepResult, register_env
@@ -223,3 +235,48 @@ class WebShopEnv(Env):
         options = [v for values in product["options"].values() for v in values if v in wanted]
         return ([f"search[{product['name']}]"] + [f"click[{NEXT_PAGE}]"] * page + [f"click[{target}]"]
                 + [f"click[{o}]" for o in options] + [f"click[{BUY_NOW}]"])
+
+
+def make_data(out_dir: str | Path, val: int, **env_kwargs: Any) -> dict[str, list[dict[str, Any]]]:
+    """A row per goal of the catalog ``env_kwargs`` make, the last ``val`` of them held out for
+    validation, written as ``webshop_goals_train.json`` and ``webshop_goals_val.json`` in
+    ``out_dir`` (JSON lists, AgentFly's names)."""
+    env = WebShopEnv(**env_kwargs)
+    rows = []
+    for task_id in range(len(env.catalog.goals)):
+        page, _ = env.reset({"task_id": task_id})
+        rows.append({"question": page, "task_id": task_id})
+    if not 0 <= val < len(rows):
+        raise ValueError(f"val must be within 0..{len(rows) - 1} (the catalog has {len(rows)} goals), got {val}")
+    splits = {"train": rows[: len(rows) - val], "val": rows[len(rows) - val :]}
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, split in splits.items():
+        (out / f"webshop_goals_{name}.json").write_text(json.dumps(split, indent=1))
+    return splits
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="WebShop task rows (AgentFly's webshop_goals_{train,val}.json).")
+    commands = parser.add_subparsers(dest="command", required=True)
+    rows = commands.add_parser("make-data", help="a row per goal of the catalog")
+    rows.add_argument("--out", required=True)
+    rows.add_argument("--val", type=int, default=4, help="goals held out for validation (the last ones)")
+    rows.add_argument("--data-dir", default=None, help="WebShop's data files (default: the generated catalog)")
+    rows.add_argument("--size", default="small", choices=["small", "full"])
+    rows.add_argument("--shuffle-goals", action="store_true", help="number WebShop's goals as WebShop does")
+    rows.add_argument("--seed", type=int, default=0)
+    rows.add_argument("--num-products", type=int, default=30)
+    rows.add_argument("--num-goals", type=int, default=20)
+    args = parser.parse_args(argv)
+    kwargs: dict[str, Any] = {"seed": args.seed}
+    if args.data_dir is None:
+        kwargs.update(num_products=args.num_products, num_goals=args.num_goals)
+    else:
+        kwargs.update(data_dir=args.data_dir, size=args.size, shuffle_goals=args.shuffle_goals)
+    splits = make_data(args.out, args.val, **kwargs)
+    print(f"{len(splits['train'])} train and {len(splits['val'])} validation goals in {args.out}")
+
+
+if __name__ == "__main__":
+    main()

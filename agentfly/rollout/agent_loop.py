@@ -9,8 +9,14 @@ sampled (trained on, with the engine's log-probabilities), then the template's t
 observations tokenized on its own (not trained on). Sampled text is decoded only to parse tool
 calls and to record the chat; it is never re-encoded.
 
+Environments (:mod:`agentfly.rollout.tools.environment`): a chain whose agent has environment
+tools gets its environments when it starts (reset with its data row) and gives them back when it
+ends; each turn's environment reward goes to ``Trajectory.turn_rewards`` and each episode's
+record to ``Trajectory.environments``, before the reward scores the chain.
+
 Finish reasons: ``answer`` (the agent gave a final answer or called the ``answer`` tool),
-``no_tool_call`` (a turn with no tool call), ``max_turns``, ``max_model_len`` (the next turn or
+``no_tool_call`` (a turn with no tool call), ``episode_over`` (an environment's episode ended),
+``env_failed`` (an environment failed: an infrastructure failure), ``max_turns``, ``max_model_len`` (the next turn or
 observation would not fit in the context), ``max_response_len`` (nor in the response budget,
 ``actor_rollout_ref.rollout.response_length``), ``prompt_too_long`` (the prompt leaves no room
 to generate: nothing is sampled or scored, and only its first token is kept so that a collated
@@ -39,6 +45,11 @@ from agentfly.rollout.rewards.base import NO_POLICY
 from agentfly.rollout.templates.base import ChatTemplate
 from agentfly.rollout.tools.base import INVALID_ARGUMENTS, ToolResult
 from agentfly.rollout.tools.call import run_tool_call
+from agentfly.rollout.tools.environment import (
+    environment_records,
+    environment_tools,
+    start_environments,
+)
 from agentfly.rollout.unseen_tools import explain_invalid_arguments, shows_tool_schemas
 
 logger = logging.getLogger(__name__)
@@ -92,7 +103,8 @@ class AgentLoop:
         template: the chat template.
         agent: the agent type (parser and prompting).
         reward: reward name or function; None leaves trajectories unscored.
-        resources: the resource pool for stateful tools (None: throwaway resources per call).
+        resources: the resource pool for stateful tools (None: throwaway resources per call; a
+            local pool where the agent has environment tools).
         workers: the worker processes of sync tools and rewards (None: the process's default
             pool, :func:`~agentfly.rollout.execution.workers.default_pool`).
         reward_timeout: seconds a reward call may take (None: the reward's own
@@ -150,6 +162,10 @@ class AgentLoop:
         self._schemas_hidden = not shows_tool_schemas(template, agent)
         self._explained: set[str] = set()
         self.reward = reward
+        if resources is None and environment_tools(agent.tools):
+            from agentfly.rollout.tools.resources import ResourcePool
+
+            resources = ResourcePool("local")
         self.resources = resources
         self.workers = workers
         self.reward_timeout = reward_timeout
@@ -365,6 +381,8 @@ class AgentLoop:
         if self.resources is not None:
             chain_resources = self.resources.chain((group_id, chain_index))
         try:
+            if chain_resources is not None:
+                await start_environments(chain_resources, self.agent.tools, row, sampling.seed)
             await self._turns(traj, tools, sampling, chain_resources)
         except WorkerStartError:  # a setup error: every chain would fail alike
             raise
@@ -373,6 +391,7 @@ class AgentLoop:
             traj.finish_reason, traj.error = "error", f"{type(e).__name__}: {e}"
         finally:
             if chain_resources is not None:
+                traj.environments = await environment_records(chain_resources, self.agent.tools)
                 await chain_resources.release_all()
         if self.train_on_last_turn:
             traj.mask_all_but_last_turn()
@@ -398,6 +417,7 @@ class AgentLoop:
                 (out,) = (await self.engine.generate([traj.input_ids], turn_sampling))[0]
             traj.append_sampled(out.token_ids, out.logprobs, getattr(out, "weights_version", 0))
             traj.num_turns += 1
+            traj.turn_rewards.append(0.0)
             text = self.tokenizer.decode(out.token_ids, skip_special_tokens=False)
             content, closed = self.template.split_turn(text)
             traj.messages.append({"role": "assistant", "content": content})
@@ -415,15 +435,15 @@ class AgentLoop:
                     *(self._call(c, chain_resources) for c in parsed.calls)
                 )
             for call, result in zip(parsed.calls, results, strict=True):
-                traj.tool_calls.append(
-                    ToolCallRecord(
-                        call.name, call.arguments, result.observation, result.ok, result.error, turn
-                    )
-                )
+                traj.tool_calls.append(ToolCallRecord(
+                    call.name, call.arguments, result.observation, result.ok, result.error, turn,
+                    result.reward,
+                ))
+                traj.turn_rewards[turn] += result.reward or 0.0
             ended = next((r for r in results if r.ends_chain), None)
             if ended is not None:
                 traj.final_response = ended.final_answer or ""
-                traj.finish_reason = "answer"
+                traj.finish_reason = ended.finish_reason or "answer"
                 return
             if turn == self.max_turns - 1:
                 break

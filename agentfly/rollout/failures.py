@@ -30,9 +30,14 @@ What counts as an infrastructure failure (:func:`failure_reason`), and what does
   never ran: the pool is too small for the calls in flight. ``tool_worker_died``: the process running the tool died (a crash, a signal,
   the worker's memory limit). ``tool_malformed_output``: the tool returned something that is
   not text (a bug in the tool). ``tool_unavailable``: the service behind the tool failed (the
-  search API unreachable or answering 5xx: ``ToolUnavailableError``). One such call fails the
-  chain, whatever its reward: the chain
+  search API unreachable or answering 5xx: ``ToolUnavailableError``). ``tool_env_<kind>``: the
+  chain's environment failed during a call (``env_timeout``: a step past its ``step_timeout``,
+  ``env_crashed``: its process died, ``env_raised``: its code raised, ``env_closed``,
+  ``env_unavailable``, ``env_error``; :mod:`agentfly.rollout.tools.environment`). One such call
+  fails the chain, whatever its reward: the chain
   saw an error the healthy system would not have shown it.
+- ``env_start``: the chain's environment did not start (its process, or ``reset`` on the
+  chain's data row: ``EnvironmentStartError``).
 - ``reward_<kind>``: the reward function failed (``timeout``, ``queue_timeout``,
   ``exception``, ``malformed``, ``worker_died``, ``output_too_large``, ``missing_field``,
   ``bad_signature``; see :mod:`agentfly.rollout.rewards.base`): the 0 it records is no
@@ -87,6 +92,7 @@ POLICIES: tuple[str, ...] = ("resample", "drop", "keep")
 #: tool error kinds that fail the chain (the harness's verdicts on the tool, not on the call)
 INFRA_TOOL_ERRORS = frozenset(
     {"timeout", "queue_timeout", "worker_died", "malformed_output", "unavailable"}
+    | {f"env_{kind}" for kind in ("timeout", "crashed", "raised", "closed", "unavailable", "error")}
 )
 #: exceptions out of a chain that are the engine's
 ENGINE_ERRORS = frozenset(e.__name__ for e in (EngineLostError, EngineTimeoutError, EngineStartError))
@@ -137,6 +143,8 @@ def failure_reason(traj: Trajectory) -> str | None:
     reward, whatever it is, is the model's."""
     if traj.finish_reason == "error":  # the agent loop records "<ExceptionClass>: <message>"
         name = (traj.error or "").split(":", 1)[0].strip()
+        if name == "EnvironmentStartError":
+            return "env_start"
         return "engine" if name in ENGINE_ERRORS else "chain_error"
     for call in traj.tool_calls:
         if not call.ok and call.error in INFRA_TOOL_ERRORS:

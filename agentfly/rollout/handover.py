@@ -246,7 +246,9 @@ class TrainingRollouts:
         (the per-rank record of a DDP run), the greedy baseline chains' rewards (one per row)
         when there are any, and the policy versions that sampled them (``policy_version``: the
         one training on them). ``rows`` are the rows drawn; ``dropped_rows`` those of them whose
-        group was dropped (``algorithm.failed_chains``): no chain of theirs is in ``rewards``."""
+        group was dropped (``algorithm.failed_chains``): no chain of theirs is in ``rewards``.
+        Chains that acted in environments add each chain's ``turn_rewards`` (the environment's
+        reward of each turn) and ``returns`` (each episode's, by environment)."""
         if not self.trajectory_dir:
             return
         rank, world = self.run.rank()
@@ -260,6 +262,9 @@ class TrainingRollouts:
         record["dropped_rows"] = [i for p, (i, _) in enumerate(items) if offset + p not in kept]
         if baselines:
             record["baseline_rewards"] = [b.reward for b in baselines]
+        if any(t.environments for t in trajs):
+            record["turn_rewards"] = [t.turn_rewards for t in trajs]
+            record["returns"] = [{k: e["return"] for k, e in t.environments.items()} for t in trajs]
         path = Path(self.trajectory_dir) / f"rollouts_rank{rank}.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a", encoding="utf-8") as f:

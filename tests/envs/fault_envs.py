@@ -1,4 +1,5 @@
-"""Environments that fail on purpose, for the ProcessEnv tests (imported in the env process)."""
+"""Environments that fail on purpose, for the ProcessEnv tests and the chains' (imported in the
+env process)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ class CountingEnv(Env):
         return "start", {"goal": "count", "child_pid": self.child.pid}
 
     def _step(self, action: str) -> StepResult:
+        began = time.time()
         if action == "hang":
             time.sleep(3600)
         if action == "nap":
@@ -37,7 +39,7 @@ class CountingEnv(Env):
             raise ValueError("the simulator broke")
         if action == "usage":
             raise EnvUsageError("not an action here")
-        return StepResult(f"step {self.steps + 1}", 1.0, info={"pid": os.getpid()})
+        return StepResult(f"step {self.steps + 1}", 1.0, info={"pid": os.getpid(), "began": began, "ended": time.time()})
 
     def close(self) -> None:
         self.child.kill()

@@ -21,7 +21,10 @@ def play(env, task, actions):
 def test_the_walkthrough_wins_with_the_full_score(textworld_game):
     with ProcessEnv.named("textworld", {"max_steps": 50}) as env:
         _, info = env.reset(textworld_game)
-        assert info["goal"] == textworld_game["question"] and info["max_score"] == textworld_game["max_score"] > 0
+        assert info["goal"] == textworld_game["objective"] and info["max_score"] == textworld_game["max_score"] > 0
+        # the row's question is the opening text without the banner: the objective, then the room
+        assert textworld_game["question"].startswith(info["goal"]) and "$$" not in textworld_game["question"]
+        assert "\n\n-= Bedroom =-\nYou are in a bedroom." in textworld_game["question"]
         assert set(info["walkthrough"][:1]) <= set(info["admissible_actions"])
         results = [env.step(a) for a in info["walkthrough"]]
     assert sum(r.reward for r in results) == textworld_game["max_score"]
@@ -44,6 +47,20 @@ def test_commands_that_skip_the_last_step_score_less_and_do_not_win(textworld_ga
         assert env.step(info["walkthrough"][0]).reward == 1
     finally:
         env.close()
+
+
+def test_a_walkthrough_becomes_a_chat_in_the_action_agents_format(textworld_game):
+    (chat,) = tw.walkthrough_conversations([textworld_game])
+    messages = chat["messages"]
+    walkthrough = ["open chest drawer", "take old key from chest drawer", "unlock wooden door with old key",
+                   "open wooden door", "go east", "open refrigerator", "take apple from refrigerator",
+                   "put apple on stove"]  # the game's eight-step quest, as its objective states it
+    assert [m["role"] for m in messages[:2]] == ["system", "user"] and messages[1]["content"] == textworld_game["question"]
+    assert [m["content"] for m in messages if m["role"] == "assistant"] == [f"<action>{c}</action>" for c in walkthrough]
+    # each action but the winning last one is answered by the game, as a tool message
+    assert [m["role"] for m in messages[2:]] == ["assistant", "tool"] * 7 + ["assistant"]
+    assert "You open the chest drawer" in messages[3]["content"]
+    assert chat["score"] == chat["max_score"] == textworld_game["max_score"]
 
 
 def test_a_task_without_a_game_file_is_refused():

@@ -14,40 +14,14 @@ import pytest
 from agentfly.envs import EnvUnavailable, EnvUsageError
 from agentfly.envs.webshop import WebShopEnv
 from agentfly.envs.webshop_catalog import load_catalog, synthetic_catalog
+from tests.envs.webshop_files import BOOTS, PLAIN_BOOTS, TOWEL, write_webshop_files
 
 pytest.importorskip("rapidfuzz", reason="needs rapidfuzz (pip install 'agentfly[envs]')")
-
-BOOTS, PLAIN_BOOTS, TOWEL = "B000000001", "B000000002", "B000000003"
-OPTIONS = {"Color": [{"value": "Brown"}, {"value": "Black"}], "Size": [{"value": "9"}, {"value": "10"}]}
-
-
-def product(asin, name, category, query, path, description, bullets, pricing, options=None):
-    return {"asin": asin, "name": name, "category": category, "query": query, "product_category": path,
-            "full_description": description, "small_description": bullets, "pricing": pricing,
-            "customization_options": options}
-
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
     """WebShop's three files (its format) for three products and one human goal."""
-    folder = tmp_path_factory.mktemp("webshop")
-    hiking = "Clothing, Shoes & Jewelry › Men › Shoes › Outdoor › Hiking"
-    products = [
-        product(BOOTS, "Trailblazer Waterproof Hiking Boots", "fashion", "hiking boots", hiking,
-                "Leather boots for long trails.", ["Waterproof leather upper", "Rubber sole"], "$45.00", OPTIONS),
-        product(PLAIN_BOOTS, "Trailblazer Hiking Boots", "fashion", "hiking boots", hiking,
-                "Canvas boots for short walks.", ["Canvas upper", "Rubber sole"], "$30.00", OPTIONS),
-        product(TOWEL, "Sunny Beach Towel", "home", "beach towels", "Home & Kitchen › Bath › Towels › Beach Towels",
-                "A cotton towel.", ["Cotton"], "$12.00$15.00"),
-    ]
-    attributes = {BOOTS: {"attributes": ["waterproof", "rubber sole"]}, PLAIN_BOOTS: {"attributes": ["rubber sole"]},
-                  TOWEL: {"attributes": ["cotton"]}}
-    goals = {BOOTS: [{"instruction": "i want waterproof hiking boots with a rubber sole in brown, size 10.",
-                      "instruction_attributes": ["waterproof", "rubber sole"], "instruction_options": ["brown", "10"]}]}
-    for name, content in [("items_shuffle_1000.json", products), ("items_ins_v2_1000.json", attributes),
-                          ("items_human_ins.json", goals)]:
-        (folder / name).write_text(json.dumps(content))
-    return folder
+    return write_webshop_files(tmp_path_factory.mktemp("webshop"))
 
 
 @pytest.fixture

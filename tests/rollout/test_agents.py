@@ -57,11 +57,24 @@ def test_code_agent_runs_the_last_python_block():
     assert agent.parse("The result is 2.").calls == []
 
 
-def test_action_agent_sends_the_tag_to_its_environment_tool():
-    agent = get_agent("action", tools("search"))
-    turn = agent.parse("<think>look</think> <action>search[red shoes]</action>")
-    assert turn.calls == [ToolCallRequest("search", {"query": "search[red shoes]"})]
-    assert agent.parse("I am done.").calls == []
+def test_action_agent_reads_turns_as_agentflys_action_agent():
+    agent = get_agent("action", tools("webshop_browser_action"))
+    shop = "webshop_browser_action"
+    turn = agent.parse("<think>look</think> <action> search[red shoes] </action>")
+    assert turn.calls == [ToolCallRequest(shop, {"action": "search[red shoes]"})]
+    # the first tag counts; the text after the first closing tag is not read
+    assert agent.parse("<action>click[a]</action><action>click[b]</action>").calls == [
+        ToolCallRequest(shop, {"action": "click[a]"})]
+    assert agent.parse("<action></action><action>click[b]</action>").calls == []  # empty, then cut
+    assert agent.parse("<summarize>searched twice</summarize> <action>click[b]</action>").calls == [
+        ToolCallRequest("summarize", {"summary": "searched twice"})]
+    # "end task" in either tag, or no tag, ends the chain with the turn as its final response
+    for done in ("<ACTION>End Task</ACTION>", "<summarize> end task </summarize>", "I am done."):
+        assert agent.parse(done).calls == [] and agent.parse(done).answer in (done, None)
+    assert agent.parse("<action>end task</action>").answer == "<action>end task</action>"
+    # a tool with another parameter name gets the body as its one required argument
+    assert get_agent("action", tools("chess_move")).parse("<action>e2e4</action>").calls == [
+        ToolCallRequest("chess_move", {"move": "e2e4"})]
 
 
 def test_gui_is_out_of_scope_and_unknown_types_list_known_ones():

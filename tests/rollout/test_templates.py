@@ -167,6 +167,21 @@ def test_no_system_tool_leaves_tools_to_the_agent():
     )
 
 
+def test_action_agent_lays_out_turns_as_agentflys_template():
+    # AgentFly's action-agent: system and user text end with a newline before <|im_end|>; an
+    # observation follows the assistant's turn as <observation>...</observation>, with no role
+    template = get_template("action-agent")
+    messages = [{"role": "system", "content": "Shop."}, {"role": "user", "content": "Buy boots."},
+                {"role": "assistant", "content": "<action>search[boots]</action>"},
+                {"role": "tool", "content": "Page 1"}]
+    assert template.prompt(messages[:2]) == (
+        "<|im_start|>system\nShop.\n<|im_end|>\n<|im_start|>user\nBuy boots.\n<|im_end|>\n"
+        "<|im_start|>assistant\n")
+    assert template.between_turns(messages) == "\n<observation>Page 1</observation>\n<|im_start|>assistant\n"
+    assert template.between_turns(messages, closed=False) == (
+        "<|im_end|>\n<observation>Page 1</observation>\n<|im_start|>assistant\n")
+
+
 def test_stop_token_ids(tiny_tokenizer):
     for name in [*NAMED, None]:
         template = get_template(name, tiny_tokenizer)

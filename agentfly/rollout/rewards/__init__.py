@@ -4,7 +4,9 @@ Register one with ``@reward(name=...)``; the agent loop scores chains with ``com
 ``acompute_reward`` (or ``score_trajectory``), which never raise for a failing reward. Importing
 this package registers the built-ins: ``math_equal_reward``, ``math_equal_reward_tool``,
 ``math_reward_string_equal``, ``math_reward_format``, ``qa_f1_reward``, ``qa_em_reward``,
-``code_reward``.
+``code_reward``, and the environments' (:mod:`agentfly.rollout.rewards.env_rewards`):
+``webshop_reward``, ``scienceworld_reward``, ``alfworld_episode_reward``, ``chess_puzzle_reward``,
+``chess_puzzle_reward_simple``, ``textworld_reward``.
 """
 
 from agentfly.rollout.rewards.base import (
@@ -22,6 +24,14 @@ from agentfly.rollout.rewards.base import (
     score_trajectory,
 )
 from agentfly.rollout.rewards.code_rewards import code_reward
+from agentfly.rollout.rewards.env_rewards import (
+    alfworld_episode_reward,
+    chess_puzzle_reward,
+    chess_puzzle_reward_simple,
+    scienceworld_reward,
+    textworld_reward,
+    webshop_reward,
+)
 from agentfly.rollout.rewards.math_rewards import (
     math_equal_reward,
     math_equal_reward_tool,
@@ -29,7 +39,6 @@ from agentfly.rollout.rewards.math_rewards import (
     math_reward_string_equal,
 )
 from agentfly.rollout.rewards.qa_rewards import qa_em_reward, qa_f1_reward
-from agentfly.rollout.rewards.webshop_rewards import webshop_reward
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -38,8 +47,11 @@ __all__ = [
     "RewardInfo",
     "RewardResult",
     "acompute_reward",
+    "alfworld_episode_reward",
     "ascore_trajectory",
     "bind_reward_kwargs",
+    "chess_puzzle_reward",
+    "chess_puzzle_reward_simple",
     "code_reward",
     "compute_reward",
     "get_reward",
@@ -50,6 +62,8 @@ __all__ = [
     "qa_em_reward",
     "qa_f1_reward",
     "reward",
+    "scienceworld_reward",
     "score_trajectory",
+    "textworld_reward",
     "webshop_reward",
 ]

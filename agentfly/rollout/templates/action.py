@@ -1,9 +1,10 @@
-"""``action-agent``: ChatML for agents that act with ``<action>...</action>`` tags (WebShop-style).
+"""``action-agent``: AgentFly's template of that name (ChatML, for the ``action`` agent).
 
-Named in AgentFly's training guide (``agent_type=action``) but not defined in its public
-templates module; this definition is ours. The system prompt lists the actions, so the template
-shows no tool catalogue; each observation (the environment's page) comes back as a plain user
-turn.
+As AgentFly writes it: the system and user turns end their text with a newline before
+``<|im_end|>``; an observation comes right after the assistant's turn as
+``<observation>...</observation>`` with no role of its own, and the next assistant turn follows.
+The system prompt describes the actions, so the template shows no tool catalogue. The default
+system text (no system prompt given) is Qwen's.
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ ACTION_AGENT = register_template(
     "action-agent",
     FormatTemplate(
         name="action-agent",
+        system_template="<|im_start|>system\n{system}\n<|im_end|>\n",
         default_system=QWEN_SYSTEM,
-        observations_template="<|im_start|>user\n{observations}<|im_end|>\n",
-        observation_template="{observation}",
-        observation_separator="\n",
+        user_template="<|im_start|>user\n{content}\n<|im_end|>\n",
+        observations_template="{observations}",
+        observation_template="<observation>{observation}</observation>\n",
+        observation_separator="",
     ),
 )

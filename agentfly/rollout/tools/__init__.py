@@ -1,13 +1,29 @@
 """Tools the model can call: the ``@tool`` registry, the runner and the built-in tools.
 
 Importing this package registers the built-ins: ``calculator``, ``answer``,
-``code_interpreter`` (alias ``python_executor``) and ``search`` (alias ``google_search``).
-Heavy dependencies (sympy, bm25s) are imported only when a tool first needs them. A tool's
+``code_interpreter`` (alias ``python_executor``), ``search`` (alias ``google_search``),
+``summarize``, and the environment tools with AgentFly's names (``webshop_browser_action``,
+``webshop_browser``, ``scienceworld_explorer``, ``alfworld_step``, ``alfworld_reset``,
+``alfworld_get_admissible_commands``, ``alfworld_get_task_objective``, ``chess_move``,
+``chess_get_state``, ``chess_get_legal_moves``) and ``textworld_step``
+(:mod:`agentfly.rollout.tools.environment`). Heavy dependencies (sympy, bm25s, an environment's
+package) are imported only when a tool first needs them. A tool's
 settings are bound per run with ``tool.configure(...)`` (see :mod:`agentfly.rollout.tools.settings`).
 """
 
 # Imported for their side effect: each module registers its tool.
-from agentfly.rollout.tools import answer, calculator, code_interpreter, search, webshop  # noqa: F401
+from agentfly.rollout.tools import (  # noqa: F401
+    alfworld,
+    answer,
+    calculator,
+    chess,
+    code_interpreter,
+    scienceworld,
+    search,
+    summarize,
+    textworld,
+    webshop,
+)
 from agentfly.rollout.tools.base import (
     TOOLS,
     Tool,

@@ -17,7 +17,12 @@ A *stateful* tool also takes a parameter named ``resource``: the per-chain objec
 released when the chain ends. That parameter is not part of the schema.
 
 A tool returns a ``str`` (the observation), any JSON-serialisable value (dumped as JSON), or a
-``ToolResult`` when it needs to say more (end the chain, report an error kind).
+``ToolResult`` when it needs to say more (end the chain, report an error kind, an environment's
+reward for the step).
+
+An *environment* tool (``@tool(environment="webshop", ...)``, see
+:mod:`agentfly.rollout.tools.environment`) is a stateful tool whose resource is one of
+:mod:`agentfly.envs`; the tools naming the same environment share one per chain.
 
 A tool with *settings* (a corpus path, a size limit) declares them with ``@tool(settings=Cls)``
 and takes a parameter named ``settings`` (left out of the schema, like ``resource``)::
@@ -82,8 +87,11 @@ class ToolResult:
             worker process running the call died), ``"output_too_large"`` (the result,
             pickled, passed the worker pool's reply cap) or ``"unavailable"`` (the service
             behind the tool failed: :class:`ToolUnavailableError`).
-        ends_chain: the chain stops after this call (the ``answer`` tool).
+        ends_chain: the chain stops after this call (the ``answer`` tool, an environment's
+            episode that ended).
         final_answer: the chain's final response when ``ends_chain``.
+        finish_reason: the chain's finish reason when ``ends_chain`` (None: ``answer``).
+        reward: an environment's reward for the step this call took (None: no step).
     """
 
     observation: str
@@ -91,6 +99,8 @@ class ToolResult:
     error: str | None = None
     ends_chain: bool = False
     final_answer: str | None = None
+    finish_reason: str | None = None
+    reward: float | None = None
 
     @classmethod
     def failure(cls, error: str, observation: str) -> ToolResult:
@@ -128,6 +138,9 @@ class Tool:
             ``agent.run_config.workers.num_workers`` is unset, the pool gets a worker per
             chain in flight instead of one per CPU core
             (:func:`~agentfly.rollout.execution.workers.default_num_workers`).
+        environment: the :mod:`agentfly.envs` environment the tool acts on (stateful tools):
+            the tools naming the same environment share one resource per chain, started with
+            the chain (:mod:`agentfly.rollout.tools.environment`); None for other tools.
     """
 
     name: str
@@ -143,6 +156,13 @@ class Tool:
     settings: Any = None
     runs_in: str = "process"
     io_bound: bool = False
+    environment: str | None = None
+
+    @property
+    def resource_key(self) -> str:
+        """What the chain's resource of this tool is kept under: its environment, shared by
+        the tools acting on it, else the tool's own name."""
+        return self.environment or self.name
 
     @property
     def description(self) -> str:
@@ -228,6 +248,7 @@ def tool(
     settings: Callable[..., Any] | None = None,
     runs_in: str = "process",
     io_bound: bool = False,
+    environment: str | None = None,
 ) -> Any:
     """Register a function as a tool; usable as ``@tool`` or ``@tool(name=...)``.
 
@@ -248,6 +269,8 @@ def tool(
             is trusted to share the trainer's process (see :class:`Tool`).
         io_bound: calls mostly wait rather than compute (see :class:`Tool`): the default
             worker pool is then sized to the chains in flight, not to the CPU count.
+        environment: the environment a stateful tool acts on, shared with the other tools
+            naming it (see :class:`Tool`).
 
     Returns:
         The registered ``Tool`` (still callable like the function).
@@ -275,6 +298,8 @@ def tool(
             )
         if not stateful and takes_resource:
             raise TypeError(f"tool {tool_name!r} takes 'resource' but is not stateful=True")
+        if environment is not None and not stateful:
+            raise TypeError(f"tool {tool_name!r} acts on an environment but is not stateful=True")
         registered = Tool(
             name=tool_name,
             fn=f,
@@ -289,6 +314,7 @@ def tool(
             settings=_default_settings(settings),
             runs_in=runs_in,
             io_bound=bool(io_bound),
+            environment=environment,
         )
         TOOLS.register(tool_name, registered, aliases=registered.aliases)
         return registered

@@ -8,7 +8,9 @@ also when it fails or is cancelled::
         result = await run_tool_call(name, arguments, resource=resources)
 
 Each tool has a cap on live resources (``Tool.max_resources``, else the pool's
-``max_per_tool``); a chain that needs one more waits for another chain to end.
+``max_per_tool``); a chain that needs one more waits for another chain to end. The tools of one
+environment (``Tool.environment``) share their resource, its cap and its count
+(``Tool.resource_key``).
 
 Backends: ``"local"`` makes resources in this process (the factory runs in a worker thread).
 ``"ray"`` puts each resource in its own Ray actor and hands the tool a proxy whose method calls
@@ -157,14 +159,15 @@ class ResourcePool:
         self._live: Counter[str] = Counter()
 
     def live(self, tool_name: str) -> int:
-        """How many resources of the tool exist now."""
-        return self._live[get_tool(tool_name).name]
+        """How many resources of the tool (of its environment) exist now."""
+        return self._live[get_tool(tool_name).resource_key]
 
     def _semaphore(self, tool: Tool) -> asyncio.Semaphore:
         semaphores = self._semaphores.setdefault(asyncio.get_running_loop(), {})
-        if tool.name not in semaphores:
-            semaphores[tool.name] = asyncio.Semaphore(tool.max_resources or self.max_per_tool)
-        return semaphores[tool.name]
+        key = tool.resource_key
+        if key not in semaphores:
+            semaphores[key] = asyncio.Semaphore(tool.max_resources or self.max_per_tool)
+        return semaphores[key]
 
     def _create(self, tool: Tool) -> Any:
         factory = self._factories.get(tool.name)
@@ -234,12 +237,12 @@ class ResourcePool:
                     f"making a {tool.name} resource took more than {limit:g} s "
                     f"(agent.init_config.tool_config.{tool.name}.timeout); abandoned"
                 ) from e
-            self._live[tool.name] += 1
-            logger.debug("chain %s acquired a %s resource", chain_id, tool.name)
+            self._live[tool.resource_key] += 1
+            logger.debug("chain %s acquired a %s resource", chain_id, tool.resource_key)
             try:
                 yield resource
             finally:
-                self._live[tool.name] -= 1
+                self._live[tool.resource_key] -= 1
                 # Shielded: a cancelled chain still gets its resource destroyed.
                 done = THREADS.submit(self._destroy, tool.name, resource)
                 try:
@@ -256,7 +259,8 @@ class ResourcePool:
 
 
 class ChainResources:
-    """One chain's resources, at most one per stateful tool; an async context manager.
+    """One chain's resources, at most one per stateful tool (per environment, for the tools
+    that share one); an async context manager.
 
     Args:
         pool: the pool that makes and caps them.
@@ -273,18 +277,22 @@ class ChainResources:
     async def get(self, tool_name: str | Tool) -> Any:
         """The chain's resource for ``tool_name`` (a name, or the ``Tool``), acquired on the first call."""
         tool = tool_name if isinstance(tool_name, Tool) else get_tool(tool_name)
-        name = tool.name
+        key = tool.resource_key
         async with self._lock:
-            if name not in self._held:
-                self._held[name] = await self._stack.enter_async_context(
+            if key not in self._held:
+                self._held[key] = await self._stack.enter_async_context(
                     self.pool.acquire(tool, self.chain_id)
                 )
-            return self._held[name]
+            return self._held[key]
 
     @property
     def held(self) -> list[str]:
-        """Names of the tools whose resources this chain holds."""
+        """What this chain holds resources of: tool names, environment names (``resource_key``)."""
         return list(self._held)
+
+    def holding(self, key: str) -> Any:
+        """The resource held under ``key`` (a ``resource_key``), or None."""
+        return self._held.get(key)
 
     async def release_all(self) -> None:
         """Destroy every resource of the chain; safe to call twice."""
