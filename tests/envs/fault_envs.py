@@ -16,7 +16,8 @@ from agentfly.envs.base import Env, EnvUsageError, StepResult
 class CountingEnv(Env):
     """Counts its steps; ``hang`` sleeps forever, ``nap`` a second, ``crash`` kills the process, ``raise`` raises,
     ``usage`` is a caller mistake. ``reset`` with ``fail=True`` raises. It starts a child
-    (a sleeping process, standing for a Java or engine process) and reports its pid."""
+    (a sleeping process, standing for a Java or engine process) and reports its pid. ``close``
+    writes a file named by its process id into ``$COUNTING_ENV_CLOSED_DIR`` when that is set."""
 
     def __init__(self) -> None:
         super().__init__(max_steps=None)
@@ -44,3 +45,5 @@ class CountingEnv(Env):
     def close(self) -> None:
         self.child.kill()
         self.child.wait()
+        if os.environ.get("COUNTING_ENV_CLOSED_DIR"):  # say it was closed (not killed)
+            open(os.path.join(os.environ["COUNTING_ENV_CLOSED_DIR"], str(os.getpid())), "w").close()

@@ -117,13 +117,14 @@ def test_webshop_browser_takes_the_verb_and_its_value_apart(webshop_dir):
     assert wrong.observation == "Error: Invalid action 'buy'. Must be either 'search' or 'click'"
 
 
-def test_environment_faults_fail_their_chain_only_and_leave_no_process(tiny_model_dir):
+def test_environment_faults_fail_their_chain_only_and_leave_no_process(tiny_model_dir, tmp_path, monkeypatch):
     # four chains at once: one environment hangs in a step (past its 2 s step_timeout), one's
     # process dies, one fails in reset (its row), one plays two steps then stops acting
     scripts = {"hang": [[action("hang")]], "crash": [[action("crash")]], "fail": [[action("one")]],
                "fine": [[action("one"), action("two"), "done"]]}
     rows = [{"question": "hang"}, {"question": "crash"}, {"question": "fail", "fail": True}, {"question": "fine"}]
     loop = make_loop(tiny_model_dir, scripts, ["counting_step"], {}, "counting_return", max_turns=4)
+    monkeypatch.setenv("COUNTING_ENV_CLOSED_DIR", str(tmp_path))
     start = time.monotonic()
     hang, crash, fail, fine = loop.run(rows)
     assert time.monotonic() - start < 30  # the hang is cut at its deadline
@@ -139,7 +140,9 @@ def test_environment_faults_fail_their_chain_only_and_leave_no_process(tiny_mode
     assert {k: v for k, v in metrics.items() if k.startswith("rollout/failed_chains/")} == {
         "rollout/failed_chains/env_start": 1.0, "rollout/failed_chains/tool_env_crashed": 1.0,
         "rollout/failed_chains/tool_env_timeout": 1.0}
+    # the healthy chain's environment was closed when its chain ended (the others were killed);
     # every environment process and the child each started (a stand-in for Java or Stockfish) is gone
+    assert [p.name for p in tmp_path.iterdir()] == [str(fine.environments[COUNTING_ENV]["steps"][0]["info"]["pid"])]
     assert not no_env_process_within(5)
     children = [t.environments[COUNTING_ENV]["reset_info"]["child_pid"] for t in (hang, crash, fine)]
     assert not [pid for pid in children if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]

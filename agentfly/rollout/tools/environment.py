@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -148,11 +149,13 @@ class EnvSession:
             raise EnvUsageError(f"{self.env}: the environment was not started")
         if self._over:
             raise EnvUsageError(f"{self.env}: the episode is over")
+        began = time.time()
         result = self._process.step(action)
         self._info, self._over = dict(result.info), result.done
         self._steps.append({
             "action": action, "reward": float(result.reward), "terminated": bool(result.terminated),
             "truncated": bool(result.truncated), "info": _lean(result.info),
+            "at": began, "seconds": time.time() - began,
         })
         return result
 
@@ -166,7 +169,8 @@ class EnvSession:
 
     def record(self) -> dict[str, Any]:
         """The episode, JSON-serializable: the environment, its ``goal``, ``reset_info``,
-        ``steps`` (action, reward, terminated, truncated, info each; long lists left out),
+        ``steps`` (action, reward, terminated, truncated, info each, long lists left out; ``at``
+        the Unix time it began and ``seconds`` it took, round trip to the process included),
         the ``return`` (the sum of the step rewards), whether it is ``over`` and how many
         ``resets`` the chain made."""
         return {
