@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import concurrent.futures
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agentfly.rollout.execution.worker_errors import WorkerTimeout
-
-if TYPE_CHECKING:
-    from agentfly.rollout.execution.workers import WorkerPool
 
 _GRACE_S = 5.0  # callers' own wait beyond a deadline, should the manager thread be gone
 
@@ -28,7 +25,7 @@ def settle(
 
 
 async def wait_call(
-    future: concurrent.futures.Future[Any], timeout: float, *, pool: WorkerPool | None
+    future: concurrent.futures.Future[Any], timeout: float, *, pool: Any
 ) -> Any:
     """Await a call's future from any event loop.
 
@@ -48,7 +45,7 @@ async def wait_call(
 
 
 def result_of(
-    future: concurrent.futures.Future[Any], timeout: float, *, pool: WorkerPool | None
+    future: concurrent.futures.Future[Any], timeout: float, *, pool: Any
 ) -> Any:
     """:func:`wait_call` from sync code."""
     try:
@@ -59,5 +56,5 @@ def result_of(
         raise WorkerTimeout(f"no answer within {timeout:g} s") from e
 
 
-def _longest_wait(timeout: float, pool: WorkerPool | None) -> float:
+def _longest_wait(timeout: float, pool: Any) -> float:
     return timeout if pool is None else pool.queue_timeout + timeout + _GRACE_S
