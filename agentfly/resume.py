@@ -26,11 +26,11 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from agentfly.callbacks.config_record import RECORD_KEY
 from agentfly.core.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
-RECORD_KEY = "agentfly_config"  # the checkpoint's entry holding the run's config
 
 #: Keys whose change makes the checkpoint mean something else: resuming across one is refused
 #: unless ``trainer.resume_changed_config=true``.

@@ -7,12 +7,12 @@ from typing import Any
 
 from lightning.pytorch.callbacks import Callback
 
-from agentfly.resume import RECORD_KEY
+RECORD_KEY = "agentfly_config"  # the checkpoint's entry holding the run's config
 
 
 class ConfigRecord(Callback):
     """Adds ``record`` (:func:`agentfly.resume.config_record` of the run's config) to each
-    checkpoint under :data:`agentfly.resume.RECORD_KEY`."""
+    checkpoint under :data:`RECORD_KEY`."""
 
     def __init__(self, record: dict[str, Any]) -> None:
         self.record = record

@@ -11,13 +11,11 @@ mini-batches, accumulating micro-batches, one optimizer step per mini-batch. The
 the clipped policy loss + ``kl_loss_coef`` × KL − ``entropy_coeff`` × entropy; the critic
 minimises the clipped value loss with its own update and optimizer settings
 (:class:`~agentfly.modules.settings.CriticSettings`). The settings arrive as typed groups
-(:mod:`agentfly.modules.settings`), built once by the run's plan. Rollout is not done here.
+(:mod:`agentfly.modules.settings`), built once by the run's plan. Rollout is not done here; the
+off-policy correction (verl's ``algorithm.rollout_correction``) is :mod:`agentfly.modules.off_policy`.
 
 Departure from verl: with one epoch and one mini-batch the old log-probabilities are the current
 ones detached (the ratio is exactly 1 at the only step), so the extra forward pass is skipped.
-
-The off-policy correction (verl's ``algorithm.rollout_correction``, off by default) is applied
-by :mod:`agentfly.modules.off_policy`.
 """
 
 from __future__ import annotations
@@ -36,6 +34,7 @@ from agentfly.callbacks.batch_hooks import RolloutBatchCallback, compute_advanta
 from agentfly.core import metric_sums
 from agentfly.core.batch import RolloutBatch
 from agentfly.core.reductions import masked_mean
+from agentfly.core.step_metrics import StepMetrics
 from agentfly.estimators.kl import full_kl_from_logits, kl_penalty
 from agentfly.modules import off_policy
 from agentfly.modules.fsdp import total_norm
@@ -129,6 +128,7 @@ class AgentRLModule(pl.LightningModule):
         self.reference: Any = None
         self.critic: Any = None
         self.iteration = 0  # RL iterations done (checkpointed)
+        self._step_metrics = StepMetrics()
         # the trainer's RolloutBatchCallbacks, each added by its own Lightning `setup` hook
         self.rollout_callbacks: list[RolloutBatchCallback] = []
         # which actor weights these are, for the engines (not checkpointed): 0 is the model as
@@ -281,6 +281,7 @@ class AgentRLModule(pl.LightningModule):
         shown = {"reward": "training/reward/mean", "kl": "actor/kl_loss", "entropy": "actor/entropy"}
         bar = {k: metrics[v] for k, v in shown.items() if v in metrics}
         self.log_dict(bar, on_step=True, prog_bar=True, logger=False, batch_size=len(batch))
+        metrics = self._step_metrics.complete(metrics)  # no stale value of an earlier iteration
         self.log_dict(metrics, on_step=True, prog_bar=False, batch_size=len(batch))
 
     def _no_grad_passes(self, batch: RolloutBatch) -> dict[str, float]:

@@ -187,7 +187,7 @@ def test_well_formed_returns():
 
 def test_hung_reward_times_out_quickly():
     def sleepy(prediction: str) -> float:
-        time.sleep(3)
+        time.sleep(20)
         return 1.0
 
     start = time.monotonic()
@@ -253,7 +253,7 @@ def test_registered_timeout_is_used(scratch_registry):
 
 def test_async_variant_matches_and_times_out():
     def sleepy(prediction: str) -> float:
-        time.sleep(3)
+        time.sleep(20)
         return 1.0
 
     async def async_reward(prediction: str, answer: str) -> float:
@@ -281,7 +281,9 @@ def test_async_variant_matches_and_times_out():
     assert coro == RewardResult(1.0)
     assert never_result.failed and never_result.error.startswith("timeout")
     assert nan.failed and nan.error.startswith("malformed")
-    assert elapsed < 0.2 + 0.8  # the hung ones ran concurrently and did not hold up the loop
+    # the hung ones were cut at their deadlines (0.2 s of running, after a worker process's start
+    # for the sync one), concurrently, and did not hold up the loop
+    assert elapsed < 10
 
 
 def test_async_reward_in_sync_call():

@@ -27,133 +27,65 @@ Code declared safe to share the trainer's process (``runs_in="thread"``) runs on
 from __future__ import annotations
 
 import atexit
-import collections
 import concurrent.futures
 import contextlib
-import fcntl
-import json
 import logging
 import os
 import pickle
 import select
-import signal
 import subprocess
 import sys
 import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 import cloudpickle
 
 from agentfly.core.plugins import plugin_files
 from agentfly.rollout.execution.call_queue import Call, CallQueue
+from agentfly.rollout.execution.sizing import default_num_workers, default_spares
+from agentfly.rollout.execution.waiting import result_of, settle, wait_call
+from agentfly.rollout.execution.worker_errors import (
+    NotPicklable,
+    PoolClosed,
+    WorkerDied,
+    WorkerQueueTimeout,
+    WorkerStartError,
+    WorkerTimeout,
+    describe_error,
+)
 from agentfly.rollout.execution.worker_main import HEADER, RemoteError, ReplyTooLarge
+from agentfly.rollout.execution.worker_process import (
+    Worker,
+    decode_reply,
+    drain,
+    exit_description,
+    kill,
+    nonblocking,
+    read_stderr,
+    reap,
+    reply_error,
+    spawn,
+)
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_MEMORY_MB = 4096
 DEFAULT_START_TIMEOUT_S = 60.0
 DEFAULT_QUEUE_TIMEOUT_S = 600.0
-IO_BOUND_MAX_WORKERS = 64  # the default pool of tools that wait: one worker per chain, up to this
 DEFAULT_MAX_REPLY_BYTES = 16 * 1024 * 1024
 _TICK_S = 0.25  # the manager's longest sleep with nothing due
-_STDERR_TAIL_BYTES = 4096
-_STDERR_FORWARD_BYTES = 64 * 1024  # a worker's stderr passed on per call at most
-_GRACE_S = 5.0  # callers' own wait beyond a deadline, should the manager thread be gone
 
-__all__ = [
-    "NotPicklable",
-    "PoolClosed",
-    "RemoteError",
-    "ReplyTooLarge",
-    "WorkerDied",
-    "WorkerPool",
-    "WorkerQueueTimeout",
-    "WorkerStartError",
-    "WorkerTimeout",
-    "default_num_workers",
-    "default_pool",
-    "default_spares",
-    "describe_error",
+__all__ = [  # the exceptions, sizes and waits of a call live in their own modules
+    "NotPicklable", "PoolClosed", "RemoteError", "ReplyTooLarge", "WorkerDied", "WorkerPool",
+    "WorkerQueueTimeout", "WorkerStartError", "WorkerTimeout", "default_num_workers",
+    "default_pool", "default_spares", "describe_error", "result_of", "wait_call",
 ]
 
 
-class WorkerTimeout(TimeoutError):
-    """A call ran past its deadline (counted from when a worker took it); its worker was killed."""
-
-
-class WorkerQueueTimeout(RuntimeError):
-    """A call waited past the pool's ``queue_timeout`` for a worker and never ran: the pool is
-    too small for the calls in flight (not a verdict on the call)."""
-
-
-class WorkerDied(RuntimeError):
-    """The worker running a call died before replying; ``how``: its exit code or signal."""
-
-    def __init__(self, label: str, how: str) -> None:
-        super().__init__(f"{label}: its worker process died ({how})")
-        self.how = how
-
-
-class WorkerStartError(RuntimeError):
-    """A worker process did not start: the message says what failed and ends with its stderr."""
-
-
-class NotPicklable(TypeError):
-    """A call (its function or arguments) cannot be pickled to a worker process."""
-
-
-class PoolClosed(RuntimeError):
-    """The pool was closed before the call finished."""
-
-
-def describe_error(exc: BaseException) -> str:
-    """``TypeName: message`` of an exception, a worker's :class:`RemoteError` by its own type."""
-    if isinstance(exc, RemoteError):
-        return f"{exc.type_name}: {exc.message}"
-    return f"{type(exc).__name__}: {exc}"
-
-
-def default_num_workers(io_bound: bool = False, calls_in_flight: int = 0) -> int:
-    """Workers of a pool sized ``None``: the usable CPU count, within 2..8, for code that
-    computes; for code that waits (``io_bound``: an HTTP call, a subprocess), one per call in
-    flight (``calls_in_flight``, e.g. the chains running at once), up to
-    :data:`IO_BOUND_MAX_WORKERS`, and never fewer than for code that computes."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 2
-    cpu_bound = min(8, max(2, cores))
-    if not io_bound:
-        return cpu_bound
-    return max(cpu_bound, min(IO_BOUND_MAX_WORKERS, int(calls_in_flight)))
-
-
-def default_spares(num_workers: int) -> int:
-    """Idle workers a started pool keeps ready beyond ``num_workers``: a quarter, 1 to 4."""
-    return max(1, min(4, num_workers // 4))
-
-
 # ---------------------------------------------------------------------------- the process pool
-
-
-@dataclass
-class _Worker:
-    proc: subprocess.Popen[bytes]
-    start_deadline: float
-    state: str = "starting"  # starting | idle | busy
-    job: Call | None = None
-    inbox: bytearray = field(default_factory=bytearray)
-    outbox: memoryview | None = None
-    stderr_tail: collections.deque[bytes] = field(default_factory=collections.deque)
-    forwarded: int = 0
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
 
 
 class WorkerPool:
@@ -227,12 +159,12 @@ class WorkerPool:
     def _reset(self) -> None:
         self._pid = os.getpid()
         self._queue = CallQueue(self.num_workers)
-        self._workers: list[_Worker] = []
+        self._workers: list[Worker] = []
         self._thread: threading.Thread | None = None
         self._warm = False  # keep num_workers and the spares running (start() was called)
         self._wake_r, self._wake_w = os.pipe()
         for fd in (self._wake_r, self._wake_w):
-            _nonblocking(fd)
+            nonblocking(fd)
 
     # ---------------------------------------------------------------- public
 
@@ -320,14 +252,14 @@ class WorkerPool:
             jobs = [*self._queue.drain(), *(w.job for w in workers if w.job is not None)]
             mine = self._pid == os.getpid()
         for job in jobs:
-            _settle(job.future, error=PoolClosed(f"{job.label}: the worker pool was closed"))
+            settle(job.future, error=PoolClosed(f"{job.label}: the worker pool was closed"))
         if mine:
             for w in workers:
-                _kill(w)
+                kill(w)
             self._wake()
             deadline = time.monotonic() + 1.0
             for w in workers:
-                _reap(w, max(0.0, deadline - time.monotonic()))
+                reap(w, max(0.0, deadline - time.monotonic()))
         _POOLS.discard(self)
 
     def __enter__(self) -> WorkerPool:
@@ -352,20 +284,20 @@ class WorkerPool:
                     self._step(settled)
                     reads, writes, wait = self._interest()
                 for job, value, error in settled:  # callbacks run outside the lock
-                    _settle(job.future, value, error)
+                    settle(job.future, value, error)
                 settled = []
                 try:
                     readable, writable, _ = select.select(reads, writes, [], wait)
                 except (OSError, ValueError):  # a worker closed under us: look again
                     readable, writable = [], []
                 if self._wake_r in readable:
-                    _drain(self._wake_r)
+                    drain(self._wake_r)
                 with self._lock:
                     if self._closed:
                         return
                     self._io(readable, writable, settled)
                 for job, value, error in settled:
-                    _settle(job.future, value, error)
+                    settle(job.future, value, error)
         except BaseException:
             logger.exception("the worker pool's manager thread failed; failing its calls")
             self.close()
@@ -425,20 +357,9 @@ class WorkerPool:
             self._spawn()
 
     def _spawn(self) -> None:
-        paths = [os.path.abspath(p) if p else os.getcwd() for p in sys.path]
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(dict.fromkeys(paths)))
-        cmd = [
-            sys.executable, "-m", "agentfly.rollout.execution.worker_main", str(os.getpid()),
-            str(self.memory_mb), str(self.max_reply_bytes),
-            json.dumps({"plugins": self.plugins, "preload": self.preload}),
-        ]
-        proc = subprocess.Popen(
-            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            env=env, start_new_session=True, close_fds=True,
-        )
-        for stream in (proc.stdin, proc.stdout, proc.stderr):
-            _nonblocking(stream.fileno())  # type: ignore[union-attr]
-        self._workers.append(_Worker(proc, time.monotonic() + self.start_timeout))
+        self._workers.append(spawn(
+            self.memory_mb, self.max_reply_bytes, self.plugins, self.preload, self.start_timeout
+        ))
         self.stats["started"] += 1
 
     def _io(
@@ -450,7 +371,7 @@ class WorkerPool:
                 continue
             err_fd, out_fd = w.proc.stderr.fileno(), w.proc.stdout.fileno()  # type: ignore[union-attr]
             if err_fd in readable:
-                self._stderr(w)
+                read_stderr(w)
             if w.outbox is not None and w.proc.stdin.fileno() in writable:  # type: ignore[union-attr]
                 try:
                     sent = os.write(w.proc.stdin.fileno(), w.outbox)  # type: ignore[union-attr]
@@ -462,30 +383,7 @@ class WorkerPool:
             if out_fd in readable:
                 self._replies(w, settled)
 
-    def _stderr(self, w: _Worker) -> bool:
-        """Read what ``w`` wrote to stderr (kept as its tail, passed on); whether there was any."""
-        try:
-            data = os.read(w.proc.stderr.fileno(), 65536)  # type: ignore[union-attr]
-        except (BlockingIOError, OSError, ValueError):
-            return False
-        if not data:
-            return False
-        w.stderr_tail.append(data)
-        while sum(map(len, w.stderr_tail)) > _STDERR_TAIL_BYTES and len(w.stderr_tail) > 1:
-            w.stderr_tail.popleft()
-        if w.state == "starting":
-            return True
-        room = _STDERR_FORWARD_BYTES - w.forwarded
-        w.forwarded += len(data)
-        if room > 0:
-            text = data[:room].decode("utf-8", "replace")
-            if len(data) > room:
-                text += f"\n[worker {w.pid}: further stderr of this call is not shown]\n"
-            with contextlib.suppress(Exception):
-                sys.stderr.write(text)
-        return True
-
-    def _replies(self, w: _Worker, settled: list[tuple[Call, Any, BaseException | None]]) -> None:
+    def _replies(self, w: Worker, settled: list[tuple[Call, Any, BaseException | None]]) -> None:
         try:
             data = os.read(w.proc.stdout.fileno(), 1 << 20)  # type: ignore[union-attr]
         except BlockingIOError:
@@ -511,12 +409,9 @@ class WorkerPool:
             self._reply(w, frame, settled)
 
     def _reply(
-        self, w: _Worker, frame: bytes, settled: list[tuple[Call, Any, BaseException | None]]
+        self, w: Worker, frame: bytes, settled: list[tuple[Call, Any, BaseException | None]]
     ) -> None:
-        try:
-            reply = pickle.loads(frame)
-        except BaseException as exc:
-            reply = ("error", b"", type(exc).__name__, f"its reply cannot be read here: {exc}")
+        reply = decode_reply(frame)
         if w.state == "starting":
             if reply[0] == "ready":
                 w.state = "idle"
@@ -527,23 +422,13 @@ class WorkerPool:
         if job is None:
             return
         self._queue.finished(job)
-        if reply[0] == "ok":
-            settled.append((job, reply[1], None))
-            return
-        _, exc_bytes, type_name, message = reply
-        try:
-            error = pickle.loads(exc_bytes)
-        except BaseException:
-            error = RemoteError(type_name, message)
-        if not isinstance(error, BaseException):
-            error = RemoteError(type_name, message)
-        settled.append((job, None, error))
+        settled.append((job, reply[1], None) if reply[0] == "ok" else (job, None, reply_error(reply)))
 
-    def _gone(self, w: _Worker, settled: list[tuple[Call, Any, BaseException | None]]) -> None:
+    def _gone(self, w: Worker, settled: list[tuple[Call, Any, BaseException | None]]) -> None:
         """The worker closed its reply pipe: it died (or closed the pipe; it is killed then)."""
         try:
             code = w.proc.wait(timeout=0.2)
-            how = _exit_description(code)
+            how = exit_description(code)
         except subprocess.TimeoutExpired:
             how = "it closed its reply pipe"
         if w.state == "starting":
@@ -557,10 +442,10 @@ class WorkerPool:
         settled.append((job, None, WorkerDied(job.label, how)))
 
     def _start_failed(
-        self, w: _Worker, why: str, settled: list[tuple[Call, Any, BaseException | None]]
+        self, w: Worker, why: str, settled: list[tuple[Call, Any, BaseException | None]]
     ) -> None:
         for _ in range(20):  # what the worker wrote last, up to 0.1 s
-            if not self._stderr(w):
+            if not read_stderr(w):
                 time.sleep(0.005)
         self._discard(w)
         tail = b"".join(w.stderr_tail).decode("utf-8", "replace").strip()
@@ -572,7 +457,7 @@ class WorkerPool:
         )
         settled += [(job, None, self._start_error) for job in self._queue.drain()]
 
-    def _condemn(self, w: _Worker) -> Call | None:
+    def _condemn(self, w: Worker) -> Call | None:
         """Discard ``w`` (killed at a deadline, dead, or not to be trusted); its call, if any,
         no longer runs. Its replacement starts in the next :meth:`_step`, before any waiting."""
         job, w.job = w.job, None
@@ -581,11 +466,11 @@ class WorkerPool:
         self._discard(w)
         return job
 
-    def _discard(self, w: _Worker) -> None:
+    def _discard(self, w: Worker) -> None:
         """Kill ``w``'s process group and forget it (reaped now if already dead, else later)."""
-        _kill(w)
+        kill(w)
         self._workers.remove(w)
-        _reap(w, 0.2)
+        reap(w, 0.2)
 
 
 _POOLS: weakref.WeakSet[WorkerPool] = weakref.WeakSet()
@@ -595,57 +480,6 @@ _POOLS: weakref.WeakSet[WorkerPool] = weakref.WeakSet()
 def _close_all() -> None:
     for pool in list(_POOLS):
         pool.close()
-
-
-def _nonblocking(fd: int) -> None:
-    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_NONBLOCK)
-
-
-def _drain(fd: int) -> None:
-    try:
-        while os.read(fd, 4096):
-            pass
-    except (BlockingIOError, OSError):
-        pass
-
-
-def _kill(w: _Worker) -> None:
-    for signal_to in (os.killpg, os.kill):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            signal_to(w.pid, signal.SIGKILL)
-    for stream in (w.proc.stdin, w.proc.stdout, w.proc.stderr):
-        with contextlib.suppress(OSError):
-            stream.close()  # type: ignore[union-attr]
-
-
-def _reap(w: _Worker, timeout: float) -> None:
-    try:
-        w.proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        logger.warning("worker %d did not exit within %.1f s of SIGKILL", w.pid, timeout)
-
-
-def _exit_description(code: int) -> str:
-    if code < 0:
-        try:
-            return f"killed by signal {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit code {code}"
-
-
-def _settle(
-    future: concurrent.futures.Future[Any], value: Any = None, error: BaseException | None = None
-) -> None:
-    if future.done():
-        return
-    try:
-        if error is not None:
-            future.set_exception(error)
-        else:
-            future.set_result(value)
-    except concurrent.futures.InvalidStateError:  # cancelled meanwhile
-        pass
 
 
 _default: WorkerPool | None = None
@@ -662,37 +496,3 @@ def default_pool() -> WorkerPool:
         return _default
 
 
-async def wait_call(
-    future: concurrent.futures.Future[Any], timeout: float, *, pool: WorkerPool | None
-) -> Any:
-    """Await a call's future from any event loop.
-
-    A pool's future (``pool`` given) is settled by the pool: within ``pool.queue_timeout``
-    waiting for a worker plus ``timeout`` running; this waits a few seconds longer only should
-    the pool's own thread be gone. A thread's future (``pool=None``) is abandoned at
-    ``timeout``.
-    """
-    import asyncio
-
-    try:
-        return await asyncio.wait_for(asyncio.wrap_future(future), _longest_wait(timeout, pool))
-    except asyncio.TimeoutError as e:
-        if future.done():  # the pool's own WorkerTimeout
-            raise
-        raise WorkerTimeout(f"no answer within {timeout:g} s") from e
-
-
-def result_of(
-    future: concurrent.futures.Future[Any], timeout: float, *, pool: WorkerPool | None
-) -> Any:
-    """:func:`wait_call` from sync code."""
-    try:
-        return future.result(_longest_wait(timeout, pool))
-    except concurrent.futures.TimeoutError as e:
-        if future.done():  # the call's own timeout
-            raise
-        raise WorkerTimeout(f"no answer within {timeout:g} s") from e
-
-
-def _longest_wait(timeout: float, pool: WorkerPool | None) -> float:
-    return timeout if pool is None else pool.queue_timeout + timeout + _GRACE_S
