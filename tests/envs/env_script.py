@@ -64,18 +64,19 @@ class EnvScript(ScriptedEngine):
         return outputs
 
 
-def env_fit(run, model, data, tools, reward, *, agent="action", template="action-agent", max_turns=8, iterations=2, extra=()):
-    """``agentfly fit`` arguments: the tiny ``model`` on ``data`` (one row a batch, two chains), the
-    ``env_script`` engine of this plug-in, ``tools`` and ``reward``."""
+def env_fit(run, model, data, tools, reward, *, agent="action", template="action-agent", max_turns=8, iterations=2,
+            chains=2, extra=()):
+    """``agentfly fit`` arguments: the tiny ``model`` on ``data`` (one row a batch, ``chains``
+    chains), the ``env_script`` engine of this plug-in, ``tools`` and ``reward``."""
     return [
         "fit", f"data.train_files={data}", "data.train_batch_size=1",
         f"agent.init_config.model_name_or_path={model}", "agent.init_config.plugins=[tests.envs.env_script]",
         f"agent.init_config.agent_type={agent}", f"agent.init_config.template={template}",
         f"agent.init_config.tools=[{','.join(tools)}]", f"agent.init_config.reward_name={reward}",
-        "agent.init_config.max_model_len=4096", "agent.run_config.num_chains=2",
+        "agent.init_config.max_model_len=4096", f"agent.run_config.num_chains={chains}",
         f"agent.run_config.max_turns={max_turns}", "agent.run_config.generation_config.max_tokens=64",
         "actor_rollout_ref.rollout.response_length=3500", "algorithm.adv_estimator=grpo",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.actor.optim.lr=1e-3",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={chains}", "actor_rollout_ref.actor.optim.lr=1e-3",
         "actor_rollout_ref.rollout.name=env_script", "actor_rollout_ref.rollout.num_engines=0",
         "trainer.n_gpus_per_node=1", "trainer.logger=[csv]", f"trainer.total_training_steps={iterations}",
         "trainer.save_freq=-1", "trainer.test_freq=-1", "trainer.val_before_train=False",

@@ -41,7 +41,7 @@ def launch(tmp_path: Path, model: Path, marker: str) -> tuple[subprocess.Popen, 
     # every chain asks for the board, 0.3 s a turn, for 200 turns: still acting when stopped
     scripts = write_scripts(tmp_path / "scripts.json", {QUESTION: [["Action: chess_get_state\nInput: {}"]]}, delay_s=0.3)
     args = env_fit(tmp_path / "run", model, data, ["chess_get_state", "scienceworld_explorer"], "chess_puzzle_reward_simple",
-                   agent="react", template="qwen2.5", max_turns=200,
+                   agent="react", template="qwen2.5", max_turns=200, chains=1,
                    extra=["agent.init_config.tool_config.chess_get_state.max_steps=null"])
     key, value = marker.split("=")
     log = tmp_path / "fit.log"

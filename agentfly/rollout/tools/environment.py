@@ -232,12 +232,11 @@ def act(session: Any, action: str) -> ToolResult:
         return env_failure(e)
 
 
-def step_result(result: StepResult, observation: str | None = None) -> ToolResult:
+def step_result(result: StepResult) -> ToolResult:
     """A step as a tool result: the observation, its reward, the chain's end with the episode's."""
-    text = result.observation if observation is None else observation
-    out = ToolResult(observation=text, reward=float(result.reward))
+    out = ToolResult(observation=result.observation, reward=float(result.reward))
     if result.done:
-        out.ends_chain, out.final_answer, out.finish_reason = True, text, EPISODE_OVER
+        out.ends_chain, out.final_answer, out.finish_reason = True, result.observation, EPISODE_OVER
     return out
 
 
