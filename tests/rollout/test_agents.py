@@ -68,6 +68,7 @@ def test_action_agent_reads_turns_as_agentflys_action_agent():
     assert agent.parse("<action></action><action>click[b]</action>").calls == []  # empty, then cut
     assert agent.parse("<summarize>searched twice</summarize> <action>click[b]</action>").calls == [
         ToolCallRequest("summarize", {"summary": "searched twice"})]
+    assert get_tool("summarize").fn(summary="searched twice") == "[Previous Summary]: searched twice"
     # "end task" in either tag, or no tag, ends the chain with the turn as its final response
     for done in ("<ACTION>End Task</ACTION>", "<summarize> end task </summarize>", "I am done."):
         assert agent.parse(done).calls == [] and agent.parse(done).answer in (done, None)

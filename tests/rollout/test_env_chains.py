@@ -175,3 +175,27 @@ def test_the_tools_of_one_environment_share_its_settings():
         bind_tools(["chess_move"], {"chess_move": {"use_engine": False, "timeout": 30.0}})
     with pytest.raises(ToolConfigError, match="shuffle_goals numbers WebShop's own goals: it needs data_dir"):
         bind_tools(["webshop_browser_action"], {"webshop_browser_action": {"shuffle_goals": True}})
+
+
+def test_alfworld_tools_answer_from_the_chains_environment():
+    # ALFWorld's game files are not here: the tools' own work, on a session's recorded answers
+    from agentfly.envs.base import EnvCrashed
+    from agentfly.rollout.tools import get_tool
+
+    class Session:
+        def reset_info(self):
+            return {"goal": "put a clean apple in fridge",
+                    "game_file": "/d/json_2.1.1/train/pick_clean_then_place_in_recep-Apple-None-Fridge-1/trial_T1/game.tw-pddl"}
+
+        def info(self):
+            return {"admissible_actions": ["go to fridge 1", "look"]}
+
+        def restart(self):
+            raise EnvCrashed("alfworld: its process died during reset() (killed by signal SIGKILL)")
+
+    session = Session()
+    assert get_tool("alfworld_get_task_objective").fn(resource=session).observation == (
+        "Task: put a clean apple in fridge\nTask Type: pick_clean_then_place_in_recep")
+    assert get_tool("alfworld_get_admissible_commands").fn(resource=session).observation == "go to fridge 1\nlook"
+    reset = get_tool("alfworld_reset").fn(resource=session)
+    assert (reset.ok, reset.error, reset.ends_chain) == (False, "env_crashed", True)
