@@ -68,7 +68,7 @@ REWARDS = [1.0, 0.5, 0.4999, None, 0.0, 0.75, -1.0]
 ])
 def test_the_reward_filter_keeps_exactly_the_chains_at_or_above_its_bound(tmp_path, bound, kept):
     path = write_records(tmp_path / "r.jsonl", [chain(r) for r in REWARDS])
-    make = ExampleMaker(hand_renderer(), format="rollouts")
+    make = ExampleMaker(hand_renderer(), format="rollouts", min_reward=bound)
     data = load_sft_data([str(path)], [], make, bad_rows="error")
     assert [t.reward for t in data.train.kept] == kept
     assert data.train.filtered == len(REWARDS) - len(kept)
