@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "conf" / "examples" / "sft_demo.yaml"
 DEMO_DATA = ROOT / "agentfly" / "demo" / "data"
 STEPS = 2
+pytestmark = pytest.mark.slow
 
 
 def args(root: Path, run: Path, steps: int = STEPS) -> list[str]:
