@@ -21,7 +21,7 @@ own planned arguments are not keys. AgentFly's and verl's words (``a.b=c``, ``ag
 ``agentfly rollout [--config FILE] [key=value ...] --output OUT.jsonl`` runs rollouts alone with
 the same config and writes one JSON line per chain plus a summary.
 
-``agentfly sft [--config FILE] [key=value ...]`` is supervised fine-tuning (:mod:`agentfly.sft`),
+``agentfly sft [--config FILE] [key=value ...]`` is supervised fine-tuning (:mod:`agentfly.sft_run`),
 with the keys ``fit`` shares with it and its own ``data.*``.
 
 ``fit`` and ``rollout`` end in order on SIGTERM as on an error (:mod:`agentfly.core.shutdown`): the
