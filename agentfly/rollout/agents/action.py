@@ -24,3 +24,15 @@ class ActionAgent(Agent):
         return ParsedTurn(
             calls=[ToolCallRequest(env, self.single_argument(env, actions[-1].strip()))]
         )
+
+    def write_calls(self, calls: list[ToolCallRequest]) -> str:
+        """Each call's one argument inside ``<action>`` tags (the parser takes the last)."""
+        tags = []
+        for c in calls:
+            args = c.arguments
+            if isinstance(args, dict):
+                if len(args) != 1:
+                    raise ValueError(f"an <action> holds one argument; the call of {c.name!r} has {len(args)}")
+                (args,) = args.values()
+            tags.append(f"<action>{args}</action>")
+        return "\n".join(tags)
