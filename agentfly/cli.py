@@ -21,6 +21,9 @@ own planned arguments are not keys. AgentFly's and verl's words (``a.b=c``, ``ag
 ``agentfly rollout [--config FILE] [key=value ...] --output OUT.jsonl`` runs rollouts alone with
 the same config and writes one JSON line per chain plus a summary.
 
+``agentfly sft [--config FILE] [key=value ...]`` is supervised fine-tuning (:mod:`agentfly.sft_run`),
+with the keys ``fit`` shares with it and its own ``data.*``.
+
 ``fit`` and ``rollout`` end in order on SIGTERM as on an error (:mod:`agentfly.core.shutdown`): the
 engines, the tool workers and a Ray they started are stopped before the process exits (143).
 """
@@ -63,6 +66,7 @@ def _cli_class() -> type:
 
     from agentfly.config.keys import DATA_KEYS, GROUPS
     from agentfly.config.load import compose, verl_tree
+    from agentfly.config.verl_args import parse_error
     from agentfly.core.errors import ConfigError
     from agentfly.modules.rl_module import AgentRLModule
     from agentfly.modules.trainer import PLANNED_TRAINER_ARGS, AgentflyTrainer
@@ -215,7 +219,7 @@ def parse_config(words: list[str], *, check_required: bool = True, default_task:
     from jsonargparse import ArgumentError
 
     from agentfly.config.load import compose, verl_tree
-    from agentfly.config.verl_args import to_cli_args
+    from agentfly.config.verl_args import parse_error, to_cli_args
     from agentfly.core.errors import ConfigError
 
     args, explicit = to_cli_args(words, default_task=default_task)
@@ -251,26 +255,6 @@ def load_config(
     """
     words = ([f"--config={config_file}"] if config_file is not None else []) + list(overrides)
     return parse_config(words, check_required=check_required, default_task=default_task)
-
-
-def parse_error(exc: Exception) -> str:
-    """jsonargparse's message, led by one line: the dotted key, what it expects and the value.
-
-    A subclass-mode group nests its keys (``Parser key "data": ... Parser key "truncation":``);
-    the line joins them (``data.truncation``).
-    """
-    import re
-
-    text = str(exc)
-    keys = [k for k in re.findall(r'Parser key "([^"]+)"', text) if k not in ("init_args", "dict_kwargs")]
-    expects = re.findall(r"^\s*-?\s*((?:Expected|Not of type|Does not|Unrecognized|Key)[^\n]*)", text, re.M)
-    given = re.findall(r"Given value: ([^\n]*)", text) or re.findall(r"Got value: ([^\n]*)", text)
-    if not keys or not expects:
-        return text
-    detail = next((e for e in expects if not e.startswith("Does not validate")), expects[0])
-    shown = "Got value" in detail or detail.startswith("Not of type") or not given
-    value = "" if shown else f" (given {given[0]})"
-    return f"{'.'.join(keys)}: {detail}{value}\n{text}"
 
 
 @functools.cache
@@ -397,9 +381,10 @@ class _StderrHandler(logging.StreamHandler):
         pass
 
 
-USAGE = """usage: agentfly {fit,validate,test,predict,rollout} [--help] [KEY=VALUE | --KEY VALUE ...]
+USAGE = """usage: agentfly {fit,sft,validate,test,predict,rollout} [--help] [KEY=VALUE | --KEY VALUE ...]
 
   fit        train (AgentFly's `python -m agentfly.cli train ...` is the same command)
+  sft        supervised warm start on conversations or on rollout records (agentfly sft --help)
   validate   roll out the validation set with a checkpoint's actor (--ckpt_path, or the one
              trainer.resume_mode finds; else the base model)
   test       same as validate
@@ -426,6 +411,10 @@ def main(argv: list[str] | None = None) -> int:
     command, rest = argv[0], argv[1:]
     if command == "rollout":
         return _rollout(rest)
+    if command == "sft":
+        from agentfly.sft_run import main as sft_main
+
+        return sft_main(rest)
     if command == "train":
         command = "fit"
     if command not in STAGES:

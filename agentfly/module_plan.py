@@ -48,6 +48,17 @@ def optimizer_settings(optim: Any, steps: int) -> OptimizerSettings:
     )
 
 
+def model_settings(model: Any, temperature: float = 1.0) -> ModelSettings:
+    """The policy model's settings from ``actor_rollout_ref.model``, for ``agentfly fit`` and
+    ``agentfly sft`` alike; ``temperature``: the rollout's (1.0 where nothing is sampled)."""
+    return ModelSettings(
+        path=str(model.path),
+        trust_remote_code=bool(model.trust_remote_code),
+        dtype="float32",
+        temperature=temperature,
+    )
+
+
 def fsdp_settings(fsdp: Any) -> FSDPSettings:
     """One model's ``fsdp_config``."""
     return FSDPSettings(
@@ -114,12 +125,7 @@ def plan_module(cfg: Any, topology: Topology, iterations: int, estimator: Any) -
             warmup_iterations=int(cfg.trainer.critic_warmup),
         )
     return dict(
-        model=ModelSettings(
-            path=str(model.path),
-            trust_remote_code=bool(model.trust_remote_code),
-            dtype="float32",
-            temperature=float(rollout.temperature or 1.0),
-        ),
+        model=model_settings(model, temperature=float(rollout.temperature or 1.0)),
         actor=actor,
         actor_optim=optimizer_settings(actor_cfg.optim, optimizer_steps(actor, iterations, per_rank)),
         policy_loss=PolicyLossSettings(

@@ -58,6 +58,8 @@ class RunPlan:
             at the end, ``agentfly validate``): the user's ``--trainer.limit_val_batches``, else
             the whole set.
         console: ``trainer.logger`` names ``console`` (the run report is printed too).
+        stage: the command (``fit``; ``agentfly sft``'s plan says ``sft``), recorded in and
+            checked against the checkpoints.
     """
 
     topology: Topology
@@ -82,6 +84,7 @@ class RunPlan:
     test_freq: int = -1
     val_limit: int | float = 1.0
     console: bool = False
+    stage: str = "fit"
 
 
 def train_rows(cfg: Any) -> int:

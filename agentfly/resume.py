@@ -88,14 +88,16 @@ class CheckpointHeader:
     """What a checkpoint says about its run, its tensors not read.
 
     Attributes:
-        iteration: RL iterations done.
+        iteration: RL iterations done (optimizer steps of an ``agentfly sft`` run).
         config: its run's :func:`config_record` (None: written before the record existed).
         models: which of :data:`MODELS` its state holds.
+        stage: the command that wrote it: ``fit``, or ``sft`` (``agentfly_stage``).
     """
 
     iteration: int
     config: dict[str, Any] | None
     models: tuple[str, ...]
+    stage: str = "fit"
 
 
 def read_header(path: str) -> CheckpointHeader:
@@ -108,12 +110,14 @@ def read_header(path: str) -> CheckpointHeader:
         iteration=int(ckpt.get("agentfly_iteration", 0)),
         config=ckpt.get(RECORD_KEY),
         models=tuple(m for m in MODELS if m in held),
+        stage=str(ckpt.get("agentfly_stage", "fit")),
     )
 
 
 def planned_models(plan: Any) -> tuple[str, ...]:
     """Which of :data:`MODELS` the run of ``plan`` trains or holds."""
-    held = {"actor": True, "reference": plan.module["kl"].needs_reference, "critic": plan.module["critic"] is not None}
+    kl = plan.module.get("kl")  # an agentfly sft run's module has no KL term, no critic
+    held = {"actor": True, "reference": kl is not None and kl.needs_reference, "critic": plan.module.get("critic") is not None}
     return tuple(m for m in MODELS if held[m])
 
 
@@ -151,11 +155,19 @@ def check_resume(cfg: Any, plan: Any, ckpt: str) -> list[str]:
         ckpt: the checkpoint the fit would resume from.
 
     Raises:
-        ConfigError: the checkpoint's models are not this run's, or a key of
+        ConfigError: another command wrote the checkpoint (``agentfly sft``'s for a fit, a
+            fit's for ``agentfly sft``), the checkpoint's models are not this run's, or a key of
             :data:`MEANING_KEYS` differs without ``trainer.resume_changed_config=true``.
         RunComplete: the checkpoint holds ``plan.iterations`` iterations or more.
     """
     header = read_header(ckpt)
+    stage = plan.stage
+    if header.stage != stage:
+        raise ConfigError(
+            f"cannot resume from {ckpt}: agentfly {header.stage} wrote it, and this is agentfly "
+            f"{stage}; start a new run (another trainer.default_local_dir) with "
+            f"actor_rollout_ref.model.path=<its run>/hf_actor to start from its weights"
+        )
     found = changes(header.config, config_record(cfg)) if header.config is not None else []
     wanted = planned_models(plan)
     if header.models and header.models != wanted:

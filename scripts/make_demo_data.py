@@ -1,10 +1,17 @@
-"""Generate the demo's arithmetic task: ``agentfly/demo/data/{train,val}.json``.
+"""Generate the demo's arithmetic task: ``agentfly/demo/data/{train,val}.json``, and the
+conversations of ``agentfly sft``'s demo (``conf/examples/sft_demo.yaml``):
+``sft_{train,val}.jsonl``.
 
 Problems a tiny model cannot do in its head but can copy into a calculator: ``a*b`` (35%),
 ``a+b`` / ``a-b`` (15%), ``a*b+c`` / ``a*b-c`` (35%) and ``(a+b)*c`` / ``(a-b)*c`` (15%), every
 operand of 1 to 4 digits (the digit count drawn first, so short and long operands are equally
 common). A row is ``{"question": "What is 37*4+12?", "answer": "160"}``; the answer is the exact
 integer as a string (negative for some differences).
+
+A conversation solves a row as the demo's agent should: the question, a ``calculator`` call
+with the question's expression, its result, an ``answer`` call with it; in OpenAI's messages
+format (structured ``tool_calls``), for the first ``NUM_SFT_TRAIN`` training and
+``NUM_SFT_VAL`` validation rows.
 
 Seeded and deterministic: the validation rows are drawn first, then the training rows, skipping
 any question already drawn, so the splits never overlap and neither repeats a question.
@@ -24,6 +31,8 @@ DEFAULT_OUT = Path(__file__).resolve().parent.parent / "agentfly" / "demo" / "da
 SEED = 0
 NUM_TRAIN = 2000
 NUM_VAL = 100
+NUM_SFT_TRAIN = 64
+NUM_SFT_VAL = 16
 
 # (kind, weight): the notes' mix
 KINDS = (("mul", 35), ("add_sub", 15), ("mul_add_sub", 35), ("add_sub_mul", 15))
@@ -83,13 +92,34 @@ def dumps(rows: list[dict[str, str]]) -> str:
     return json.dumps(rows, indent=1, ensure_ascii=False) + "\n"
 
 
+def tool_call(name: str, **arguments: str) -> dict[str, object]:
+    """A structured tool call, as OpenAI's messages write it (the arguments a JSON string)."""
+    return {"type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+
+
+def conversation(row: dict[str, str]) -> dict[str, list[dict[str, object]]]:
+    """A row solved with the tools: the calculator's result is the row's exact answer."""
+    expression = row["question"].removeprefix("What is ").removesuffix("?")
+    return {"messages": [
+        {"role": "user", "content": row["question"]},
+        {"role": "assistant", "content": "", "tool_calls": [tool_call("calculator", expression=expression)]},
+        {"role": "tool", "content": row["answer"]},
+        {"role": "assistant", "content": "", "tool_calls": [tool_call("answer", answer=row["answer"])]},
+    ]}
+
+
 def write_splits(out: Path, seed: int = SEED) -> dict[str, Path]:
-    """Write ``train.json`` and ``val.json`` into ``out``; returns their paths."""
+    """Write ``train.json``, ``val.json`` and the conversations ``sft_train.jsonl``,
+    ``sft_val.jsonl`` into ``out``; returns their paths."""
     out.mkdir(parents=True, exist_ok=True)
     paths = {}
+    sizes = {"train": NUM_SFT_TRAIN, "val": NUM_SFT_VAL}
     for name, rows in make_splits(seed).items():
         paths[name] = out / f"{name}.json"
         paths[name].write_text(dumps(rows), encoding="utf-8")
+        lines = [json.dumps(conversation(row)) + "\n" for row in rows[: sizes[name]]]
+        paths[f"sft_{name}"] = out / f"sft_{name}.jsonl"
+        paths[f"sft_{name}"].write_text("".join(lines), encoding="utf-8")
     return paths
 
 

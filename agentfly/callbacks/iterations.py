@@ -107,7 +107,8 @@ class IterationScheduleCallback(Callback):
         if trainer.is_global_zero:
             self.hf_dir.mkdir(parents=True, exist_ok=True)
             pl_module.actor.save_pretrained(self.hf_dir, state_dict=state)
-            tokenizer = getattr(getattr(trainer.datamodule, "session", None), "tokenizer", None)
+            data = trainer.datamodule  # agentfly sft's holds the tokenizer; a fit's, its rollout session
+            tokenizer = getattr(data, "tokenizer", None) or getattr(getattr(data, "session", None), "tokenizer", None)
             if tokenizer is not None:
                 tokenizer.save_pretrained(self.hf_dir)
 

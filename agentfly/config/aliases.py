@@ -70,19 +70,23 @@ ALIASES: dict[str, str] = {
 _BY_LENGTH = sorted(ALIASES, key=len, reverse=True)
 
 
-def canonical_key(key: str) -> str:
+def canonical_key(key: str, aliases: dict[str, str] | None = None) -> str:
     """The canonical spelling of a dotted key (itself when it is not an alias).
+
+    ``aliases``: another command's alias table (``agentfly sft``'s); None: :data:`ALIASES`.
 
     >>> canonical_key("agent.max_steps")
     'agent.run_config.max_turns'
     >>> canonical_key("agent.generation_config.max_tokens")
     'agent.run_config.generation_config.max_tokens'
     """
+    table = ALIASES if aliases is None else aliases
+    by_length = _BY_LENGTH if aliases is None else sorted(table, key=len, reverse=True)
     # an alias may map into another alias's prefix (agent.init_args.backend_config.backend)
     for _ in range(4):
-        for alias in _BY_LENGTH:
+        for alias in by_length:
             if key == alias or key.startswith(alias + "."):
-                key = ALIASES[alias] + key[len(alias) :]
+                key = table[alias] + key[len(alias) :]
                 break
         else:
             return key

@@ -59,23 +59,41 @@ class _Append(list):
 
 
 class _Keys:
-    """The verl keys (canonical), their types and defaults, and the names to suggest."""
+    """The verl keys (canonical), their types and defaults, and the names to suggest.
 
-    def __init__(self) -> None:
-        table, self.sections = verl_key_table()
-        self.leaves = {k: tp for k, (tp, _) in table.items()}
-        self.defaults = {k: default for k, (_, default) in table.items()}
+    The defaults are ``agentfly fit``'s; another command passes its own ``table`` (as
+    :func:`agentfly.config.keys.verl_key_table` returns it), ``aliases``, the Trainer arguments
+    it sets itself (``managed``: argument -> what to use instead) and ``elsewhere``: why a
+    canonical key that is not its own is refused (None: unknown).
+    """
+
+    def __init__(
+        self,
+        table: tuple[dict[str, tuple[Any, Any]], frozenset[str]] | None = None,
+        aliases: dict[str, str] | None = None,
+        managed: dict[str, str] | None = None,
+        elsewhere: Any = None,
+    ) -> None:
+        leaves, self.sections = table or verl_key_table()
+        self.aliases = ALIASES if aliases is None else aliases
+        self.leaves = {k: tp for k, (tp, _) in leaves.items()}
+        self.defaults = {k: default for k, (_, default) in leaves.items()}
         self.open_nodes = {k for k, tp in self.leaves.items() if takes(tp, dict)}
+        self.elsewhere = elsewhere
         import lightning.pytorch as pl
 
         from agentfly.modules.trainer import MANAGED, PLANNED_TRAINER_ARGS
 
         names = set(inspect.signature(pl.Trainer.__init__).parameters) - {"self"}
         self.lightning = {f"trainer.{n}" for n in names - PLANNED_TRAINER_ARGS}
-        self.managed = {f"trainer.{n}": instead for n, instead in MANAGED.items()}
-        self.known = sorted({*self.leaves, *self.sections, *ALIASES, *self.lightning})
+        self.managed = {f"trainer.{n}": instead for n, instead in (managed or MANAGED).items()}
+        self.known = sorted({*self.leaves, *self.sections, *self.aliases, *self.lightning})
         # sections that exist only as a spelling (agent.init_config.backend_config)
-        self.alias_sections = {".".join(a.split(".")[:i]) for a in ALIASES for i in range(1, a.count(".") + 1)}
+        self.alias_sections = {".".join(a.split(".")[:i]) for a in self.aliases for i in range(1, a.count(".") + 1)}
+
+    def canonical(self, key: str) -> str:
+        """``key``'s canonical spelling under this command's aliases."""
+        return canonical_key(key, None if self.aliases is ALIASES else self.aliases)
 
     def is_verl_key(self, key: str) -> bool:
         """A leaf, or a key inside a free-form mapping (``agent.init_config.tool_config.search``)."""
@@ -83,8 +101,11 @@ class _Keys:
         return key in self.leaves or any(".".join(parts[:i]) in self.open_nodes for i in range(1, len(parts)))
 
     def unknown(self, spelling: str, origin: str) -> str:
+        why = self.elsewhere(self.canonical(spelling)) if self.elsewhere is not None else None
+        if why:
+            return f"{spelling} ({origin}): {why}"
         parent, _, last = spelling.rpartition(".")
-        canon_parent = canonical_key(parent) if parent else ""
+        canon_parent = self.canonical(parent) if parent else ""
         children = sorted({k[len(canon_parent) + 1 :].split(".")[0] for k in self.known if k.startswith(canon_parent + ".")})
         hint = [f"{canon_parent}.{c}" for c in difflib.get_close_matches(last, children, n=3, cutoff=0.6)]
         hint += difflib.get_close_matches(spelling, self.known, n=3, cutoff=0.8)
@@ -124,7 +145,7 @@ class _Source:
         self.errors: list[str] = []
 
     def set(self, spelling: str, value: Any, keys: _Keys, append: bool = False) -> None:
-        key = canonical_key(spelling)
+        key = keys.canonical(spelling)
         if key.split(".")[0] in IGNORED_NAMESPACES:
             return
         if self.rest is not None and _passes_through(key, keys):
@@ -247,7 +268,7 @@ def _command_line(args: list[str], keys: _Keys) -> tuple[list[str], list[str], _
             if not eq and i + 1 < len(args) and not args[i + 1].startswith("--"):  # --a.b value
                 eq, text, i = "=", args[i + 1], i + 1
             append = name.endswith("+")
-            canon = canonical_key(name.rstrip("+"))
+            canon = keys.canonical(name.rstrip("+"))
             if _passes_through(canon, keys) or (append and not keys.is_verl_key(canon)):
                 passed.append(f"--{canon}{'+' if append else ''}{eq}{text}")
             elif not eq:
@@ -258,10 +279,10 @@ def _command_line(args: list[str], keys: _Keys) -> tuple[list[str], list[str], _
             ov = parse_override(arg)
             value = _RESET if ov.kind == "delete" else ov.value
             if ov.is_sweep:  # a=x,y: one value, as text (a list key: split at the commas)
-                value = ov.raw.split(",") if takes(keys.leaves.get(canonical_key(ov.key)), list) else ov.raw
-            if ov.kind != "delete" and _passes_through(canonical_key(ov.key), keys):
+                value = ov.raw.split(",") if takes(keys.leaves.get(keys.canonical(ov.key)), list) else ov.raw
+            if ov.kind != "delete" and _passes_through(keys.canonical(ov.key), keys):
                 text = ov.raw if ov.raw else yaml.safe_dump(ov.value, default_flow_style=True).strip()
-                passed.append(f"--{canonical_key(ov.key)}{'+' if ov.kind == 'append' else ''}={text}")
+                passed.append(f"--{keys.canonical(ov.key)}{'+' if ov.kind == 'append' else ''}={text}")
             else:
                 source.set(ov.key, value, keys, ov.kind == "append")
         else:
@@ -288,18 +309,24 @@ def _put(tree: dict[str, Any], key: str, value: Any, keys: _Keys) -> None:
         _merge(node, last, value)
 
 
-def to_cli_args(args: list[str], *, default_task: bool = True) -> tuple[list[str], set[str]]:
+def to_cli_args(
+    args: list[str], *, default_task: bool = True, keys: _Keys | None = None,
+    default_file: Path = DEFAULT_TASK_FILE,
+) -> tuple[list[str], set[str]]:
     """The LightningCLI arguments for ``args`` (after the subcommand), and the verl keys set.
+
+    ``keys``: another command's keys (None: ``agentfly fit``'s); ``default_file``: the task a
+    command line naming neither a file nor ``data.train_files`` runs when ``default_task``.
 
     Raises:
         ConfigError: unknown keys (with close matches), a key with two values in one source,
             an unreadable or missing config file.
     """
-    keys = verl_keys()
+    keys = keys or verl_keys()
     files, passed, cli = _command_line(list(args), keys)
     names_data = "data.train_files" in cli.values or any(a.startswith("--data.init_args.train_files") for a in passed)
     if default_task and not files and not names_data:
-        files = [str(DEFAULT_TASK_FILE)]
+        files = [str(default_file)]
     rest: dict[str, Any] = {}
     sources = []
     for path in map(find_file, files):
@@ -324,3 +351,23 @@ def to_cli_args(args: list[str], *, default_task: bool = True) -> tuple[list[str
         _merge(tree, key, value)
     config = yaml.safe_dump(tree, sort_keys=False) if tree else None
     return ([f"--config={config}"] if config else []) + passed, explicit
+
+
+def parse_error(exc: Exception) -> str:
+    """jsonargparse's message, led by one line: the dotted key, what it expects and the value.
+
+    A subclass-mode group nests its keys (``Parser key "data": ... Parser key "truncation":``);
+    the line joins them (``data.truncation``).
+    """
+    import re
+
+    text = str(exc)
+    keys = [k for k in re.findall(r'Parser key "([^"]+)"', text) if k not in ("init_args", "dict_kwargs")]
+    expects = re.findall(r"^\s*-?\s*((?:Expected|Not of type|Does not|Unrecognized|Key)[^\n]*)", text, re.M)
+    given = re.findall(r"Given value: ([^\n]*)", text) or re.findall(r"Got value: ([^\n]*)", text)
+    if not keys or not expects:
+        return text
+    detail = next((e for e in expects if not e.startswith("Does not validate")), expects[0])
+    shown = "Got value" in detail or detail.startswith("Not of type") or not given
+    value = "" if shown else f" (given {given[0]})"
+    return f"{'.'.join(keys)}: {detail}{value}\n{text}"

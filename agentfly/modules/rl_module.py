@@ -46,8 +46,8 @@ from agentfly.modules.losses import (
     logprobs_from_logits,
     value_loss,
 )
+from agentfly.modules.policy_model import build_optimizer, build_policy_model
 from agentfly.modules.response_logits import response_logits
-from agentfly.modules.schedule import lr_multiplier
 from agentfly.modules.settings import (
     CorrectionSettings,
     CriticSettings,
@@ -146,22 +146,17 @@ class AgentRLModule(pl.LightningModule):
     def configure_model(self) -> None:
         if self.actor is not None:
             return
-        from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification
+        from transformers import AutoConfig, AutoModelForTokenClassification
 
         from agentfly.models.attention import use_grouped_sdpa
 
         m = self.model_settings
         load = {"dtype": getattr(torch, m.dtype), "trust_remote_code": m.trust_remote_code}
-
-        def policy_model() -> Any:
-            # sdpa -> agentfly_sdpa: the same attention, without copying grouped K/V on CPU
-            return use_grouped_sdpa(AutoModelForCausalLM.from_pretrained(m.path, **load))
-
-        self.actor = policy_model().train()
+        self.actor = build_policy_model(m).train()
         if self.actor_settings.gradient_checkpointing:
             self.actor.gradient_checkpointing_enable()
         if self.kl.needs_reference:
-            self.reference = policy_model().eval()
+            self.reference = build_policy_model(m).eval()
             self.reference.requires_grad_(False)
         critic = self.critic_settings
         if critic is not None:
@@ -185,19 +180,12 @@ class AgentRLModule(pl.LightningModule):
                         reshard_after_forward=own.reshard_after_forward,
                     )
 
-    @staticmethod
-    def _optimizer(model: Any, o: OptimizerSettings) -> tuple[Any, Any]:
-        """AdamW over ``model``'s parameters and its learning-rate schedule."""
-        opt = torch.optim.AdamW(model.parameters(), lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay)
-        multiplier = lr_multiplier(o.warmup_steps, o.warmup_style, o.decay_steps, o.min_lr_ratio, o.num_cycles)
-        return opt, torch.optim.lr_scheduler.LambdaLR(opt, multiplier)
-
     def configure_optimizers(self) -> Any:
-        actor_opt, actor_sched = self._optimizer(self.actor, self.actor_optim)
+        actor_opt, actor_sched = build_optimizer(self.actor, self.actor_optim)
         if self.critic is None:
             return [actor_opt], [actor_sched]
         assert self.critic_settings is not None
-        critic_opt, critic_sched = self._optimizer(self.critic, self.critic_settings.optim)
+        critic_opt, critic_sched = build_optimizer(self.critic, self.critic_settings.optim)
         return [actor_opt, critic_opt], [actor_sched, critic_sched]
 
     # ------------------------------------------------------------------ forward passes

@@ -30,15 +30,7 @@ def load_rows(path: str | Path, prompt_key: str | None = None) -> list[dict[str,
         DataError: the file is missing, unreadable, empty, or a row is not usable.
     """
     p = Path(path)
-    if not p.is_file():
-        raise DataError(f"data file {str(path)!r} does not exist")
-    suffix = p.suffix.lower()
-    if suffix == ".parquet":
-        rows = _parquet(p)
-    elif suffix == ".jsonl":
-        rows = _jsonl(p)
-    else:
-        rows = _json(p)
+    rows = read_rows(p)
     if not rows:
         raise DataError(f"data file {str(p)!r} holds no rows")
     for i, row in enumerate(rows):
@@ -49,6 +41,28 @@ def load_rows(path: str | Path, prompt_key: str | None = None) -> list[dict[str,
         except ValueError as e:
             raise DataError(f"{p}: {e}") from None
     return rows
+
+
+def read_rows(path: str | Path) -> list[Any]:
+    """Every row of a ``.json``, ``.jsonl`` or ``.parquet`` file, as it is (nothing checked).
+
+    Raises:
+        DataError: the file is missing or unreadable, or a JSONL line is not JSON.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise DataError(f"data file {str(path)!r} does not exist")
+    suffix = p.suffix.lower()
+    if suffix == ".parquet":
+        return _parquet(p)
+    if suffix == ".jsonl":
+        return _jsonl(p)
+    return _json(p)
+
+
+def jsonl_lines(p: Path) -> list[tuple[int, str]]:
+    """``(line number, text)`` of every line of a JSONL file that is not blank (from 1)."""
+    return [(n, line) for n, line in enumerate(_text(p).split("\n"), 1) if line.strip()]
 
 
 def question_of(
@@ -104,9 +118,7 @@ def _json(p: Path) -> list[Any]:
 
 def _jsonl(p: Path) -> list[Any]:
     rows = []
-    for lineno, line in enumerate(_text(p).split("\n"), 1):
-        if not line.strip():
-            continue
+    for lineno, line in jsonl_lines(p):
         try:
             rows.append(json.loads(line))
         except json.JSONDecodeError as e:

@@ -38,9 +38,9 @@ def rows(split: str) -> list[dict[str, str]]:
 def test_shipped_task_files_are_what_the_script_generates(tmp_path):
     script = load_script("make_demo_data")
     script.write_splits(tmp_path)
-    for split in ("train", "val"):
-        shipped = (DEMO / "data" / f"{split}.json").read_bytes()
-        assert (tmp_path / f"{split}.json").read_bytes() == shipped, split
+    for name in ("train.json", "val.json", "sft_train.jsonl", "sft_val.jsonl"):
+        shipped = (DEMO / "data" / name).read_bytes()
+        assert (tmp_path / name).read_bytes() == shipped, name
 
 
 def test_splits_do_not_overlap_and_answers_are_exact():

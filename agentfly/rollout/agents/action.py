@@ -44,3 +44,21 @@ class ActionAgent(Agent):
             env = self.tools[0].name
             return ParsedTurn(calls=[ToolCallRequest(env, self.single_argument(env, body))])
         return ParsedTurn()
+
+    def write_calls(self, calls: list[ToolCallRequest]) -> str:
+        """One call as its tag (``<summarize>`` for ``summarize``, else ``<action>``): the parser
+        reads a turn's first tag alone, as AgentFly's does.
+
+        Raises:
+            ValueError: several calls, or a call with other than one argument.
+        """
+        if len(calls) != 1:
+            raise ValueError(f"an action turn holds one call (the first tag is read); got {len(calls)}")
+        (call,) = calls
+        value = call.arguments
+        if isinstance(value, dict):
+            if len(value) != 1:
+                raise ValueError(f"an <action> holds one argument; the call of {call.name!r} has {len(value)}")
+            (value,) = value.values()
+        tag = "summarize" if call.name == SUMMARIZE_TOOL else "action"
+        return f"<{tag}>{value}</{tag}>"

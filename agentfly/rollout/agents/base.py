@@ -81,6 +81,17 @@ class Agent:
     def parse(self, text: str) -> ParsedTurn:
         raise NotImplementedError
 
+    def write_calls(self, calls: list[ToolCallRequest]) -> str:
+        """The text of ``calls`` as this agent type writes them in an assistant turn, so that
+        :meth:`parse` reads them back (``agentfly sft`` writes a conversation's structured
+        ``tool_calls`` with it).
+
+        Raises:
+            NotImplementedError: the agent type has no written form of tool calls.
+            ValueError: a call it cannot write (the message says why).
+        """
+        raise NotImplementedError(f"agent type {self.name!r} does not write tool calls")
+
     def observation_messages(
         self, calls: list[ToolCallRequest], observations: list[str]
     ) -> list[dict[str, Any]]:

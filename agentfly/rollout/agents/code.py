@@ -35,3 +35,13 @@ class CodeAgent(Agent):
         if not blocks:
             return ParsedTurn()
         return ParsedTurn(calls=[ToolCallRequest(self.interpreter, {"code": blocks[-1]})])
+
+    def write_calls(self, calls: list[ToolCallRequest]) -> str:
+        """Each call's ``code`` argument as a fenced python block (the parser runs the last)."""
+        blocks = []
+        for c in calls:
+            code = c.arguments.get("code") if isinstance(c.arguments, dict) else None
+            if not isinstance(code, str):
+                raise ValueError(f"a call of {c.name!r} without a 'code' argument has no code block to write")
+            blocks.append(f"```python\n{code}\n```")
+        return "\n".join(blocks)

@@ -47,3 +47,10 @@ class HermesAgent(Agent):
                 ToolCallRequest(obj["name"], args if isinstance(args, dict | str) else str(args))
             )
         return ParsedTurn(calls=calls)
+
+    def write_calls(self, calls: list[ToolCallRequest]) -> str:
+        """Each call as Qwen2.5's chat template writes it: ``<tool_call>``, the JSON object, ``</tool_call>``."""
+        return "\n".join(
+            "<tool_call>\n" + json.dumps({"name": c.name, "arguments": c.arguments}) + "\n</tool_call>"
+            for c in calls
+        )

@@ -52,5 +52,9 @@ class ReactAgent(Agent):
             args = self.single_argument(name, raw.strip('"'))
         return ParsedTurn(calls=[ToolCallRequest(name, args)])
 
+    def write_calls(self, calls: list[ToolCallRequest]) -> str:
+        """``Action: name`` and ``Input: {...}`` (the parser reads one action per turn)."""
+        return "\n".join(f"Action: {c.name}\nInput: {json.dumps(c.arguments)}" for c in calls)
+
     def observation_messages(self, calls, observations):
         return [{"role": "user", "content": f"Observation: {obs}"} for obs in observations]

@@ -1,0 +1,206 @@
+"""The one reader of ``agentfly sft``'s config: what each component of the run receives.
+
+As :mod:`agentfly.plan` for ``agentfly fit``, and through its functions where the two stages
+share a part: the ranks (:func:`~agentfly.topology.resolve_topology`, with no engine), the agent,
+tools and template the examples are laid out with (:func:`~agentfly.plan.plan_rollout`, the
+rollout side ``agentfly fit`` would build from the same keys), the policy model and optimizer
+(:mod:`agentfly.module_plan`), the Trainer and loggers (:func:`~agentfly.plan.plan_trainer`,
+:func:`~agentfly.plan.plan_loggers`) and the iteration schedule (stop, checkpoint every
+``trainer.save_freq`` steps, export to ``<run>/hf_actor``). One iteration is one optimizer step
+on ``data.train_batch_size`` examples.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentfly.config.keys import plain
+from agentfly.core.errors import ConfigError
+from agentfly.models.paths import check_model_paths
+from agentfly.module_plan import fsdp_settings, model_settings, optimizer_settings
+from agentfly.modules.settings import UpdateSettings
+from agentfly.plan import plan_loggers, plan_rollout, plan_trainer
+from agentfly.rollout.rollout_plan import RolloutPlan
+from agentfly.topology import Hardware, Topology, resolve_topology
+
+
+@dataclass
+class SFTPlan:
+    """Everything an ``agentfly sft`` run builds, as keyword arguments (the attributes named as
+    :class:`agentfly.plan.RunPlan`'s where they mean the same, so that resume and the builders
+    of :mod:`agentfly.fit` read either).
+
+    Attributes:
+        topology: the training ranks on this machine.
+        iterations: optimizer steps of the run.
+        run_dir: the run directory.
+        module: :class:`~agentfly.modules.sft_module.AgentSFTModule` keyword arguments.
+        datamodule: :class:`~agentfly.sft.datamodule.SFTDataModule` keyword arguments (the
+            examples and tokenizer aside).
+        examples: :class:`~agentfly.sft.examples.ExampleMaker` keyword arguments (the renderer
+            aside).
+        rollout: the agent type, tools and template the examples are laid out with.
+        callbacks: ``(name, kwargs)`` of agentfly's callbacks.
+        user_callbacks: ``trainer.callbacks`` specs.
+        loggers: ``(kind, kwargs)`` per logger.
+        trainer: ``lightning.pytorch.Trainer`` keyword arguments.
+        train_files: the training files.
+        val_files: the validation files.
+        bad_rows: ``error`` or ``skip``.
+    """
+
+    topology: Topology
+    iterations: int
+    run_dir: str
+    module: dict[str, Any]
+    datamodule: dict[str, Any]
+    examples: dict[str, Any]
+    rollout: RolloutPlan
+    callbacks: list[tuple[str, dict[str, Any]]]
+    user_callbacks: list[Any]
+    loggers: list[tuple[str, dict[str, Any]]]
+    trainer: dict[str, Any]
+    train_files: list[str] = field(default_factory=list)
+    val_files: list[str] = field(default_factory=list)
+    bad_rows: str = "error"
+    seed: int = 0
+    num_threads: int | None = None
+    resume_mode: str = "auto"
+    resume_from_path: str | None = None
+    resume_changed_config: bool = False
+    notes: list[str] = field(default_factory=list)
+    trainer_keys: dict[str, Any] = field(default_factory=dict)
+    val_before_train: bool = True
+    test_freq: int = -1
+    val_limit: int | float = 1.0
+    console: bool = False
+    stage: str = "sft"
+
+
+def sft_topology(cfg: Any, hw: Hardware) -> Topology:
+    """The training ranks ``cfg`` asks for on ``hw``: ``agentfly fit``'s topology with no
+    rollout engine (supervised training generates nothing)."""
+    from omegaconf import OmegaConf
+
+    no_engine = OmegaConf.merge(cfg, {"actor_rollout_ref": {"rollout": {"num_engines": 0}}})
+    return resolve_topology(no_engine, hw)
+
+
+def check_sft_batches(cfg: Any, world: int, examples: int) -> int:
+    """The rank's share of ``data.train_batch_size``.
+
+    Raises:
+        ConfigError: the batch does not split over the ranks, the micro-batch does not divide
+            the share, or the batch is larger than the training examples.
+    """
+    batch, micro = int(cfg.data.train_batch_size), cfg.data.micro_batch_size_per_gpu
+    errors = []
+    if batch % world:
+        errors.append(f"data.train_batch_size={batch} does not split over the {world} training ranks that will run")
+    share = max(1, batch // world)
+    if micro is not None and share % int(micro):
+        errors.append(
+            f"data.micro_batch_size_per_gpu={micro} must divide the rank's share of the batch, "
+            f"data.train_batch_size / {world} ranks = {share}"
+        )
+    if batch > examples:
+        errors.append(f"data.train_batch_size={batch} is larger than the {examples} training examples; lower it")
+    if errors:
+        raise ConfigError(errors)
+    return share
+
+
+def example_settings(cfg: Any) -> dict[str, Any]:
+    """How a row becomes an example: :class:`~agentfly.sft.examples.ExampleMaker`'s keyword
+    arguments (the renderer aside)."""
+    data = cfg.data
+    return dict(
+        format=str(data.format), messages_key=str(data.messages_key),
+        min_reward=None if data.min_reward is None else float(data.min_reward),
+        max_length=int(data.max_length),
+    )
+
+
+def plan_sft(cfg: Any, train_examples: int, hardware: Hardware | None = None) -> SFTPlan:
+    """Everything an ``agentfly sft`` run of ``cfg`` builds on ``hardware`` (detected when None),
+    ``train_examples`` being the training examples kept (they set the run's length when
+    ``trainer.total_training_steps`` is unset: ``total_epochs`` passes, each of
+    ``train_examples // data.train_batch_size`` steps).
+
+    Raises:
+        ConfigError: a model path that cannot be loaded, what the machine cannot run, batch
+            sizes that do not split (:func:`check_sft_batches`).
+    """
+    hw = hardware or Hardware.detect()
+    topology = sft_topology(cfg, hw)
+    check_model_paths(cfg, needs_critic=False)
+    share = check_sft_batches(cfg, topology.world_size, train_examples)
+    data, trainer = cfg.data, cfg.trainer
+    actor, model = cfg.actor_rollout_ref.actor, cfg.actor_rollout_ref.model
+    steps = trainer.total_training_steps
+    iterations = int(steps) if steps else max(1, train_examples // int(data.train_batch_size)) * int(trainer.total_epochs)
+    micro = data.micro_batch_size_per_gpu
+    update = UpdateSettings(
+        name="actor",
+        mini_batch_size=share,
+        micro_batch_size=None if micro is None else int(micro),
+        grad_clip=float(actor.grad_clip),
+        gradient_checkpointing=bool(model.enable_gradient_checkpointing),
+        activation_offload=bool(model.enable_activation_offload),
+    )
+    run_dir = Path(str(trainer.default_local_dir))
+    callbacks: list[tuple[str, dict[str, Any]]] = [("IterationScheduleCallback", dict(
+        total_iterations=iterations, checkpoint_dir=str(run_dir / "checkpoints"),
+        save_freq=int(trainer.save_freq or -1), hf_dir=str(run_dir / "hf_actor"),
+    ))]
+    console = "console" in (plain(trainer.logger) or [])
+    if console:
+        callbacks.append(("IterationProgressBar", {"total_iterations": iterations}))
+    return SFTPlan(
+        topology=topology,
+        iterations=iterations,
+        run_dir=str(run_dir),
+        module=dict(
+            model=model_settings(model),
+            update=update,
+            optim=optimizer_settings(actor.optim, iterations),
+            fsdp=fsdp_settings(actor.fsdp_config),
+        ),
+        datamodule=dict(
+            train_batch_size=int(data.train_batch_size),
+            val_batch_size=None if micro is None else int(micro),
+            shuffle=bool(data.shuffle),
+            seed=int(data.seed),
+        ),
+        examples=example_settings(cfg),
+        rollout=plan_rollout(cfg, topology),
+        callbacks=callbacks,
+        user_callbacks=list(plain(trainer.callbacks) or []),
+        loggers=plan_loggers(cfg, run_dir),
+        trainer=plan_trainer(cfg, topology, needs_critic=False),
+        train_files=[str(f) for f in data.train_files],
+        val_files=[str(f) for f in data.val_files],
+        bad_rows=str(data.bad_rows),
+        seed=int(trainer.seed),
+        num_threads=None if trainer.num_threads is None else int(trainer.num_threads),
+        resume_mode=str(trainer.resume_mode),
+        resume_from_path=trainer.resume_from_path,
+        resume_changed_config=bool(trainer.resume_changed_config),
+        notes=list(topology.notes),
+        trainer_keys={
+            k: v for k, v in plain(trainer).items()
+            if k not in ("logger", "callbacks", "lightning") and f"trainer.{k}" in _trainer_keys()
+        },
+        val_before_train=bool(trainer.val_before_train),
+        test_freq=int(trainer.test_freq),
+        val_limit=(plain(trainer.lightning) or {}).get("limit_val_batches", 1.0),
+        console=console,
+    )
+
+
+def _trainer_keys() -> set[str]:
+    from agentfly.config.schema_sft import sft_key_table
+
+    return {k for k in sft_key_table()[0] if k.startswith("trainer.")}

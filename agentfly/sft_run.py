@@ -1,0 +1,219 @@
+"""``agentfly sft``: from the composed config to a finished run folder.
+
+The examples are made first, with the agent type, tools, template and tokenizer ``agentfly fit``
+would roll out with (:func:`prepare`): a bad row stops the run there (``data.bad_rows=error``)
+before any model loads. The run is then built as a fit is, from :mod:`agentfly.fit`'s parts:
+the loggers, the callbacks (stop, checkpoint every ``trainer.save_freq`` steps, export the
+policy and its tokenizer to ``<run>/hf_actor``, the progress bar, ``trainer.callbacks``), the
+config record in every checkpoint, resume (``trainer.resume_mode``, ``--ckpt_path``; refused
+across a change of meaning or from a fit's checkpoint), SLURM's requeue, the error note and the
+run folder's clean-up. The run folder holds ``config.yaml`` (``agentfly sft --config`` reads it
+back), ``metrics/``, ``checkpoints/``, ``hf_actor/`` and, when rows were skipped,
+``bad_rows.txt``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from agentfly.topology import Hardware
+
+logger = logging.getLogger(__name__)
+
+USAGE = """usage: agentfly sft [--config FILE] [KEY=VALUE | --KEY VALUE ...] [--ckpt_path CKPT] [--print_config]
+
+Supervised fine-tuning of an agent's policy: on chat conversations (data.format=messages),
+laid out with the agent type and template agentfly fit rolls out with, or on agentfly's rollout
+records (data.format=rollouts), token for token, filtered by reward (data.min_reward).
+The loss is on the assistant's tokens only. With no --config and no data.train_files it runs
+conf/examples/sft_demo.yaml.
+"""
+
+
+def prepare(cfg: Any, hardware: Hardware | None = None) -> tuple[Any, Any, Any, Any]:
+    """``(cfg, plan, data, tokenizer)``: the config with a Hub model id resolved to its folder,
+    the run's plan, the examples of both splits and the model's tokenizer.
+
+    Raises:
+        ConfigError: a model path that cannot be had, what the machine cannot run, batches that
+            do not split.
+        DataError: a file that cannot be read; a bad row with ``data.bad_rows=error``; no
+            training example left.
+    """
+    from agentfly.models.paths import resolve_model_paths
+    from agentfly.plan import plan_rollout
+    from agentfly.rollout.prompt_fit import renderer_from_plan
+    from agentfly.sft.conversations import ConversationRenderer
+    from agentfly.sft.examples import ExampleMaker, load_sft_data
+    from agentfly.sft_plan import example_settings, plan_sft, sft_topology
+
+    hw = hardware or Hardware.detect()
+    plan_rollout(cfg, sft_topology(cfg, hw))  # the cheap checks first, then a Hub id is resolved
+    cfg = resolve_model_paths(cfg, needs_critic=False)
+    parts = renderer_from_plan(plan_rollout(cfg, sft_topology(cfg, hw)))
+    renderer = ConversationRenderer(parts.agent, parts.template, parts.tokenizer)
+    make = ExampleMaker(renderer, **example_settings(cfg))
+    data = load_sft_data(
+        [str(f) for f in cfg.data.train_files], [str(f) for f in cfg.data.val_files], make,
+        bad_rows=str(cfg.data.bad_rows),
+    )
+    return cfg, plan_sft(cfg, len(data.train.kept), hw), data, parts.tokenizer
+
+
+def _say_data(run_dir: Path, data: Any) -> None:
+    """Name the skipped rows (a warning and ``bad_rows.txt``) and the reward filter's count."""
+    from agentfly.sft.examples import listing
+
+    if data.bad:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "bad_rows.txt").write_text("\n".join(data.bad) + "\n", encoding="utf-8")
+        logger.warning(
+            "data.bad_rows=skip: %d row(s) left out (all in %s):\n%s",
+            len(data.bad), run_dir / "bad_rows.txt", listing(data.bad),
+        )
+    for split, ex in (("train", data.train), ("val", data.val)):
+        if ex.filtered:
+            logger.warning(
+                "data.min_reward: %d %s record(s) below the bound left out, %d kept", ex.filtered, split, len(ex.kept)
+            )
+
+
+def build(
+    cfg: Any, stack: contextlib.ExitStack, *, ckpt_path: str | None = None, hardware: Hardware | None = None,
+) -> tuple[Any, Any, Any, Any, str | None]:
+    """Plan and build the run; registers on ``stack`` what ends it however it ends (wandb's run
+    finished, the empty folders this run made removed, ``error.txt`` on an error). Returns
+    ``(plan, trainer, module, datamodule, checkpoint to resume from)``.
+
+    Raises:
+        RunComplete: the checkpoint already holds every step (nothing is built).
+    """
+    import lightning.pytorch as pl
+    from omegaconf import OmegaConf
+
+    from agentfly.callbacks.config_record import ConfigRecord
+    from agentfly.config.sft import sft_view, view_yaml
+    from agentfly.fit import (
+        ERROR_NOTE,
+        _error_note,
+        _finish_wandb,
+        _folders,
+        _is_rank_zero,
+        _remove_empty_folders,
+        build_callbacks,
+        build_loggers,
+        resume_checkpoint,
+    )
+    from agentfly.modules.sft_module import AgentSFTModule
+    from agentfly.modules.trainer import AgentflyTrainer, slurm_launched
+    from agentfly.resume import config_record
+    from agentfly.sft.datamodule import SFTDataModule
+
+    started = time.perf_counter()
+    cfg, plan, data, tokenizer = prepare(cfg, hardware)
+    run_dir = Path(plan.run_dir)
+    own = OmegaConf.create(sft_view(cfg))  # what a resume compares: agentfly sft's keys
+    ckpt = resume_checkpoint(own, plan, ckpt_path)
+    existed = _folders(run_dir)
+    if _is_rank_zero():
+        for note in plan.notes:
+            logger.warning("%s", note)
+        _say_data(run_dir, data)
+        (run_dir / ERROR_NOTE).unlink(missing_ok=True)
+        stack.push(_error_note(run_dir, "sft"))
+        stack.callback(_remove_empty_folders, run_dir, existed)
+    if plan.num_threads:
+        import torch
+
+        torch.set_num_threads(int(plan.num_threads))
+    pl.seed_everything(plan.seed, workers=True)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if _is_rank_zero():
+        (run_dir / "config.yaml").write_text(view_yaml(cfg), encoding="utf-8")
+    settings = dict(plan.trainer)
+    if settings["strategy"] == "fsdp":
+        from agentfly.modules.fsdp import fsdp_strategy
+
+        settings["strategy"] = fsdp_strategy(plan.topology.world_size)
+    callbacks = [*build_callbacks(plan), ConfigRecord(config_record(own))]
+    if slurm_launched():  # requeue at a step boundary, not inside the signal handler
+        from lightning.fabric.plugins.environments import SLURMEnvironment
+
+        from agentfly.callbacks.requeue import SlurmRequeue
+
+        settings["plugins"] = [SLURMEnvironment(auto_requeue=False)]
+        callbacks.append(SlurmRequeue())
+    trainer = AgentflyTrainer(**plan.trainer_keys, **settings, callbacks=callbacks, logger=build_loggers(plan))
+    stack.callback(_finish_wandb, trainer)
+    trainer.started_at = started
+    module = AgentSFTModule(**plan.module)
+    datamodule = SFTDataModule(data.train.kept, data.val.kept, tokenizer, counts=data.counts, **plan.datamodule)
+    return plan, trainer, module, datamodule, ckpt
+
+
+def run(plan: Any, trainer: Any, module: Any, datamodule: Any, ckpt: str | None) -> dict[str, float]:
+    """Validate before training (``trainer.val_before_train``, on a fresh run), train, validate
+    at the end unless the last step was just validated (or ``trainer.test_freq=-1``); returns the
+    last logged metrics."""
+    from agentfly.fit import _validate
+
+    has_val = bool(datamodule.val)
+    if has_val and plan.val_before_train and ckpt is None:
+        _validate(trainer, module, datamodule, plan.val_limit)
+    trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt)
+    metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    if has_val and plan.test_freq != -1 and module.validated_at != module.iteration:
+        _validate(trainer, module, datamodule, plan.val_limit)
+        metrics.update({k: float(v) for k, v in trainer.callback_metrics.items()})
+    return metrics
+
+
+def main(argv: list[str]) -> int:
+    """``agentfly sft`` (see :data:`USAGE`); returns the exit status."""
+    from agentfly.config.sft import parse_sft_config, sft_parser, view_yaml
+    from agentfly.core.errors import ConfigError
+    from agentfly.core.shutdown import sigterm_exits
+    from agentfly.resume import RunComplete
+
+    flags = argparse.ArgumentParser(prog="agentfly sft", add_help=False)
+    flags.add_argument("-h", "--help", action="store_true")
+    flags.add_argument("--print_config", action="store_true")
+    flags.add_argument("--ckpt_path")
+    args, words = flags.parse_known_args(argv)
+    if args.help:
+        print(USAGE + "\n" + sft_parser()[0].format_help())
+        return 0
+    try:
+        cfg = parse_sft_config(words, default_task=True)
+    except ConfigError as e:
+        print(f"agentfly: config error: {e}", file=sys.stderr)
+        return 2
+    if args.print_config or cfg.trainer.print_config:
+        print(view_yaml(cfg))
+        if args.print_config:
+            return 0
+    from agentfly.rollout.data import DataError
+
+    try:
+        with sigterm_exits(), contextlib.ExitStack() as stack:
+            plan, trainer, module, datamodule, ckpt = build(cfg, stack, ckpt_path=args.ckpt_path)
+            metrics = run(plan, trainer, module, datamodule, ckpt)
+    except RunComplete as e:
+        print(f"agentfly: {e}", file=sys.stderr)
+        return 0
+    except ConfigError as e:
+        print(f"agentfly: config error: {e}", file=sys.stderr)
+        return 2
+    except (DataError, ValueError, FileNotFoundError, KeyError) as e:
+        print(f"agentfly: {e}", file=sys.stderr)
+        return 2
+    shown = {k: round(v, 4) for k, v in sorted(metrics.items()) if k in ("train/loss", "val/loss")}
+    print(json.dumps(shown, indent=2))
+    return 0
