@@ -63,6 +63,31 @@ def test_a_walkthrough_becomes_a_chat_in_the_action_agents_format(textworld_game
     assert chat["score"] == chat["max_score"] == textworld_game["max_score"]
 
 
+def test_a_walkthrough_chat_is_the_chain_the_action_agent_plays(textworld_game, tiny_model_dir):
+    """``agentfly sft`` lays the chat out token for token as the agent loop plays the same actions
+    with the textworld_step tool: the actions trained on, the game's answers not."""
+    from agentfly.rollout.agent_loop import AgentLoop
+    from agentfly.rollout.agents import get_agent
+    from agentfly.rollout.engines import EnginePool
+    from agentfly.rollout.templates import get_template
+    from agentfly.rollout.tools import get_tool
+    from agentfly.sft.conversations import ConversationRenderer
+    from tests.envs.env_script import EnvScript  # noqa: F401  (registers env_script)
+
+    (chat,) = tw.walkthrough_conversations([textworld_game])
+    actions = [m["content"] for m in chat["messages"] if m["role"] == "assistant"]
+    pool = EnginePool("env_script", 0, engine_kwargs={"model": str(tiny_model_dir),
+                                                      "scripts": {textworld_game["question"]: [actions]}})
+    agent = get_agent("action", [get_tool("textworld_step")], system_prompt=tw.SYSTEM_PROMPT)
+    loop = AgentLoop(engine=pool, tokenizer=pool.tokenizer, template=get_template("action-agent"), agent=agent,
+                     reward="textworld_reward", max_turns=10, max_model_len=4096)
+    (chain,) = loop.run([textworld_game])
+    assert chain.reward == 1.0 and chain.finish_reason == "episode_over"
+    example = ConversationRenderer(agent, loop.template, loop.tokenizer).render(chat["messages"])
+    assert example.prompt_ids == chain.prompt_ids and example.response_ids == chain.response_ids
+    assert example.loss_mask == chain.loss_mask and 0 in chain.loss_mask
+
+
 def test_a_task_without_a_game_file_is_refused():
     pytest.importorskip("textworld")
     env = tw.TextWorldEnv()
