@@ -14,6 +14,7 @@ functions. :func:`sft_view` is the part of it that is ``agentfly sft``'s (``--pr
 
 from __future__ import annotations
 
+import copy
 import functools
 import warnings
 from pathlib import Path
@@ -102,14 +103,14 @@ def load_sft_config(
 
 
 def _fit_defaults() -> dict[str, Any]:
-    """``agentfly fit``'s tree at its defaults."""
+    """``agentfly fit``'s tree at its defaults: copies, since the run's values are merged into it."""
     tree: dict[str, Any] = {}
     for key, (_, default) in verl_key_table()[0].items():
         node = tree
         *path, last = key.split(".")
         for part in path:
             node = node.setdefault(part, {})
-        node[last] = list(NONE_MEANS[key]) if default is None and key in NONE_MEANS else default
+        node[last] = list(NONE_MEANS[key]) if default is None and key in NONE_MEANS else copy.deepcopy(default)
     return tree
 
 
