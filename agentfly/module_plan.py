@@ -17,6 +17,7 @@ from agentfly.modules.settings import (
     CriticSettings,
     FSDPSettings,
     KLSettings,
+    LoraSettings,
     ModelSettings,
     OptimizerSettings,
     PolicyLossSettings,
@@ -45,6 +46,19 @@ def optimizer_settings(optim: Any, steps: int) -> OptimizerSettings:
         num_cycles=float(optim.num_cycles),
         warmup_steps=_warmup(optim, steps),
         decay_steps=steps,
+    )
+
+
+def lora_settings(lora: Any) -> LoraSettings:
+    """The policy's ``model.lora`` section (verl's ``lora_rank``, ``lora_alpha``,
+    ``target_modules`` arrive here under their canonical names)."""
+    targets = lora.target_modules
+    return LoraSettings(
+        rank=int(lora.rank),
+        alpha=float(lora.alpha),
+        target_modules=str(targets) if isinstance(targets, str) else tuple(str(t) for t in targets),
+        merge=bool(lora.merge),
+        export=str(lora.export),
     )
 
 
@@ -119,6 +133,7 @@ def plan_module(cfg: Any, topology: Topology, iterations: int, estimator: Any) -
             trust_remote_code=bool(model.trust_remote_code),
             dtype="float32",
             temperature=float(rollout.temperature or 1.0),
+            lora=lora_settings(model.lora),
         ),
         actor=actor,
         actor_optim=optimizer_settings(actor_cfg.optim, optimizer_steps(actor, iterations, per_rank)),

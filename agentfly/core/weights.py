@@ -3,7 +3,24 @@ Hugging Face export and anything else outside the LightningModule that needs the
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
+
+
+@dataclass
+class LoraAdapter:
+    """A LoRA adapter on its way to the engines, in the form peft saves one: its config (what
+    ``adapter_config.json`` holds) and its weights under peft's saved names
+    (``base_model.model.<module>.lora_A.weight``, what ``adapter_model.safetensors`` holds).
+
+    Attributes:
+        config: peft ``LoraConfig`` fields: ``r``, ``lora_alpha``, ``target_modules`` (the
+            module names it matched), ``peft_type``, ``task_type``...
+        weights: the adapter's tensors (B, A per target layer).
+    """
+
+    config: dict[str, Any]
+    weights: dict[str, Any]
 
 
 def is_sharded(model: Any) -> bool:

@@ -39,6 +39,13 @@ from agentfly.core.reductions import masked_mean
 from agentfly.estimators.kl import full_kl_from_logits, kl_penalty
 from agentfly.modules import off_policy
 from agentfly.modules.fsdp import total_norm
+from agentfly.modules.lora import (
+    apply_lora,
+    is_adapted,
+    put_base_beside_adapter,
+    reference_of,
+    without_base,
+)
 from agentfly.modules.losses import (
     agg_loss,
     agg_norms,
@@ -157,10 +164,15 @@ class AgentRLModule(pl.LightningModule):
             # sdpa -> agentfly_sdpa: the same attention, without copying grouped K/V on CPU
             return use_grouped_sdpa(AutoModelForCausalLM.from_pretrained(m.path, **load))
 
-        self.actor = policy_model().train()
+        self.actor = policy_model()
+        if m.lora.enabled:  # the base frozen, the adapter trains; the reference is the base
+            self.actor = apply_lora(self.actor, m.lora)
+        self.actor.train()
         if self.actor_settings.gradient_checkpointing:
             self.actor.gradient_checkpointing_enable()
-        if self.kl.needs_reference:
+            if m.lora.enabled:  # checkpointed blocks need an input that requires grad
+                self.actor.enable_input_require_grads()
+        if self.kl.needs_reference and not m.lora.enabled:
             self.reference = policy_model().eval()
             self.reference.requires_grad_(False)
         critic = self.critic_settings
@@ -187,8 +199,10 @@ class AgentRLModule(pl.LightningModule):
 
     @staticmethod
     def _optimizer(model: Any, o: OptimizerSettings) -> tuple[Any, Any]:
-        """AdamW over ``model``'s parameters and its learning-rate schedule."""
-        opt = torch.optim.AdamW(model.parameters(), lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay)
+        """AdamW over ``model``'s trainable parameters (with LoRA, the adapter's) and its
+        learning-rate schedule."""
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        opt = torch.optim.AdamW(trainable, lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay)
         multiplier = lr_multiplier(o.warmup_steps, o.warmup_style, o.decay_steps, o.min_lr_ratio, o.num_cycles)
         return opt, torch.optim.lr_scheduler.LambdaLR(opt, multiplier)
 
@@ -218,6 +232,11 @@ class AgentRLModule(pl.LightningModule):
         """Log-probabilities of the response tokens. Shape: (B, T)."""
         return logprobs_from_logits(self._response_logits(model, batch), batch.responses)
 
+    def _reference_logits(self, batch: RolloutBatch) -> torch.Tensor:
+        """The reference's response logits (:meth:`_response_logits`), no graph. (B, T, V)."""
+        with torch.no_grad(), reference_of(self.actor, self.reference) as reference:
+            return self._response_logits(reference, batch)
+
     def values(self, batch: RolloutBatch) -> torch.Tensor:
         """Critic values at the positions that predict response tokens. (B, T)."""
         p, t = batch.prompt_length, batch.response_length
@@ -235,7 +254,7 @@ class AgentRLModule(pl.LightningModule):
         old, ref, full = [], [], []
         for micro in batch.split(self.actor_settings.pass_micro_batch_size):
             logits = self._response_logits(self.actor, micro)  # (b, T, V)
-            ref_logits = self._response_logits(self.reference, micro)  # (b, T, V)
+            ref_logits = self._reference_logits(micro)  # (b, T, V)
             old.append(logprobs_from_logits(logits, micro.responses))
             ref.append(logprobs_from_logits(ref_logits, micro.responses))
             full.append(full_kl_from_logits(logits, ref_logits))
@@ -305,10 +324,11 @@ class AgentRLModule(pl.LightningModule):
             batch.old_log_probs = self._no_grad_pass(lambda b: self.log_probs(self.actor, b), batch, chunk)
             metrics["timing/old_log_prob_s"] = clock() - start
         needs_ref = kl.use_kl_in_reward or kl.kl_loss_type != "full"
-        if self.reference is not None and needs_ref and batch.ref_log_probs is None:
+        if kl.needs_reference and needs_ref and batch.ref_log_probs is None:
             start = clock()
             chunk = kl.reference_micro_batch_size or self.actor_settings.micro_batch_size
-            batch.ref_log_probs = self._no_grad_pass(lambda b: self.log_probs(self.reference, b), batch, chunk)
+            with reference_of(self.actor, self.reference) as reference:
+                batch.ref_log_probs = self._no_grad_pass(lambda b: self.log_probs(reference, b), batch, chunk)
             metrics["timing/reference_s"] = clock() - start
         if critic is not None:
             start = clock()
@@ -401,8 +421,7 @@ class AgentRLModule(pl.LightningModule):
                 entropy = entropy_from_logits(logits.detach())
         full = None  # the full-vocabulary KL from these logits, when the loss uses it
         if kl.use_kl_loss and kl.kl_loss_type == "full":
-            with torch.no_grad():
-                ref_logits = self._response_logits(self.reference, micro)  # (B, T, V)
+            ref_logits = self._reference_logits(micro)  # (B, T, V)
             full = full_kl_from_logits(logits, ref_logits)
             del ref_logits
         del logits
@@ -491,9 +510,13 @@ class AgentRLModule(pl.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["agentfly_iteration"] = self.iteration
         checkpoint["agentfly_policy_version"] = self.policy_version
+        if is_adapted(self.actor):  # the adapter; the frozen base is the model at its path
+            checkpoint["state_dict"] = without_base(checkpoint["state_dict"], self.actor, "actor.")
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.configure_model()
+        if is_adapted(self.actor):
+            put_base_beside_adapter(checkpoint["state_dict"], self.actor, "actor.")
         self.iteration = int(checkpoint.get("agentfly_iteration", 0))
         self.policy_version = int(checkpoint.get("agentfly_policy_version", self.iteration))
         self.weights_version += 1  # the checkpoint's weights replace the ones the engines may hold
