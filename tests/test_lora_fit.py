@@ -5,6 +5,7 @@ only, and a resume restores it; the Hugging Face export is the merged model or t
 
 from __future__ import annotations
 
+import csv
 import json
 
 import pytest
@@ -51,9 +52,9 @@ def fit(cfg):
     greedy continuation of :data:`PROMPT`, and the base model's."""
     from peft import PeftModel
 
-    trainer, module, dm, _ = build_trainer(cfg)
+    trainer, module, dm, ckpt = build_trainer(cfg)  # ckpt: the one trainer.resume_mode=auto finds
     try:
-        trainer.fit(module, datamodule=dm)
+        trainer.fit(module, datamodule=dm, ckpt_path=ckpt)
         prompt = dm.session.tokenizer.encode(PROMPT, add_special_tokens=False)
         pool = dm.session.pool
         (out,) = run_sync(pool, pool.generate([prompt], SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)))[0]
@@ -152,5 +153,9 @@ def test_the_reference_is_the_base_and_a_resume_restores_the_adapter(adapter_run
     cfg = config(root, model, run, "trainer.total_training_steps=3", "actor_rollout_ref.model.lora.export=adapter")
     resumed, engine_lp, actor_lp, *_ = fit(cfg)
     assert resumed.iteration == 3
-    assert kl_by_iteration(run)[3] > 0.0
+    second = sorted((run / "metrics").glob("version_*/metrics.csv"))[1]
+    with open(second) as f:
+        trained = {float(r["training/iteration"]) for r in csv.DictReader(f) if r.get("training/iteration")}
+    assert trained == {3.0}  # the second launch went on from iteration 2
+    assert kl_by_iteration(run)[3] > 0.0  # a fresh adapter (B = 0) would give 0 here
     assert (engine_lp - actor_lp).abs().max().item() < 1e-4
