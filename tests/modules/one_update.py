@@ -157,7 +157,7 @@ class GradProbe(pl.Callback):
 
 
 def fit_once(
-    model_path: Path, batch: RolloutBatch, callbacks: list[Any], lora: LoraSettings = LoraSettings(),
+    model_path: Path, batch: RolloutBatch, callbacks: list[Any], lora: LoraSettings | None = None,
     **groups: Any,
 ) -> tuple[Any, dict[str, float]]:
     """One ``training_step`` of ``AgentRLModule`` on ``batch`` by a Lightning Trainer on the CPU;
@@ -172,7 +172,7 @@ def fit_once(
     )
     settings.update(groups)
     torch.manual_seed(0)  # the critic's value head is initialised when the module loads it
-    module = AgentRLModule(ModelSettings(str(model_path), lora=lora), **settings)
+    module = AgentRLModule(ModelSettings(str(model_path), lora=lora or LoraSettings()), **settings)
     trainer = pl.Trainer(
         accelerator="cpu",
         devices=1,

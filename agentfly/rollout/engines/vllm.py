@@ -119,6 +119,8 @@ class VLLMEngine(Engine):
             start.
     """
 
+    serves_adapters = True  # with max_lora_rank
+
     def __init__(
         self,
         model: str | os.PathLike[str],
@@ -227,8 +229,6 @@ class VLLMEngine(Engine):
             if sp.greedy and len(outputs) < sp.n:  # vLLM refuses n > 1 for greedy requests
                 outputs += [copy.deepcopy(outputs[0]) for _ in range(sp.n - len(outputs))]
         return grouped
-
-    serves_adapters = True
 
     def load_weights(self, weights: Weights | LoraAdapter) -> None:
         """Reload weights in place (checkpoint names, e.g. ``model.layers.0.mlp.up_proj.weight``),
