@@ -25,8 +25,7 @@ from typing import Any
 from lightning.pytorch.callbacks import Callback
 
 from agentfly.core.batch import RolloutBatch
-from agentfly.core.weights import full_state
-from agentfly.modules.lora import is_adapted, merged_state
+from agentfly.core.weights import full_state, is_adapted, save_pretrained
 
 
 def replace_durably(tmp: str | Path, dst: str | Path) -> None:
@@ -117,16 +116,14 @@ class IterationScheduleCallback(Callback):
         if self.hf_dir is None:
             return
         actor = pl_module.actor
-        if is_adapted(actor):  # never sharded: LoRA under FSDP is refused
-            state = None if self.hf_export == "adapter" else merged_state(actor)
-        else:
-            state = full_state(actor)  # every rank: a collective under FSDP
+        adapted = is_adapted(actor)  # never sharded: LoRA under FSDP is refused
+        state = None if adapted else full_state(actor)  # every rank: a collective under FSDP
         if trainer.is_global_zero:
             self.hf_dir.mkdir(parents=True, exist_ok=True)
-            if state is None:
-                actor.save_pretrained(self.hf_dir)  # peft: adapter_config.json, adapter_model.safetensors
+            if adapted:
+                save_pretrained(actor, self.hf_dir, self.hf_export)
             else:
-                getattr(actor, "get_base_model", lambda: actor)().save_pretrained(self.hf_dir, state_dict=state)
+                actor.save_pretrained(self.hf_dir, state_dict=state)
             tokenizer = getattr(getattr(trainer.datamodule, "session", None), "tokenizer", None)
             if tokenizer is not None:
                 tokenizer.save_pretrained(self.hf_dir)

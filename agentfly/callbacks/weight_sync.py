@@ -8,8 +8,7 @@ from typing import Any
 
 from lightning.pytorch.callbacks import Callback
 
-from agentfly.core.weights import full_state
-from agentfly.modules.lora import adapter_payload, is_adapted, merged_state
+from agentfly.core.weights import adapter_payload, full_state, is_adapted, merged_state
 
 
 class WeightSyncCallback(Callback):

@@ -7,15 +7,10 @@ target layer, B zero, so the wrapped model first computes exactly what the base 
 output is ``W x + (alpha / r) · B A x``. With a KL term the reference is the same model with the
 adapter switched off (:func:`adapter_off`), not a second copy of the weights.
 
-What leaves the module:
-
-- :func:`adapter_payload`: the adapter alone, in the form peft saves it, for an engine that
-  serves adapters (the transformers engine, vLLM);
-- :func:`merged_state`: the base model's state dict under its own names, each adapted layer's
-  weight replaced by ``W + (alpha / r) · B A`` (peft's ``get_delta_weight``, computed per layer,
-  no merged copy of the model), for an engine that takes weights only (``lora.merge=true``, a
-  user's engine) and for the merged Hugging Face export;
-- :func:`adapter_keys`: the state-dict entries that are the adapter (what a checkpoint keeps).
+Checkpoints keep the adapter alone (:func:`without_base`) and get the base back when loaded
+(:func:`put_base_beside_adapter`). What the engines and the Hugging Face export receive (the
+adapter, or the base with the adapter merged in) is computed by :mod:`agentfly.core.weights`,
+which the callbacks read.
 
 Departure from verl: none in meaning (``lora_rank``, ``lora_alpha``, ``target_modules``;
 ``lora.merge`` as verl's Megatron workers read it). The adapter has no dropout, so the update's
@@ -28,10 +23,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from agentfly.core.weights import LoraAdapter
+from agentfly.core.weights import is_adapted
 from agentfly.modules.settings import LoraSettings
-
-ADAPTER = "default"  # peft's name of the (only) adapter
 
 
 def apply_lora(model: Any, settings: LoraSettings) -> Any:
@@ -63,11 +56,6 @@ def apply_lora(model: Any, settings: LoraSettings) -> Any:
     return get_peft_model(model, config)
 
 
-def is_adapted(model: Any) -> bool:
-    """True for a model :func:`apply_lora` wrapped."""
-    return hasattr(model, "peft_config") and hasattr(model, "disable_adapter")
-
-
 @contextmanager
 def adapter_off(model: Any) -> Iterator[Any]:
     """Within it ``model`` computes with the base weights alone (the reference policy)."""
@@ -84,56 +72,6 @@ def reference_of(actor: Any, reference: Any) -> Iterator[Any]:
             yield base
     else:
         yield reference
-
-
-def adapter_config(model: Any) -> dict[str, Any]:
-    """The adapter's peft config as ``adapter_config.json`` holds it (the target modules as the
-    module names they matched, e.g. ``all-linear`` resolved)."""
-    config = model.peft_config[ADAPTER]
-    targets = config.target_modules
-    return {
-        "peft_type": "LORA",
-        "task_type": "CAUSAL_LM",
-        "r": int(config.r),
-        "lora_alpha": config.lora_alpha,
-        "target_modules": targets if isinstance(targets, str) else sorted(targets),
-        "lora_dropout": 0.0,
-        "bias": "none",
-        "fan_in_fan_out": bool(config.fan_in_fan_out),
-        "use_rslora": bool(config.use_rslora),
-    }
-
-
-def adapter_payload(model: Any) -> LoraAdapter:
-    """The adapter of ``model`` for the engines: its config and weights under peft's names."""
-    from peft import get_peft_model_state_dict
-
-    weights = {k: v.detach() for k, v in get_peft_model_state_dict(model, adapter_name=ADAPTER).items()}
-    return LoraAdapter(config=adapter_config(model), weights=weights)
-
-
-def merged_state(model: Any) -> dict[str, Any]:
-    """The base model's state dict, its own names, with the adapter merged into each target
-    layer's weight: ``W + (alpha / r) · B A``. Computed per layer from the live weights (no
-    tensor but the target layers' weights is copied)."""
-    import torch
-    from peft.tuners.lora import LoraLayer
-
-    base = model.get_base_model()
-    layers = {name: m for name, m in base.named_modules() if isinstance(m, LoraLayer)}
-    adapter_parts = tuple(
-        f"{name}.{part}." for name, m in layers.items() for part in m.adapter_layer_names
-    )
-    state = {
-        key.replace(".base_layer.", "."): value.detach()
-        for key, value in base.state_dict().items()
-        if not key.startswith(adapter_parts)
-    }
-    with torch.no_grad():
-        for name, layer in layers.items():
-            weight = layer.get_base_layer().weight
-            state[f"{name}.weight"] = weight + layer.get_delta_weight(ADAPTER).to(weight.dtype)
-    return state
 
 
 def adapter_keys(model: Any, prefix: str = "") -> set[str]:

@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from agentfly.core.weights import adapter_payload, merged_state
 from agentfly.models.tiny import build_tiny_model
-from agentfly.modules.lora import adapter_payload, apply_lora, merged_state
+from agentfly.modules.lora import apply_lora
 from agentfly.modules.settings import LoraSettings
 from agentfly.rollout.engines.base import SamplingParams, create_engine
 
