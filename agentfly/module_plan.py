@@ -17,6 +17,7 @@ from agentfly.modules.settings import (
     CriticSettings,
     FSDPSettings,
     KLSettings,
+    LoraSettings,
     ModelSettings,
     OptimizerSettings,
     PolicyLossSettings,
@@ -48,6 +49,19 @@ def optimizer_settings(optim: Any, steps: int) -> OptimizerSettings:
     )
 
 
+def lora_settings(lora: Any) -> LoraSettings:
+    """The policy's ``model.lora`` section (verl's ``lora_rank``, ``lora_alpha``,
+    ``target_modules`` arrive here under their canonical names)."""
+    targets = lora.target_modules
+    return LoraSettings(
+        rank=int(lora.rank),
+        alpha=float(lora.alpha),
+        target_modules=str(targets) if isinstance(targets, str) else tuple(str(t) for t in targets),
+        merge=bool(lora.merge),
+        export=str(lora.export),
+    )
+
+
 def model_settings(model: Any, temperature: float = 1.0) -> ModelSettings:
     """The policy model's settings from ``actor_rollout_ref.model``, for ``agentfly fit`` and
     ``agentfly sft`` alike; ``temperature``: the rollout's (1.0 where nothing is sampled)."""
@@ -56,6 +70,7 @@ def model_settings(model: Any, temperature: float = 1.0) -> ModelSettings:
         trust_remote_code=bool(model.trust_remote_code),
         dtype="float32",
         temperature=temperature,
+        lora=lora_settings(model.lora),
     )
 
 

@@ -232,6 +232,8 @@ def plan_rollout(
         engine_kwargs["tensor_parallel_size"] = topology.tensor_parallel
         if rollout.enforce_eager is not None:
             engine_kwargs["enforce_eager"] = bool(rollout.enforce_eager)
+        if sends_adapter(cfg):  # vLLM builds its LoRA layers when it starts
+            engine_kwargs["max_lora_rank"] = int(model.lora.rank)
     loop = dict(
         max_turns=int(run.max_turns),
         num_chains=int(run.num_chains),
@@ -283,6 +285,18 @@ def plan_rollout(
     )
 
 
+def sends_adapter(cfg: Any) -> bool:
+    """A LoRA actor's engines receive its adapter (not its merged weights): ``lora.merge`` is off
+    and the engine serves adapters (its class's ``serves_adapters``)."""
+    import agentfly.rollout.engines.builtin  # noqa: F401  (registers the engines; no torch)
+    from agentfly.rollout.engines.base import ENGINES
+
+    lora = cfg.actor_rollout_ref.model.lora
+    if not lora.rank or lora.merge:
+        return False
+    return bool(getattr(ENGINES.get(str(cfg.actor_rollout_ref.rollout.name)), "serves_adapters", False))
+
+
 def plan_callbacks(cfg: Any, run_dir: Path, iterations: int) -> list[tuple[str, dict[str, Any]]]:
     """agentfly's own callbacks: advantages, weight sync, iterations, KL in the reward, display."""
     alg = cfg.algorithm
@@ -291,10 +305,11 @@ def plan_callbacks(cfg: Any, run_dir: Path, iterations: int) -> list[tuple[str, 
             adv_estimator=str(alg.adv_estimator), gamma=float(alg.gamma), lam=float(alg.lam),
             norm_adv_by_std_in_grpo=bool(alg.norm_adv_by_std_in_grpo),
         )),
-        ("WeightSyncCallback", {}),
+        ("WeightSyncCallback", {"send_adapter": sends_adapter(cfg)}),
         ("IterationScheduleCallback", dict(
             total_iterations=iterations, checkpoint_dir=str(run_dir / "checkpoints"),
             save_freq=int(cfg.trainer.save_freq or -1), hf_dir=str(run_dir / "hf_actor"),
+            hf_export=str(cfg.actor_rollout_ref.model.lora.export),
         )),
     ]
     if alg.use_kl_in_reward:

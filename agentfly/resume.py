@@ -41,6 +41,10 @@ MEANING_KEYS = (
     "agent.init_config.template",  # the chat format the weights were trained on
     "agent.init_config.agent_type",  # the action format they learned to write
     "agent.init_config.tool_parser_name",
+    # the adapter's shape and scale: what its checkpointed weights are
+    "actor_rollout_ref.model.lora.rank",
+    "actor_rollout_ref.model.lora.alpha",
+    "actor_rollout_ref.model.lora.target_modules",
 )
 #: Keys that change only how long the run goes, how often it saves and validates, and what it
 #: logs: named in the note, apart from the keys that change the training.
@@ -58,7 +62,7 @@ MODELS = ("actor", "reference", "critic")  # the module's models, as its state_d
 # the keys that decide which of MODELS a run holds (named when a checkpoint's models differ)
 _STRUCTURE_KEYS = (
     "algorithm.adv_estimator", "critic.model.path", "actor_rollout_ref.actor.use_kl_loss",
-    "algorithm.use_kl_in_reward",
+    "algorithm.use_kl_in_reward", "actor_rollout_ref.model.lora.rank",
 )
 
 
@@ -117,7 +121,9 @@ def read_header(path: str) -> CheckpointHeader:
 def planned_models(plan: Any) -> tuple[str, ...]:
     """Which of :data:`MODELS` the run of ``plan`` trains or holds."""
     kl = plan.module.get("kl")  # an agentfly sft run's module has no KL term, no critic
-    held = {"actor": True, "reference": kl is not None and kl.needs_reference, "critic": plan.module.get("critic") is not None}
+    # with LoRA the reference is the actor with its adapter off: no model of its own
+    reference = kl is not None and kl.needs_reference and not plan.module["model"].lora.enabled
+    held = {"actor": True, "reference": reference, "critic": plan.module.get("critic") is not None}
     return tuple(m for m in MODELS if held[m])
 
 

@@ -1,5 +1,6 @@
 """Counts RL iterations: stops after ``total_iterations``, checkpoints every ``save_freq``, times
-each iteration, and writes the actor in Hugging Face format (with its tokenizer) at the end.
+each iteration, and writes the actor in Hugging Face format (with its tokenizer) at the end (a
+LoRA actor merged into its base, or its adapter alone).
 
 Lightning's own step counter counts optimizer steps (several per iteration with PPO
 mini-batches), so iterations are counted here and in the module (``pl_module.iteration``).
@@ -24,7 +25,7 @@ from typing import Any
 from lightning.pytorch.callbacks import Callback
 
 from agentfly.core.batch import RolloutBatch
-from agentfly.core.weights import full_state
+from agentfly.core.weights import full_state, is_adapted, save_pretrained
 
 
 def replace_durably(tmp: str | Path, dst: str | Path) -> None:
@@ -64,11 +65,22 @@ class IterationScheduleCallback(Callback):
         checkpoint_dir: str | Path | None = None,
         save_freq: int = -1,
         hf_dir: str | Path | None = None,
+        hf_export: str = "merged",
     ) -> None:
+        """
+        Args:
+            total_iterations: stop after this many RL iterations.
+            checkpoint_dir: where checkpoints go (None: none are written).
+            save_freq: checkpoint every this many iterations (and at the end); <= 0: never.
+            hf_dir: where the actor goes at the end, in Hugging Face format (None: nowhere).
+            hf_export: with a LoRA actor, ``merged`` (a plain model, the adapter merged in) or
+                ``adapter`` (peft's adapter files, over the base at the model's path).
+        """
         self.total_iterations = total_iterations
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
         self.save_freq = save_freq
         self.hf_dir = Path(hf_dir) if hf_dir else None
+        self.hf_export = hf_export
         self._last_end: float | None = None
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
@@ -103,10 +115,15 @@ class IterationScheduleCallback(Callback):
             self.save(trainer, k)  # the end is always checkpointed
         if self.hf_dir is None:
             return
-        state = full_state(pl_module.actor)  # every rank: a collective under FSDP
+        actor = pl_module.actor
+        adapted = is_adapted(actor)  # never sharded: LoRA under FSDP is refused
+        state = None if adapted else full_state(actor)  # every rank: a collective under FSDP
         if trainer.is_global_zero:
             self.hf_dir.mkdir(parents=True, exist_ok=True)
-            pl_module.actor.save_pretrained(self.hf_dir, state_dict=state)
+            if adapted:
+                save_pretrained(actor, self.hf_dir, self.hf_export)
+            else:
+                actor.save_pretrained(self.hf_dir, state_dict=state)
             data = trainer.datamodule  # agentfly sft's holds the tokenizer; a fit's, its rollout session
             tokenizer = getattr(data, "tokenizer", None) or getattr(getattr(data, "session", None), "tokenizer", None)
             if tokenizer is not None:

@@ -8,11 +8,15 @@ from typing import Any
 
 from lightning.pytorch.callbacks import Callback
 
-from agentfly.core.weights import full_state
+from agentfly.core.weights import adapter_payload, full_state, is_adapted, merged_state
 
 
 class WeightSyncCallback(Callback):
-    """Pushes the actor's full state dict to the engine pool whenever the engines' copy is stale.
+    """Pushes the actor's weights to the engine pool whenever the engines' copy is stale.
+
+    What is pushed: the full state dict; for an actor with a LoRA adapter, the adapter alone
+    (``send_adapter``: the engines serve adapters) or the base weights with the adapter merged in
+    (:mod:`agentfly.modules.lora`).
 
     The module's ``weights_version`` names the actor's weights: 0 is the model as loaded from its
     path, and every actor update and every checkpoint load moves it on. The callback remembers
@@ -29,7 +33,14 @@ class WeightSyncCallback(Callback):
     rank 0 alone.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, send_adapter: bool = False) -> None:
+        """
+        Args:
+            send_adapter: with a LoRA actor, push its adapter (peft's form) rather than its
+                merged weights; the plan sets it when ``lora.merge`` is off and the engine
+                serves adapters.
+        """
+        self.send_adapter = send_adapter
         self.last_seconds = 0.0  # the latest check's push, 0 when the engines were current
         self._session: Any = None  # weakref to the session whose engines hold _engine_version
         self._engine_version = 0
@@ -66,10 +77,14 @@ class WeightSyncCallback(Callback):
         return True
 
     def sync(self, trainer: Any, pl_module: Any, session: Any) -> None:
-        """Send the actor's full state dict to ``session``'s pool (every rank must call this)."""
+        """Send the actor's weights to ``session``'s pool (every rank must call this)."""
         start = time.perf_counter()
         shared = bool(getattr(session, "shared", False))  # one pool for all ranks: rank 0 pushes
-        state = full_state(pl_module.actor, everywhere=not shared)
+        actor = pl_module.actor
+        if is_adapted(actor):  # never sharded (LoRA under FSDP is refused)
+            state: Any = adapter_payload(actor) if self.send_adapter else merged_state(actor)
+        else:
+            state = full_state(actor, everywhere=not shared)
         if state is not None and (trainer.global_rank == 0 or not shared):
             session.pool.update_weights(state, version=int(getattr(pl_module, "policy_version", 0)))
         self.last_seconds = time.perf_counter() - start

@@ -54,6 +54,10 @@ ALIASES: dict[str, str] = {
     "agent.init_args": "agent.init_config",
     "agent.backend_config.backend": "agent.init_config.backend",
     "agent.init_config.backend_config.backend": "agent.init_config.backend",
+    # verl's FSDP spellings of the LoRA keys (its Megatron spellings are the canonical ones)
+    "actor_rollout_ref.model.lora_rank": "actor_rollout_ref.model.lora.rank",
+    "actor_rollout_ref.model.lora_alpha": "actor_rollout_ref.model.lora.alpha",
+    "actor_rollout_ref.model.target_modules": "actor_rollout_ref.model.lora.target_modules",
     # Lightning Trainer arguments that agentfly's own keys express (--trainer.max_steps 100)
     "trainer.max_steps": "trainer.total_training_steps",  # RL iterations, not optimizer steps
     "trainer.max_epochs": "trainer.total_epochs",

@@ -49,6 +49,12 @@ def _no_reference(cfg: Any) -> str | None:
     return "no KL term (use_kl_loss and use_kl_in_reward are off), so no reference model is loaded"
 
 
+def _lora_off(cfg: Any) -> str | None:
+    if cfg.actor_rollout_ref.model.lora.rank:
+        return None
+    return "actor_rollout_ref.model.lora.rank=0: no adapter, the whole model trains"
+
+
 def _greedy_validation(cfg: Any) -> str | None:
     if not cfg.data.val_files:
         return "no data.val_files"
@@ -174,6 +180,7 @@ RULES: tuple[Rule, ...] = (
     Rule(("algorithm.kl_ctrl", "algorithm.kl_penalty"), _unless("algorithm.use_kl_in_reward", True)),
     Rule((A + "actor.kl_loss_coef", A + "actor.kl_loss_type"), _unless(A + "actor.use_kl_loss", True)),
     Rule((A + "ref",), _no_reference),
+    Rule(tuple(A + "model.lora." + k for k in ("alpha", "target_modules", "merge", "export")), _lora_off),
     Rule((A + "actor.fsdp_config", A + "ref.fsdp_config", "critic.model.fsdp_config"), _unless(A + "actor.strategy", "fsdp")),
     Rule((A + "rollout.gpu_memory_utilization", A + "rollout.enforce_eager"), _unless(A + "rollout.name", "vllm")),
     Rule(

@@ -21,9 +21,11 @@ from jsonargparse.typing import (
 from agentfly.modules.loss_modes import LOSS_AGG_MODES
 from agentfly.modules.settings import (
     CRITIC_LR,
+    LORA_EXPORTS,
     CriticSettings,
     FSDPSettings,
     KLSettings,
+    LoraSettings,
     ModelSettings,
     OptimizerSettings,
     PolicyLossSettings,
@@ -149,6 +151,32 @@ class ActorConfig:
 
 
 @dataclass
+class LoraConfig:
+    """A LoRA adapter on the policy (peft): only the adapter trains, the reference is the base
+    with the adapter switched off, checkpoints hold the adapter and its optimizer state. verl's
+    FSDP spellings ``model.lora_rank``, ``model.lora_alpha`` and ``model.target_modules`` are this
+    group's ``rank``, ``alpha`` and ``target_modules``.
+
+    Attributes:
+        rank: the adapter's rank; 0 = no adapter (the whole model trains).
+        alpha: LoRA's alpha: the update is scaled by ``alpha / rank``.
+        target_modules: the layers that get an adapter: ``all-linear`` (every linear layer but
+            the output head) or a list of module names (``[q_proj, v_proj]``).
+        merge: send the engines the merged weights (``W + alpha / rank · B A``, the base model's
+            names) after each update instead of the adapter; an engine that cannot take an
+            adapter (one of the user's) always gets them.
+        export: what ``hf_actor/`` holds at the end: ``merged`` (a plain model) or ``adapter``
+            (peft's adapter files, for ``PeftModel.from_pretrained`` over the base).
+    """
+
+    rank: NonNegativeInt = LoraSettings.rank
+    alpha: PositiveFloat = LoraSettings.alpha
+    target_modules: str | list[str] = LoraSettings.target_modules  # type: ignore[assignment]
+    merge: bool = LoraSettings.merge
+    export: Literal[LORA_EXPORTS] = LoraSettings.export  # type: ignore[valid-type]
+
+
+@dataclass
 class ModelConfig:
     """The policy model (shared by actor, rollout engines and reference).
 
@@ -160,6 +188,7 @@ class ModelConfig:
         enable_activation_offload: keep the update's saved activations on the CPU (GPU runs).
         trust_remote_code: let Hugging Face run model and tokenizer code shipped with the
             checkpoint (actor, reference, critic, engines).
+        lora: a LoRA adapter on the actor (off at ``rank`` 0).
     """
 
     path: str | None = None
@@ -167,6 +196,7 @@ class ModelConfig:
     enable_gradient_checkpointing: bool = UpdateSettings.gradient_checkpointing
     enable_activation_offload: bool = UpdateSettings.activation_offload
     trust_remote_code: bool = ModelSettings.trust_remote_code
+    lora: LoraConfig = field(default_factory=LoraConfig)
 
 
 @dataclass

@@ -134,6 +134,9 @@ NOT_READ: dict[str, str] = {
     "agent.init_config.max_model_len": "it bounds a rollout's context; data.max_length bounds an "
     "example here",
     "agent.init_config.backend": "it names the rollout backend",
+    "actor_rollout_ref.model.lora.merge": "it chooses what the rollout engines receive (the "
+    "adapter or merged weights), and supervised training has no engines; lora.export chooses "
+    "what hf_actor/ holds",
     "trainer": "it sets the RL loop",
     "data": "it describes RL prompts; the data keys here are data.format, data.messages_key, "
     "data.min_reward, data.max_length, data.bad_rows, data.train_batch_size, "
@@ -143,6 +146,8 @@ NOT_READ: dict[str, str] = {
 
 def reads(key: str) -> bool:
     """Whether ``agentfly sft`` reads the ``agentfly fit`` key ``key`` (canonical)."""
+    if key in NOT_READ:
+        return False
     if key.startswith("trainer."):
         return key.split(".", 1)[1] not in TRAINER_NOT_READ
     for group, _, skipped in SHARED_GROUPS:

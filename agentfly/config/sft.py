@@ -14,6 +14,7 @@ functions. :func:`sft_view` is the part of it that is ``agentfly sft``'s (``--pr
 
 from __future__ import annotations
 
+import copy
 import functools
 import warnings
 from pathlib import Path
@@ -102,14 +103,14 @@ def load_sft_config(
 
 
 def _fit_defaults() -> dict[str, Any]:
-    """``agentfly fit``'s tree at its defaults."""
+    """``agentfly fit``'s tree at its defaults: copies, since the run's values are merged into it."""
     tree: dict[str, Any] = {}
     for key, (_, default) in verl_key_table()[0].items():
         node = tree
         *path, last = key.split(".")
         for part in path:
             node = node.setdefault(part, {})
-        node[last] = list(NONE_MEANS[key]) if default is None and key in NONE_MEANS else default
+        node[last] = list(NONE_MEANS[key]) if default is None and key in NONE_MEANS else copy.deepcopy(default)
     return tree
 
 
@@ -172,11 +173,12 @@ def validate(cfg: DictConfig, *, check_required: bool = True) -> None:
     (:func:`agentfly.config.plugins.plugin_errors`), settings this build cannot honour, and the
     checks across ``agentfly sft``'s keys."""
     from agentfly.config.plugins import plugin_errors
-    from agentfly.config.validate import _check_unsupported
+    from agentfly.config.validate import _check_lora, _check_unsupported
 
     get = functools.partial(OmegaConf.select, cfg)
     errors = plugin_errors(get)
     _check_unsupported(get, errors)
+    _check_lora(get, errors)
     data = cfg.data
     if check_required and not cfg.actor_rollout_ref.model.path:
         errors.append("actor_rollout_ref.model.path (model.partial_pretrain) is required: the model to fine-tune")

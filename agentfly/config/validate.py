@@ -123,6 +123,19 @@ def _check_unsupported(get: Get, errors: list[str]) -> None:
             )
 
 
+def _check_lora(get: Get, errors: list[str]) -> None:
+    """An adapter under FSDP is refused (see the message)."""
+    rank, strategy = get("actor_rollout_ref.model.lora.rank"), get("actor_rollout_ref.actor.strategy")
+    if rank and strategy == "fsdp":
+        errors.append(
+            f"actor_rollout_ref.model.lora.rank={rank} with actor_rollout_ref.actor.strategy=fsdp "
+            "is not supported: LoRA under FSDP2 is not built here (an adapter-only checkpoint is "
+            "loaded by the FSDP strategy before the frozen base weights can be put beside it); "
+            "use strategy=ddp or auto (each rank holds the base once, only the adapter's "
+            "gradients are reduced), or lora.rank=0"
+        )
+
+
 def _check_contradictions(get: Get, errors: list[str], estimator: Any | None, check_required: bool) -> None:
     needs_critic = bool(estimator is not None and estimator.needs_critic)
     _check_batches(get, errors, "actor_rollout_ref.actor", True)
@@ -205,6 +218,7 @@ def validate(cfg: Any, check_required: bool = True) -> None:
     errors = plugin_errors(get)  # first: imports agent.init_config.plugins
     _check_choices(get, errors)
     _check_unsupported(get, errors)
+    _check_lora(get, errors)
     estimator = _estimator(get, errors)
     _check_contradictions(get, errors, estimator, check_required)
     if errors:

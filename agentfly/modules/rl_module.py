@@ -38,6 +38,12 @@ from agentfly.core.step_metrics import StepMetrics
 from agentfly.estimators.kl import full_kl_from_logits, kl_penalty
 from agentfly.modules import off_policy
 from agentfly.modules.fsdp import total_norm
+from agentfly.modules.lora import (
+    is_adapted,
+    put_base_beside_adapter,
+    reference_of,
+    without_base,
+)
 from agentfly.modules.losses import (
     agg_loss,
     agg_norms,
@@ -46,7 +52,12 @@ from agentfly.modules.losses import (
     logprobs_from_logits,
     value_loss,
 )
-from agentfly.modules.policy_model import build_optimizer, build_policy_model
+from agentfly.modules.policy_model import (
+    build_critic_model,
+    build_optimizer,
+    build_policy_model,
+    build_trainable_policy,
+)
 from agentfly.modules.response_logits import response_logits
 from agentfly.modules.settings import (
     CorrectionSettings,
@@ -146,29 +157,13 @@ class AgentRLModule(pl.LightningModule):
     def configure_model(self) -> None:
         if self.actor is not None:
             return
-        from transformers import AutoConfig, AutoModelForTokenClassification
-
-        from agentfly.models.attention import use_grouped_sdpa
-
         m = self.model_settings
-        load = {"dtype": getattr(torch, m.dtype), "trust_remote_code": m.trust_remote_code}
-        self.actor = build_policy_model(m).train()
-        if self.actor_settings.gradient_checkpointing:
-            self.actor.gradient_checkpointing_enable()
-        if self.kl.needs_reference:
+        self.actor = build_trainable_policy(m, self.actor_settings.gradient_checkpointing)
+        if self.kl.needs_reference and not m.lora.enabled:  # with LoRA: the base, adapter off
             self.reference = build_policy_model(m).eval()
             self.reference.requires_grad_(False)
-        critic = self.critic_settings
-        if critic is not None:
-            # no dropout on the value head (transformers defaults it to 0.1), as in verl: values
-            # at rollout time and in the update are the same function of the weights
-            config = AutoConfig.from_pretrained(critic.path, num_labels=1, trust_remote_code=m.trust_remote_code)
-            config.classifier_dropout = 0.0
-            self.critic = use_grouped_sdpa(
-                AutoModelForTokenClassification.from_pretrained(critic.path, config=config, **load)
-            ).train()
-            if critic.update.gradient_checkpointing:
-                self.critic.gradient_checkpointing_enable()
+        if self.critic_settings is not None:
+            self.critic = build_critic_model(self.critic_settings, m)
         if self._device_mesh is not None:  # ModelParallelStrategy: FSDP2, each model on its own
             from agentfly.modules.fsdp import shard_mesh, shard_model
 
@@ -206,6 +201,11 @@ class AgentRLModule(pl.LightningModule):
         """Log-probabilities of the response tokens. Shape: (B, T)."""
         return logprobs_from_logits(self._response_logits(model, batch), batch.responses)
 
+    def _reference_logits(self, batch: RolloutBatch) -> torch.Tensor:
+        """The reference's response logits (:meth:`_response_logits`), no graph. (B, T, V)."""
+        with torch.no_grad(), reference_of(self.actor, self.reference) as reference:
+            return self._response_logits(reference, batch)
+
     def values(self, batch: RolloutBatch) -> torch.Tensor:
         """Critic values at the positions that predict response tokens. (B, T)."""
         p, t = batch.prompt_length, batch.response_length
@@ -223,7 +223,7 @@ class AgentRLModule(pl.LightningModule):
         old, ref, full = [], [], []
         for micro in batch.split(self.actor_settings.pass_micro_batch_size):
             logits = self._response_logits(self.actor, micro)  # (b, T, V)
-            ref_logits = self._response_logits(self.reference, micro)  # (b, T, V)
+            ref_logits = self._reference_logits(micro)  # (b, T, V)
             old.append(logprobs_from_logits(logits, micro.responses))
             ref.append(logprobs_from_logits(ref_logits, micro.responses))
             full.append(full_kl_from_logits(logits, ref_logits))
@@ -294,10 +294,11 @@ class AgentRLModule(pl.LightningModule):
             batch.old_log_probs = self._no_grad_pass(lambda b: self.log_probs(self.actor, b), batch, chunk)
             metrics["timing/old_log_prob_s"] = clock() - start
         needs_ref = kl.use_kl_in_reward or kl.kl_loss_type != "full"
-        if self.reference is not None and needs_ref and batch.ref_log_probs is None:
+        if kl.needs_reference and needs_ref and batch.ref_log_probs is None:
             start = clock()
             chunk = kl.reference_micro_batch_size or self.actor_settings.micro_batch_size
-            batch.ref_log_probs = self._no_grad_pass(lambda b: self.log_probs(self.reference, b), batch, chunk)
+            with reference_of(self.actor, self.reference) as reference:
+                batch.ref_log_probs = self._no_grad_pass(lambda b: self.log_probs(reference, b), batch, chunk)
             metrics["timing/reference_s"] = clock() - start
         if critic is not None:
             start = clock()
@@ -390,8 +391,7 @@ class AgentRLModule(pl.LightningModule):
                 entropy = entropy_from_logits(logits.detach())
         full = None  # the full-vocabulary KL from these logits, when the loss uses it
         if kl.use_kl_loss and kl.kl_loss_type == "full":
-            with torch.no_grad():
-                ref_logits = self._response_logits(self.reference, micro)  # (B, T, V)
+            ref_logits = self._reference_logits(micro)  # (B, T, V)
             full = full_kl_from_logits(logits, ref_logits)
             del ref_logits
         del logits
@@ -480,9 +480,13 @@ class AgentRLModule(pl.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["agentfly_iteration"] = self.iteration
         checkpoint["agentfly_policy_version"] = self.policy_version
+        if is_adapted(self.actor):  # the adapter; the frozen base is the model at its path
+            checkpoint["state_dict"] = without_base(checkpoint["state_dict"], self.actor, "actor.")
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.configure_model()
+        if is_adapted(self.actor):
+            put_base_beside_adapter(checkpoint["state_dict"], self.actor, "actor.")
         self.iteration = int(checkpoint.get("agentfly_iteration", 0))
         self.policy_version = int(checkpoint.get("agentfly_policy_version", self.iteration))
         self.weights_version += 1  # the checkpoint's weights replace the ones the engines may hold

@@ -19,6 +19,54 @@ from typing import Literal
 CORRECTION_LEVELS = ("token", "sequence")
 
 
+#: where a LoRA run's Hugging Face export (``hf_actor/``) puts the adapter
+LORA_EXPORTS = ("merged", "adapter")
+
+
+@dataclass(frozen=True)
+class LoraSettings:
+    """A LoRA adapter on the policy (Hu et al., 2021, through peft; verl's keys and meanings).
+
+    The base weights are frozen and only the adapter trains; the reference is the base with the
+    adapter switched off (:mod:`agentfly.modules.lora`).
+
+    Attributes:
+        rank: the adapter's rank r; 0: no adapter, the whole model trains.
+        alpha: the scaling numerator: the update is ``alpha / rank · B A``.
+        target_modules: peft's ``target_modules``: ``all-linear`` (every linear layer but the
+            output head) or module names (``[q_proj, v_proj]``).
+        merge: the engines receive the merged weights ``W + alpha / rank · B A`` under the base
+            model's names instead of the adapter (an engine that cannot take an adapter always
+            does).
+        export: what the Hugging Face export at the end holds: ``merged`` (the base model with
+            the adapter merged in, loadable as a plain model) or ``adapter`` (peft's
+            ``adapter_config.json`` and ``adapter_model.safetensors``).
+
+    Raises:
+        ValueError: a negative rank, a non-positive alpha, no target modules, or an unknown export.
+    """
+
+    rank: int = 0
+    alpha: float = 16.0
+    target_modules: str | tuple[str, ...] = "all-linear"
+    merge: bool = False
+    export: str = "merged"
+
+    def __post_init__(self) -> None:
+        if self.rank < 0:
+            raise ValueError(f"lora rank={self.rank} must be >= 0 (0: no adapter)")
+        if self.alpha <= 0:
+            raise ValueError(f"lora alpha={self.alpha} must be > 0")
+        if not self.target_modules:
+            raise ValueError("lora target_modules is empty: name modules, or all-linear")
+        if self.export not in LORA_EXPORTS:
+            raise ValueError(f"lora export={self.export!r} is not one of: {', '.join(LORA_EXPORTS)}")
+
+    @property
+    def enabled(self) -> bool:
+        return self.rank > 0
+
+
 @dataclass(frozen=True)
 class ModelSettings:
     """The policy model (the actor, and the reference when a KL term is on).
@@ -29,12 +77,15 @@ class ModelSettings:
         dtype: parameter dtype of every model.
         temperature: the rollout temperature: log-probabilities, entropies and KLs are those of
             ``softmax(logits / temperature)``, the distribution the engines sampled from.
+        lora: a LoRA adapter on the actor (off at rank 0); with one, the reference is the base
+            model with the adapter switched off, not a second copy.
     """
 
     path: str
     trust_remote_code: bool = False
     dtype: str = "float32"
     temperature: float = 1.0
+    lora: LoraSettings = LoraSettings()
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,8 @@ the split into micro-batches does not change the step; DDP averages the ranks' g
 ``training_step`` is one optimizer step; ``iteration`` counts them (checkpointed), as
 :class:`~agentfly.modules.rl_module.AgentRLModule` counts RL iterations, so the run's callbacks
 (:class:`~agentfly.callbacks.iterations.IterationScheduleCallback`: stop, checkpoint, export)
-serve both. The policy is loaded by :func:`~agentfly.modules.policy_model.build_policy_model`
+serve both. The policy is loaded by :func:`~agentfly.modules.policy_model.build_trainable_policy`
+(the whole model, or with LoRA the frozen base and its adapter: checkpoints hold the adapter)
 and sharded by FSDP2 as the RL module's actor is. Validation logs ``val/loss``, the same mean over
 every validation example's assistant tokens, on all ranks together.
 """
@@ -26,8 +27,9 @@ import torch
 from agentfly.core import metric_sums
 from agentfly.core.batch import RolloutBatch
 from agentfly.modules.fsdp import total_norm
+from agentfly.modules.lora import is_adapted, put_base_beside_adapter, without_base
 from agentfly.modules.losses import agg_loss, logprobs_from_logits
-from agentfly.modules.policy_model import build_optimizer, build_policy_model
+from agentfly.modules.policy_model import build_optimizer, build_trainable_policy
 from agentfly.modules.response_logits import response_logits
 from agentfly.modules.settings import FSDPSettings, ModelSettings, OptimizerSettings, UpdateSettings
 
@@ -70,9 +72,7 @@ class AgentSFTModule(pl.LightningModule):
     def configure_model(self) -> None:
         if self.actor is not None:
             return
-        self.actor = build_policy_model(self.model_settings).train()
-        if self.update.gradient_checkpointing:
-            self.actor.gradient_checkpointing_enable()
+        self.actor = build_trainable_policy(self.model_settings, self.update.gradient_checkpointing)
         if self._device_mesh is not None:  # ModelParallelStrategy: FSDP2
             from agentfly.modules.fsdp import shard_mesh, shard_model
 
@@ -149,7 +149,11 @@ class AgentSFTModule(pl.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["agentfly_iteration"] = self.iteration
         checkpoint["agentfly_stage"] = STAGE
+        if is_adapted(self.actor):  # the adapter; the frozen base is the model at its path
+            checkpoint["state_dict"] = without_base(checkpoint["state_dict"], self.actor, "actor.")
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.configure_model()
+        if is_adapted(self.actor):
+            put_base_beside_adapter(checkpoint["state_dict"], self.actor, "actor.")
         self.iteration = int(checkpoint.get("agentfly_iteration", 0))

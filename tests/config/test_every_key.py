@@ -38,6 +38,7 @@ RATIO = ["actor_rollout_ref.actor.optim.lr_warmup_steps=-1"]
 RC = "algorithm.rollout_correction."
 BYPASS = [RC + "bypass_mode=true"]
 CRITIC_RATIO = ["critic.optim.lr_warmup_steps=-1"]
+LORA = ["actor_rollout_ref.model.lora.rank=8"]
 
 # key -> (new value, context overrides). Values are Hydra words, as on the command line.
 CHANGES: dict[str, tuple[str, list[str]]] = {
@@ -119,6 +120,11 @@ CHANGES: dict[str, tuple[str, list[str]]] = {
     "actor_rollout_ref.model.enable_gradient_checkpointing": ("true", []),
     "actor_rollout_ref.model.enable_activation_offload": ("true", []),
     "actor_rollout_ref.model.trust_remote_code": ("true", []),
+    "actor_rollout_ref.model.lora.rank": ("8", []),
+    "actor_rollout_ref.model.lora.alpha": ("32", LORA),
+    "actor_rollout_ref.model.lora.target_modules": ("[q_proj,v_proj]", LORA),
+    "actor_rollout_ref.model.lora.merge": ("true", LORA),  # the weight sync sends merged weights
+    "actor_rollout_ref.model.lora.export": ("adapter", LORA),  # what hf_actor/ holds
     "actor_rollout_ref.rollout.name": ("vllm", []),
     "actor_rollout_ref.rollout.temperature": ("0.7", []),
     "actor_rollout_ref.rollout.top_p": ("0.9", []),
@@ -328,6 +334,11 @@ RECEIVES = {
     "trainer.val_before_train": "val_before_train",
     "trainer.total_epochs": "iterations",
     "trainer.total_training_steps": "iterations",
+    "actor_rollout_ref.model.lora.rank": "module.model.lora.rank",
+    "actor_rollout_ref.model.lora.alpha": "module.model.lora.alpha",
+    "actor_rollout_ref.model.lora.target_modules": "module.model.lora.target_modules",
+    "actor_rollout_ref.model.lora.merge": "callbacks",
+    "actor_rollout_ref.model.lora.export": "callbacks",
 }
 
 # key -> (a value this build cannot honour, context): refused at compose time, naming the key.
@@ -349,6 +360,8 @@ REFUSED: dict[str, tuple[str, list[str]]] = {
     # in bypass mode the old policy is the engine's: its weight against the engine is 1
     RC + "rollout_is": ("token", BYPASS),
     RC + "rollout_rs": ("sequence", BYPASS),
+    # LoRA under FSDP2 is not built
+    "actor_rollout_ref.model.lora.rank": ("8", FSDP),
 }
 
 # Both offload keys together are honoured (the refusals above cover one without the other).
@@ -516,6 +529,7 @@ INACTIVE = [
     ("actor_rollout_ref.actor.loss_scale_factor=100", []),
     ("critic.loss_scale_factor=100", []),
     ("algorithm.max_resamples=5", ["algorithm.failed_chains=keep"]),
+    ("actor_rollout_ref.model.lora.alpha=32", []),  # lora.rank=0: no adapter
 ]
 
 

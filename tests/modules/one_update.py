@@ -22,6 +22,7 @@ from agentfly.core.trajectory import Trajectory
 from agentfly.modules.rl_module import AgentRLModule
 from agentfly.modules.settings import (
     KLSettings,
+    LoraSettings,
     ModelSettings,
     OptimizerSettings,
     PolicyLossSettings,
@@ -156,12 +157,13 @@ class GradProbe(pl.Callback):
 
 
 def fit_once(
-    model_path: Path, batch: RolloutBatch, callbacks: list[Any], **groups: Any
+    model_path: Path, batch: RolloutBatch, callbacks: list[Any], lora: LoraSettings | None = None,
+    **groups: Any,
 ) -> tuple[Any, dict[str, float]]:
     """One ``training_step`` of ``AgentRLModule`` on ``batch`` by a Lightning Trainer on the CPU;
     returns the module and the metrics it logged. The module's settings groups are these, but
     for ``groups``: one mini-batch (the batch), AdamW at lr 1e-3 without weight decay, no entropy
-    bonus, no KL term."""
+    bonus, no KL term; the policy has the adapter ``lora`` (none by default)."""
     settings: dict[str, Any] = dict(
         actor=UpdateSettings("actor", mini_batch_size=len(batch)),
         actor_optim=OptimizerSettings(lr=1e-3, weight_decay=0.0),
@@ -170,7 +172,7 @@ def fit_once(
     )
     settings.update(groups)
     torch.manual_seed(0)  # the critic's value head is initialised when the module loads it
-    module = AgentRLModule(ModelSettings(str(model_path)), **settings)
+    module = AgentRLModule(ModelSettings(str(model_path), lora=lora or LoraSettings()), **settings)
     trainer = pl.Trainer(
         accelerator="cpu",
         devices=1,

@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader
 
 from agentfly.core.trajectory import Trajectory
 from agentfly.modules.policy_model import build_policy_model
-from agentfly.modules.settings import ModelSettings, OptimizerSettings, UpdateSettings
+from agentfly.modules.settings import LoraSettings, ModelSettings, OptimizerSettings, UpdateSettings
 from agentfly.modules.sft_module import AgentSFTModule
 from agentfly.rollout.collate import collate_trajectories
 
@@ -62,16 +62,18 @@ class Record(pl.Callback):
         self.grads: list[list[torch.Tensor]] = []
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
-        self.grads.append([p.grad.detach().clone() for p in pl_module.actor.parameters()])
+        self.grads.append([p.grad.detach().clone() for p in pl_module.actor.parameters() if p.grad is not None])
+        self.optimized = [p for group in optimizer.param_groups for p in group["params"]]
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self.losses.append(float(trainer.callback_metrics["train/loss"]))
 
 
-def train(model_path, batch, steps, micro=None, lr=1e-3):
-    """``steps`` optimizer steps of the SFT module on ``batch``; the losses and gradients."""
+def train(model_path, batch, steps, micro=None, lr=1e-3, lora=None, keep=None):
+    """``steps`` optimizer steps of the SFT module on ``batch``; the losses and gradients
+    (``keep``: a dict that receives the module)."""
     module = AgentSFTModule(
-        ModelSettings(str(model_path)),
+        ModelSettings(str(model_path), lora=lora or LoraSettings()),
         update=UpdateSettings("actor", mini_batch_size=len(batch), micro_batch_size=micro, grad_clip=1e9),
         optim=OptimizerSettings(lr=lr, weight_decay=0.0),
     )
@@ -86,6 +88,8 @@ def train(model_path, batch, steps, micro=None, lr=1e-3):
         warnings.simplefilter("ignore")  # num_workers
         trainer.fit(module, train_dataloaders=loader)
     assert module.iteration == steps
+    if keep is not None:
+        keep["module"] = module
     return record
 
 
@@ -105,3 +109,27 @@ def test_the_loss_falls_on_a_fixed_batch(tiny_model_dir):
     losses = train(tiny_model_dir, batch_of(), 12, lr=1e-2).losses
     assert all(math.isfinite(x) for x in losses)
     assert losses[-1] < 0.5 * losses[0], losses
+
+
+def test_with_lora_only_the_adapter_trains_and_a_checkpoint_holds_it(tiny_model_dir):
+    """``actor_rollout_ref.model.lora.rank`` in agentfly sft: the base stays as loaded, the
+    optimizer holds the adapter's parameters only, the loss still falls, and the checkpoint
+    keeps the adapter (the base is the model at its path)."""
+    keep: dict = {}
+    record = train(tiny_model_dir, batch_of(), 12, lr=1e-2, lora=LoraSettings(rank=8, alpha=16), keep=keep)
+    actor = keep["module"].actor
+    adapter = {id(p) for n, p in actor.named_parameters() if "lora_" in n}
+    assert adapter and {id(p) for p in record.optimized} == adapter
+    frozen = {  # peft's names: base_model.model.<name>, the adapted layers' as ...base_layer.weight
+        n.removeprefix("base_model.model.").replace(".base_layer.", "."): p
+        for n, p in actor.named_parameters() if "lora_" not in n
+    }
+    base = dict(build_policy_model(ModelSettings(str(tiny_model_dir))).named_parameters())
+    assert frozen.keys() == base.keys()
+    for name, p in base.items():
+        torch.testing.assert_close(frozen[name], p, rtol=0, atol=0)
+    assert record.losses[-1] < 0.85 * record.losses[0], record.losses
+    checkpoint: dict = {"state_dict": {f"actor.{k}": v for k, v in actor.state_dict().items()}}
+    keep["module"].on_save_checkpoint(checkpoint)
+    saved = set(checkpoint["state_dict"])
+    assert saved and all("lora_" in k for k in saved), sorted(saved)[:5]

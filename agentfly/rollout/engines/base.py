@@ -15,7 +15,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from os import PathLike
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeAlias
 
 from agentfly.core.registry import Registry
 
@@ -101,6 +101,9 @@ class Engine(ABC):
     """
 
     max_model_len: int
+    #: :meth:`load_weights` takes a :class:`~agentfly.core.weights.LoraAdapter` (a LoRA actor's
+    #: engines then receive its adapter; others receive its merged weights)
+    serves_adapters: ClassVar[bool] = False
 
     @property
     @abstractmethod
@@ -130,7 +133,9 @@ class Engine(ABC):
     @abstractmethod
     def load_weights(self, weights: Weights) -> None:
         """Replace the weights: a state dict, ``(name, tensor)`` pairs, a ``.safetensors`` file
-        or a Hugging Face checkpoint directory. Names are the served model's parameter names."""
+        or a Hugging Face checkpoint directory. Names are the served model's parameter names.
+        An engine that :attr:`serves_adapters` also takes a
+        :class:`~agentfly.core.weights.LoraAdapter`, served on its base weights."""
 
     def sleep(self) -> None:  # noqa: B027  (a no-op unless the engine has memory to free)
         """Free accelerator memory between rollouts (no-op where meaningless)."""

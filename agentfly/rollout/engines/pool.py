@@ -21,6 +21,7 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
+from agentfly.core.weights import LoraAdapter
 from agentfly.rollout.engines.actors import Deadlines, RayEngines
 from agentfly.rollout.engines.base import GenerationOutput, SamplingParams
 from agentfly.rollout.engines.batching import RequestBatcher
@@ -201,14 +202,15 @@ class EnginePool:
             raise self._ray.none_left()
         return await self._batcher.submit(prompts, sampling)
 
-    def update_weights(self, weights: Weights, version: int | None = None) -> None:
+    def update_weights(self, weights: Weights | LoraAdapter, version: int | None = None) -> None:
         """Load new weights into every engine; returns once all have them.
 
         ``version`` names them (the trainer's policy version); every sample generated with them
         carries it (:attr:`GenerationOutput.weights_version`). None: each engine counts loads.
 
-        A state dict is put into the Ray object store once and shared by all actors; a path is
-        read by each actor (it must be visible to every node). An engine that dies or passes
+        A state dict (or a LoRA adapter, for engines that serve one) is put into the Ray object
+        store once and shared by all actors; a path is read by each actor (it must be visible to
+        every node). An engine that dies or passes
         ``weights_timeout_s`` leaves the pool.
         """
         if self._ray is None:
@@ -216,7 +218,10 @@ class EnginePool:
             return
         import ray
 
-        if not isinstance(weights, str | os.PathLike):
+        if isinstance(weights, LoraAdapter):
+            cpu = {k: v.detach().to("cpu") for k, v in weights.weights.items()}
+            weights = ray.put(LoraAdapter(config=weights.config, weights=cpu))
+        elif not isinstance(weights, str | os.PathLike):
             from agentfly.rollout.engines.weights import read_weights
 
             cpu = {k: v.detach().to("cpu") for k, v in read_weights(weights).items()}

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from agentfly.core.weights import LoraAdapter
 from agentfly.models.attention import use_grouped_sdpa
 from agentfly.rollout.engines.base import (
     Engine,
@@ -37,7 +38,8 @@ if TYPE_CHECKING:
 
 @register_engine("transformers", aliases=("hf",))
 class TransformersEngine(Engine):
-    """Serve a Hugging Face causal LM with plain PyTorch.
+    """Serve a Hugging Face causal LM with plain PyTorch (and a LoRA adapter on it once one is
+    loaded: :meth:`load_weights` takes a :class:`~agentfly.core.weights.LoraAdapter`).
 
     Args:
         model: checkpoint directory (or hub name, if the hub is reachable).
@@ -54,6 +56,8 @@ class TransformersEngine(Engine):
         trust_remote_code: let transformers run model and tokenizer code shipped with the
             checkpoint.
     """
+
+    serves_adapters = True
 
     def __init__(
         self,
@@ -92,6 +96,7 @@ class TransformersEngine(Engine):
         # uniforms on the CPU and the GPU (see sampling.draw_uniforms)
         self.generator = torch.Generator().manual_seed(seed)
         self._sleeping = False
+        self._adapter_config: dict[str, Any] | None = None  # the LoRA adapter served, if any
 
     @property
     def tokenizer(self) -> Any:
@@ -122,9 +127,12 @@ class TransformersEngine(Engine):
             grouped[row.prompt_index].append(out)
         return grouped
 
-    def load_weights(self, weights: Weights) -> None:
+    def load_weights(self, weights: Weights | LoraAdapter) -> None:
         import torch
 
+        if isinstance(weights, LoraAdapter):
+            self._load_adapter(weights)
+            return
         state = read_weights(weights)
         own = self.model.state_dict()
         unknown = sorted(set(state) - set(own))
@@ -141,6 +149,29 @@ class TransformersEngine(Engine):
                         f"{name}: shape {tuple(tensor.shape)} != {tuple(target.shape)}"
                     )
                 target.copy_(tensor.to(device=target.device, dtype=target.dtype))
+
+    def _load_adapter(self, adapter: LoraAdapter) -> None:
+        """Serve the base model with ``adapter`` on it (peft's LoRA layers); the first adapter
+        wraps the model, later ones replace its weights.
+
+        Raises:
+            ValueError: the adapter's config differs from the one served.
+        """
+        from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
+
+        if self._adapter_config is None:
+            self.model = get_peft_model(self.model, LoraConfig(**adapter.config)).eval()
+            self._adapter_config = dict(adapter.config)
+        elif adapter.config != self._adapter_config:
+            raise ValueError(
+                f"the adapter's config {adapter.config} differs from the one served "
+                f"({self._adapter_config}); start a new engine"
+            )
+        weights = {k: v.to(self.device) for k, v in adapter.weights.items()}
+        result = set_peft_model_state_dict(self.model, weights)
+        unexpected = getattr(result, "unexpected_keys", [])
+        if unexpected:
+            raise KeyError(f"{len(unexpected)} adapter weights fit no LoRA layer, e.g. {unexpected[:3]}")
 
     def sleep(self) -> None:
         """Move the model to CPU and free the CUDA cache (no-op on CPU)."""

@@ -18,6 +18,10 @@ Departures and choices:
   :class:`WorkerExtension` (a string method name and a path travel, no pickled code or tensors).
   vLLM's in-place reload leaves a tied ``lm_head`` on the old embedding on the CPU backend (it
   keeps a pre-packed copy of the head), so the extension re-ties and re-packs it.
+- A LoRA adapter (:class:`~agentfly.core.weights.LoraAdapter`, when the engine was started with
+  ``max_lora_rank``) is written to a folder as peft saves one and loaded in place under one
+  adapter id (``load_inplace``); every later request is served with it (vLLM's LoRA layers on the
+  base weights, the CPU build included).
 - ``sleep``/``wake_up`` use vLLM's sleep mode where the platform has it (CUDA, ROCm, XPU); on
   CPU they log once and do nothing.
 - With ``seed`` set and ``n > 1``, sample ``i`` uses ``seed + i`` (vLLM's fan-out), not one
@@ -32,6 +36,7 @@ vLLM is imported only when an engine is built; a missing or broken installation 
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import os
 import shutil
@@ -40,6 +45,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agentfly.core.weights import LoraAdapter
 from agentfly.rollout.engines.base import (
     Engine,
     GenerationOutput,
@@ -103,6 +109,8 @@ class VLLMEngine(Engine):
             temp dir.
         device: accepted for signature parity with the transformers engine; vLLM places
             the model on its platform's device (``CUDA_VISIBLE_DEVICES`` selects GPUs).
+        max_lora_rank: serve LoRA adapters of rank up to this (vLLM's LoRA layers, one adapter
+            at a time); None: no adapters.
         trust_remote_code: let vLLM and transformers run code shipped with the checkpoint.
         **engine_args: any other ``vllm.LLM`` / ``EngineArgs`` keyword.
 
@@ -110,6 +118,8 @@ class VLLMEngine(Engine):
         VLLMUnavailableError: vLLM is not installed, fails to import, or its engine fails to
             start.
     """
+
+    serves_adapters = True  # with max_lora_rank
 
     def __init__(
         self,
@@ -130,6 +140,7 @@ class VLLMEngine(Engine):
         weights_dir: str | os.PathLike[str] | None = None,
         device: str | None = None,
         trust_remote_code: bool = False,
+        max_lora_rank: int | None = None,
         **engine_args: Any,
     ) -> None:
         vllm = import_vllm()
@@ -155,6 +166,8 @@ class VLLMEngine(Engine):
             kv_cache_memory_bytes = CPU_DEFAULT_KV_CACHE_BYTES
         if kv_cache_memory_bytes is not None:
             engine_args["kv_cache_memory_bytes"] = int(kv_cache_memory_bytes)
+        if max_lora_rank is not None:
+            engine_args.update(enable_lora=True, max_loras=1, max_lora_rank=_lora_rank_slot(max_lora_rank))
         tokenizer_path = os.fspath(tokenizer or model)
         try:
             self.llm = vllm.LLM(
@@ -188,6 +201,9 @@ class VLLMEngine(Engine):
         self._weights_dir = Path(weights_dir) if weights_dir is not None else None
         self._warned_truncation = False
         self._warned_sleep = False
+        self._serves_lora = max_lora_rank is not None
+        self._lora_request: Any = None  # the adapter every request is served with
+        self._lora_dir: Path | None = None
 
     @property
     def tokenizer(self) -> Any:
@@ -207,21 +223,28 @@ class VLLMEngine(Engine):
             self.wake_up()
         requests = [TokensPrompt(prompt_token_ids=list(p)) for p in prompts]
         vllm_params = [self._to_vllm(sp, len(p)) for p, sp in zip(prompts, params, strict=True)]
-        results = self.llm.generate(requests, vllm_params, use_tqdm=False)
+        results = self.llm.generate(requests, vllm_params, use_tqdm=False, lora_request=self._lora_request)
         grouped = [[self._output(o) for o in result.outputs] for result in results]
         for outputs, sp in zip(grouped, params, strict=True):
             if sp.greedy and len(outputs) < sp.n:  # vLLM refuses n > 1 for greedy requests
                 outputs += [copy.deepcopy(outputs[0]) for _ in range(sp.n - len(outputs))]
         return grouped
 
-    def load_weights(self, weights: Weights) -> None:
-        """Reload weights in place (checkpoint names, e.g. ``model.layers.0.mlp.up_proj.weight``).
+    def load_weights(self, weights: Weights | LoraAdapter) -> None:
+        """Reload weights in place (checkpoint names, e.g. ``model.layers.0.mlp.up_proj.weight``),
+        or load a LoRA adapter.
 
         A ``.safetensors`` file or a checkpoint directory is read by the workers directly; a
         state dict or ``(name, tensor)`` pairs is first written to one staging file.
+
+        Raises:
+            RuntimeError: an adapter for an engine started without ``max_lora_rank``.
         """
         if self._sleeping:
             self.wake_up()
+        if isinstance(weights, LoraAdapter):
+            self._load_adapter(weights)
+            return
         staged: Path | None = None
         if isinstance(weights, str | os.PathLike):
             files = _safetensors_files(Path(weights))
@@ -237,6 +260,39 @@ class VLLMEngine(Engine):
         for result in results:
             if result and result.get("tied") and not result.get("lm_head_is_embedding"):
                 raise RuntimeError("the tied lm_head does not match the reloaded embedding")
+
+    def _load_adapter(self, adapter: LoraAdapter) -> None:
+        """Write ``adapter`` as peft's files, load it in place of the served one (the same id)."""
+        from vllm.lora.request import LoRARequest
+
+        if not self._serves_lora:
+            raise RuntimeError(
+                "a LoRA adapter for a vLLM engine started without max_lora_rank (no LoRA layers)"
+            )
+        folder = self._stage_adapter(adapter)
+        try:
+            self.llm.llm_engine.add_lora(LoRARequest("agentfly", 1, str(folder), load_inplace=True))
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        if self._lora_dir is not None:
+            shutil.rmtree(self._lora_dir, ignore_errors=True)
+        self._lora_dir = folder
+        self._lora_request = LoRARequest("agentfly", 1, str(folder))
+        self.llm.reset_prefix_cache()  # cached KV blocks were computed with the old adapter
+
+    def _stage_adapter(self, adapter: LoraAdapter) -> Path:
+        """``adapter_config.json`` and ``adapter_model.safetensors`` in a fresh folder."""
+        from safetensors.torch import save_file
+
+        tensors = {k: v.detach().to("cpu").contiguous() for k, v in adapter.weights.items()}
+        size = sum(t.numel() * t.element_size() for t in tensors.values())
+        root = self._weights_dir or _staging_root(size)
+        root.mkdir(parents=True, exist_ok=True)
+        folder = Path(tempfile.mkdtemp(prefix="agentfly-adapter-", dir=root))
+        save_file(tensors, str(folder / "adapter_model.safetensors"))
+        (folder / "adapter_config.json").write_text(json.dumps(adapter.config))
+        return folder
 
     def sleep(self) -> None:
         """Release accelerator memory (weights offloaded or discarded, KV cache dropped)."""
@@ -257,6 +313,8 @@ class VLLMEngine(Engine):
 
     def close(self) -> None:
         """Stop vLLM's engine process (also happens when the interpreter exits)."""
+        if self._lora_dir is not None:
+            shutil.rmtree(self._lora_dir, ignore_errors=True)
         llm = self.__dict__.pop("llm", None)
         engine_core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
         if engine_core is not None and hasattr(engine_core, "shutdown"):
@@ -385,6 +443,18 @@ class WorkerExtension:
                 lm_head.quant_method.process_weights_after_loading(lm_head)
             same = bool(torch.equal(lm_head.weight, embed.weight))
         return {"tied": True, "lm_head_is_embedding": same}
+
+
+#: the ranks vLLM's LoRA layers are built for (its ``max_lora_rank`` choices)
+LORA_RANK_SLOTS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def _lora_rank_slot(rank: int) -> int:
+    """The smallest of vLLM's ``max_lora_rank`` choices that holds ``rank``."""
+    for slot in LORA_RANK_SLOTS:
+        if rank <= slot:
+            return slot
+    raise ValueError(f"LoRA rank {rank} is above vLLM's largest max_lora_rank ({LORA_RANK_SLOTS[-1]})")
 
 
 def _safetensors_files(path: Path) -> list[str]:
