@@ -149,12 +149,12 @@ def test_environment_faults_fail_their_chain_only_and_leave_no_process(tiny_mode
 
 
 def test_steps_of_different_chains_overlap(tiny_model_dir):
-    # four chains, two 1-second steps each: their environments step at the same time
-    scripts = {f"napper {i}": [[action("nap"), action("nap"), "done"]] for i in range(4)}
+    # four chains, three 1-second steps each: their environments step at the same time
+    scripts = {f"napper {i}": [[action("nap")] * 3 + ["done"]] for i in range(4)}
     loop = make_loop(tiny_model_dir, scripts, ["counting_step"], {"counting_step": {"step_timeout": 10.0}},
-                     "counting_return", max_turns=3)
+                     "counting_return", max_turns=4)
     trajs = loop.run([{"question": q} for q in scripts])
-    assert [t.reward for t in trajs] == [2.0] * 4
+    assert [t.reward for t in trajs] == [3.0] * 4
     spans = [(s["info"]["began"], s["info"]["ended"], i) for i, t in enumerate(trajs)
              for s in t.environments[COUNTING_ENV]["steps"]]
     overlapping = {(a[2], b[2]) for a in spans for b in spans if a[2] < b[2] and a[0] < b[1] and b[0] < a[1]}
