@@ -22,15 +22,22 @@ from agentfly.core.metric_sums import Sums
 from agentfly.rollout.handover import RunPosition
 from agentfly.rollout.loaders import Items
 from agentfly.rollout.summary import trajectory_record
+from agentfly.rollout.tools.base import INVALID_ARGUMENTS, UNKNOWN_TOOL
+
+#: a tool call the model got wrong in form: it did not parse, or named no tool of the agent's, or
+#: its arguments did not fit the tool's schema
+FORMAT_ERRORS = (INVALID_ARGUMENTS, UNKNOWN_TOOL)
 
 
 def add_val_sums(sums: Sums, prefix: str, trajs: list[Any]) -> None:
-    """Add one pass's reward, accuracy, tool-call rate and turns, per data source, as [sum, count]."""
+    """Add one pass's reward, accuracy, tool-call rate, format-error rate (chains with a call of
+    :data:`FORMAT_ERRORS`) and turns, per data source, as [sum, count]."""
     for t in trajs:
         source = str(t.row.get("data_source", "val"))
         values = {
             "reward": float(t.reward or 0.0),
             "tool_call_rate": 1.0 if t.tool_calls else 0.0,
+            "format_error_rate": 1.0 if any(c.error in FORMAT_ERRORS for c in t.tool_calls) else 0.0,
             "turns/mean": float(t.num_turns),
         }
         if "acc" in t.reward_extras:

@@ -55,3 +55,22 @@ def test_greedy_validation_by_default(task, tmp_path):
     assert not list(traj.glob("val_greedy_*"))
     row = _val_row(run)
     assert not any(k.startswith("val_greedy/") and v for k, v in row.items())
+
+
+def test_the_format_error_rate_counts_chains_with_a_malformed_or_unknown_call():
+    """A chain counts once however many bad calls it made; an infrastructure failure (timeout)
+    or a tool's own exception is not a format error."""
+    from agentfly.core.trajectory import ToolCallRecord, Trajectory
+    from agentfly.rollout.validation import add_val_sums
+
+    def chain(*errors):
+        t = Trajectory(prompt_ids=[1])
+        t.tool_calls = [ToolCallRecord(name="calculator", arguments={}, observation="", ok=e is None, error=e)
+                        for e in errors]
+        return t
+
+    trajs = [chain(None), chain("invalid_arguments", "invalid_arguments"), chain("unknown_tool"),
+             chain("timeout"), chain("exception"), chain()]
+    sums: dict = {}
+    add_val_sums(sums, "val", trajs)
+    assert val_means([sums])["val/val/format_error_rate"] == pytest.approx(2 / 6)
