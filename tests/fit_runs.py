@@ -18,6 +18,7 @@ UNACTIONABLE = (
     "`isinstance(treespec, LeafSpec)` is deprecated",
     "`weights_only` was not set",
     "Token authentication is enabled for this Ray cluster",
+    "💡 Tip: For seamless cloud logging",  # an offer of a hosted service
 )
 
 

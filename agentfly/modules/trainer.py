@@ -13,6 +13,7 @@ Trainer arguments that verl's keys express are not separate settings: ``max_step
 from __future__ import annotations
 
 import contextlib
+import logging
 import warnings
 from collections.abc import Iterator
 from typing import Any, Literal
@@ -55,6 +56,17 @@ UNACTIONABLE_WARNINGS: tuple[tuple[str, type[Warning], str], ...] = (
     (r"`isinstance\(treespec, LeafSpec\)` is deprecated", FutureWarning,
      "Lightning's batch transfer calls a torch API that torch deprecates; nothing in agentfly's"),
 )
+
+
+class _NoAdvertisement(logging.Filter):
+    """Drops Lightning's "💡 Tip" lines (an offer of a hosted logging service), which a run of
+    agentfly prints at every start and a user has no reason to act on."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("💡 Tip")
+
+
+logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_NoAdvertisement())
 
 
 @contextlib.contextmanager
