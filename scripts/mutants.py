@@ -229,7 +229,7 @@ MUTATIONS = [
     ),
     Mutation(
         "rewards beyond float32 accepted",
-        "agentfly/rollout/rewards/base.py",
+        "agentfly/rollout/rewards/result.py",
         "    if abs(number) > FLOAT32_MAX:",
         "    if False:",
         (f"{WORKERS}::test_a_reward_beyond_float32_is_malformed_and_named",),

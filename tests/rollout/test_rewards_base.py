@@ -23,7 +23,7 @@ from agentfly.rollout.rewards import (
     reward,
     score_trajectory,
 )
-from agentfly.rollout.rewards import base as rewards_base
+from agentfly.rollout.rewards import registry as reward_registry
 
 
 @pytest.fixture
@@ -31,7 +31,7 @@ def scratch_registry(monkeypatch: pytest.MonkeyPatch):
     """Rewards registered in a test disappear afterwards."""
     monkeypatch.setattr(REWARDS, "_items", dict(REWARDS._items))
     monkeypatch.setattr(REWARDS, "_aliases", dict(REWARDS._aliases))
-    monkeypatch.setattr(rewards_base, "_INFOS", dict(rewards_base._INFOS))
+    monkeypatch.setattr(reward_registry, "_INFOS", dict(reward_registry._INFOS))
     return REWARDS
 
 
