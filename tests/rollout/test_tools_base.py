@@ -138,6 +138,25 @@ def _sleeps(seconds: float) -> str:
     return "done"
 
 
+class _Recorded:
+    """A resource that records that it was made and closed."""
+
+    made: list[_Recorded] = []  # noqa: RUF012
+
+    def __init__(self) -> None:
+        self.closed = False
+        _Recorded.made.append(self)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@tool(name="test_base_recorded", stateful=True, resource_factory=_Recorded)
+def _uses_recorded(resource: _Recorded) -> str:
+    """Says whether its resource is closed yet."""
+    return "closed" if resource.closed else "open"
+
+
 def test_schema_from_type_hints_and_docstring() -> None:
     expected = {
         "type": "function",
@@ -346,3 +365,12 @@ def test_slow_sync_tools_do_not_block_each_other() -> None:
 def test_answer_ends_the_chain() -> None:
     result = call("answer", {"answer": "42"})
     assert result.ok and result.ends_chain and result.final_answer == "42"
+
+
+def test_a_stateful_call_without_a_resource_closes_the_one_made_for_it() -> None:
+    _Recorded.made.clear()
+    own = _Recorded()
+    assert call("test_base_recorded", {}).observation == "open"  # made for this call, then closed
+    assert asyncio.run(run_tool_call("test_base_recorded", {}, resource=own)).ok
+    assert [r is own for r in _Recorded.made] == [True, False]
+    assert [r.closed for r in _Recorded.made] == [False, True]  # the one passed in stays open

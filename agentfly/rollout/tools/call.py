@@ -114,21 +114,37 @@ def call_in_worker(
 
 
 async def _invoke(tool: Tool, kwargs: dict[str, Any], workers: WorkerPool | None) -> ToolResult:
+    """The call, where the tool runs (module docstring); a failure raises."""
     if tool.takes_settings:
         kwargs["settings"] = tool.settings
     if tool.is_async:
-        value = await asyncio.wait_for(tool.fn(**kwargs), tool.timeout)
+        return await _await_on_loop(tool, kwargs)
     elif not tool.runs_in_process:  # stateful, or declared runs_in="thread"
-        value = await wait_call(THREADS.submit(tool.fn, **kwargs), tool.timeout, pool=None)
-    else:
-        pool = workers if workers is not None else default_pool()
-        fn = by_reference(tool.fn)
-        future = pool.submit(
-            call_in_worker, (fn, kwargs, tool.name, tool.max_output_chars),
-            timeout=tool.timeout, label=f"tool {tool.name!r}",
-        )
-        return await wait_call(future, tool.timeout, pool=pool)
+        return await _run_on_thread(tool, kwargs)
+    return await _run_in_worker(tool, kwargs, workers)
+
+
+async def _await_on_loop(tool: Tool, kwargs: dict[str, Any]) -> ToolResult:
+    """An async tool, awaited on the event loop under its timeout."""
+    value = await asyncio.wait_for(tool.fn(**kwargs), tool.timeout)
     return _as_result(value, tool.name, tool.max_output_chars)
+
+
+async def _run_on_thread(tool: Tool, kwargs: dict[str, Any]) -> ToolResult:
+    """A sync tool on a daemon thread, abandoned (not stopped) at its timeout."""
+    value = await wait_call(THREADS.submit(tool.fn, **kwargs), tool.timeout, pool=None)
+    return _as_result(value, tool.name, tool.max_output_chars)
+
+
+async def _run_in_worker(tool: Tool, kwargs: dict[str, Any], workers: WorkerPool | None) -> ToolResult:
+    """A sync stateless tool in a worker process, killed at its timeout; the worker turns the
+    value into the cut ``ToolResult`` (:func:`call_in_worker`)."""
+    pool = workers if workers is not None else default_pool()
+    future = pool.submit(
+        call_in_worker, (by_reference(tool.fn), kwargs, tool.name, tool.max_output_chars),
+        timeout=tool.timeout, label=f"tool {tool.name!r}",
+    )
+    return await wait_call(future, tool.timeout, pool=pool)
 
 
 async def _close(resource: Any) -> None:
@@ -139,6 +155,76 @@ async def _close(resource: Any) -> None:
         await close()
     else:
         await asyncio.wrap_future(THREADS.submit(close))
+
+
+def _tool_or_failure(name: str | Tool) -> Tool | ToolResult:
+    """The tool the model named, ready to call, or the error observation saying why not."""
+    if isinstance(name, str) and is_object_spec(name) and name not in TOOLS:
+        # a name from the model never imports anything: module:attr tools are imported when
+        # the config is composed
+        return ToolResult.failure(UNKNOWN_TOOL, f"Error: unknown tool {name!r}.")
+    try:
+        tool = name if isinstance(name, Tool) else get_tool(name)
+    except UnknownNameError as e:
+        return ToolResult.failure(UNKNOWN_TOOL, f"Error: {e}")
+    if tool.settings_type is not None and tool.settings is None:
+        return ToolResult.failure(
+            EXCEPTION,
+            f"Error: tool {tool.name!r} is not configured: set its settings in "
+            f"agent.init_config.tool_config.{tool.name} (a bug in the setup, not in your call).",
+        )
+    return tool
+
+
+def _arguments_or_failure(
+    tool: Tool, arguments: dict[str, Any] | str | None
+) -> dict[str, Any] | ToolResult:
+    """The call's keyword arguments, or the error observation when they do not fit the schema."""
+    kwargs = parse_arguments(arguments)
+    if isinstance(kwargs, str):
+        return ToolResult.failure(INVALID_ARGUMENTS, f"Error calling {tool.name}: {kwargs}.")
+    problems = validate_arguments(kwargs, tool.parameters)
+    if problems:
+        return ToolResult.failure(
+            INVALID_ARGUMENTS, f"Error calling {tool.name}: {'; '.join(problems)}."
+        )
+    return kwargs
+
+
+async def _resource_for(tool: Tool, resource: Any) -> tuple[Any, Any]:
+    """A stateful tool's resource for this call, and the same again when it was made for this
+    call alone (to close after it), else None."""
+    from agentfly.rollout.tools.resources import ChainResources
+
+    if isinstance(resource, ChainResources):
+        return await resource.get(tool), None
+    if resource is None:
+        throwaway = await asyncio.wrap_future(THREADS.submit(tool.new_resource))
+        return throwaway, throwaway
+    return resource, None
+
+
+def _failure_of(tool: Tool, error: BaseException) -> ToolResult:
+    """The error observation for what a call raised, with its kind."""
+    if isinstance(error, TimeoutError | asyncio.TimeoutError):  # distinct classes before Python 3.11
+        return ToolResult.failure(
+            TIMEOUT, f"Error: tool {tool.name!r} did not finish within {tool.timeout:g} seconds."
+        )
+    if isinstance(error, WorkerQueueTimeout):
+        return ToolResult.failure(QUEUE_TIMEOUT, f"Error: tool {tool.name!r} did not run: {error}.")
+    if isinstance(error, WorkerDied):
+        return ToolResult.failure(
+            WORKER_DIED,
+            f"Error: tool {tool.name!r} failed: the process running it died ({error.how}).",
+        )
+    if isinstance(error, ReplyTooLarge):
+        return ToolResult.failure(
+            OUTPUT_TOO_LARGE, f"Error: tool {tool.name!r} returned too much: {error}."
+        )
+    if isinstance(error, ToolUnavailableError):
+        return ToolResult.failure(UNAVAILABLE, f"Error: tool {tool.name!r} is unavailable: {error}")
+    logger.debug("tool %s raised", tool.name, exc_info=error)
+    return ToolResult.failure(EXCEPTION, f"Error: tool {tool.name!r} failed: {describe_error(error)}")
 
 
 async def run_tool_call(
@@ -165,67 +251,21 @@ async def run_tool_call(
         WorkerStartError: the worker pool cannot start a worker (a setup error: every call
             would fail alike).
     """
-    if isinstance(name, str) and is_object_spec(name) and name not in TOOLS:
-        # a name from the model never imports anything: module:attr tools are imported when
-        # the config is composed
-        return ToolResult.failure(UNKNOWN_TOOL, f"Error: unknown tool {name!r}.")
-    try:
-        tool = name if isinstance(name, Tool) else get_tool(name)
-    except UnknownNameError as e:
-        return ToolResult.failure(UNKNOWN_TOOL, f"Error: {e}")
-    if tool.settings_type is not None and tool.settings is None:
-        return ToolResult.failure(
-            EXCEPTION,
-            f"Error: tool {tool.name!r} is not configured: set its settings in "
-            f"agent.init_config.tool_config.{tool.name} (a bug in the setup, not in your call).",
-        )
-    kwargs = parse_arguments(arguments)
-    if isinstance(kwargs, str):
-        return ToolResult.failure(INVALID_ARGUMENTS, f"Error calling {tool.name}: {kwargs}.")
-    problems = validate_arguments(kwargs, tool.parameters)
-    if problems:
-        return ToolResult.failure(
-            INVALID_ARGUMENTS, f"Error calling {tool.name}: {'; '.join(problems)}."
-        )
-
+    tool = _tool_or_failure(name)
+    if isinstance(tool, ToolResult):
+        return tool
+    kwargs = _arguments_or_failure(tool, arguments)
+    if isinstance(kwargs, ToolResult):
+        return kwargs
     throwaway = None
     try:
         if tool.stateful:
-            from agentfly.rollout.tools.resources import ChainResources
-
-            if isinstance(resource, ChainResources):
-                resource = await resource.get(tool)
-            elif resource is None:
-                resource = throwaway = await asyncio.wrap_future(
-                    THREADS.submit(tool.new_resource)
-                )
-            kwargs["resource"] = resource
+            kwargs["resource"], throwaway = await _resource_for(tool, resource)
         return await _invoke(tool, kwargs, workers)
-    except (TimeoutError, asyncio.TimeoutError):  # distinct classes before Python 3.11
-        return ToolResult.failure(
-            TIMEOUT, f"Error: tool {tool.name!r} did not finish within {tool.timeout:g} seconds."
-        )
-    except WorkerQueueTimeout as e:
-        return ToolResult.failure(
-            QUEUE_TIMEOUT, f"Error: tool {tool.name!r} did not run: {e}."
-        )
     except WorkerStartError:
         raise
-    except WorkerDied as e:
-        return ToolResult.failure(
-            WORKER_DIED, f"Error: tool {tool.name!r} failed: the process running it died ({e.how})."
-        )
-    except ReplyTooLarge as e:
-        return ToolResult.failure(
-            OUTPUT_TOO_LARGE, f"Error: tool {tool.name!r} returned too much: {e}."
-        )
-    except ToolUnavailableError as e:
-        return ToolResult.failure(UNAVAILABLE, f"Error: tool {tool.name!r} is unavailable: {e}")
     except (Exception, SystemExit) as e:
-        logger.debug("tool %s raised", tool.name, exc_info=True)
-        return ToolResult.failure(
-            EXCEPTION, f"Error: tool {tool.name!r} failed: {describe_error(e)}"
-        )
+        return _failure_of(tool, e)
     finally:
         if throwaway is not None:
             try:
