@@ -40,7 +40,7 @@ What counts as an infrastructure failure (:func:`failure_reason`), and what does
   chain's data row: ``EnvironmentStartError``).
 - ``reward_<kind>``: the reward function failed (``timeout``, ``queue_timeout``,
   ``exception``, ``malformed``, ``worker_died``, ``output_too_large``, ``missing_field``,
-  ``bad_signature``; see :mod:`agentfly.rollout.rewards.base`): the 0 it records is no
+  ``bad_signature``; see :mod:`agentfly.rollout.rewards.call`): the 0 it records is no
   verdict on the response.
 
 The model's own faults keep their real reward and stay: a malformed call
@@ -202,16 +202,7 @@ def complete_groups(
     if policy == "resample" and failed:
         if resample is None:
             raise ValueError("failed_chains=resample needs a resample callable")
-        for attempt in range(1, max_resamples + 1):
-            if not failed:
-                break
-            again = resample([chains[i] for i in failed], attempt)
-            _check_reruns([chains[i] for i in failed], again)
-            resampled += len(failed)
-            for i, t in zip(failed, again, strict=True):
-                chains[i], reasons[i] = t, failure_reason(t)
-            failed = [i for i in failed if reasons[i] is not None]
-            counts.update(reasons[i] for i in failed)
+        failed, resampled = _rerun_failed(chains, reasons, failed, counts, resample, max_resamples)
     dropped = set() if policy == "keep" else {chains[i].group_id for i in failed}
     n = len(trajs)
     kept = [t for t in chains[:n] if t.group_id not in dropped]
@@ -239,6 +230,34 @@ def complete_groups(
     }
     kept_baselines = [t for t in chains[n:] if t.group_id not in dropped]
     return Completed(kept, kept_baselines, metrics)
+
+
+def _rerun_failed(
+    chains: list[Trajectory],
+    reasons: list[str | None],
+    failed: list[int],
+    counts: Counter,
+    resample: Resample,
+    max_resamples: int,
+) -> tuple[list[int], int]:
+    """Re-run the failed chains (the indices ``failed`` of ``chains``) until none fails or
+    ``max_resamples`` rounds are spent, each re-run in the place of the chain it replaces.
+
+    Updates ``chains``, ``reasons`` and ``counts`` (a re-run that fails again counts again) in
+    place. Returns the indices still failed and the number of re-runs.
+    """
+    resampled = 0
+    for attempt in range(1, max_resamples + 1):
+        if not failed:
+            break
+        again = resample([chains[i] for i in failed], attempt)
+        _check_reruns([chains[i] for i in failed], again)
+        resampled += len(failed)
+        for i, t in zip(failed, again, strict=True):
+            chains[i], reasons[i] = t, failure_reason(t)
+        failed = [i for i in failed if reasons[i] is not None]
+        counts.update(reasons[i] for i in failed)
+    return failed, resampled
 
 
 def _check_reruns(asked: list[Trajectory], got: list[Trajectory]) -> None:
