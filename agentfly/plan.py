@@ -201,21 +201,11 @@ def _idle_threads(cfg: Any, topology: Topology, hw: Hardware) -> int | None:
     return None if _engine_threads(cfg, topology, hw) is None else hw.cpus
 
 
-def plan_rollout(
-    cfg: Any, topology: Topology, hw: Hardware | None = None, *, training: bool = False
-) -> RolloutPlan:
-    """The engines, the agent and the agent loop's settings; ``training``: for ``fit``, whose
-    failed chains are re-run or dropped (``algorithm.failed_chains``), which the warning of a
-    failed reward says."""
-    from agentfly.core.plugins import is_object_spec, portable
-    from agentfly.rollout.failures import describe_policy
-
-    init, run = cfg.agent.init_config, cfg.agent.run_config
+def _engine_kwargs(cfg: Any, topology: Topology) -> dict[str, Any]:
+    """What each engine is built with: the model, its dtype and seed, and the engine's own
+    settings (vLLM's memory share, tensor parallelism, eager mode, LoRA rank)."""
+    init = cfg.agent.init_config
     rollout, model = cfg.actor_rollout_ref.rollout, cfg.actor_rollout_ref.model
-    gen = run.generation_config
-    if not model.path:
-        raise ValueError("actor_rollout_ref.model.path (or agent.init_config.model_name_or_path) is not set")
-    check_model_paths(cfg, needs_critic=False)  # `agentfly rollout` plans only this part
     engine_kwargs: dict[str, Any] = {
         "model": str(model.path),
         "dtype": str(rollout.dtype) if topology.cuda_engines else "float32",
@@ -234,11 +224,21 @@ def plan_rollout(
             engine_kwargs["enforce_eager"] = bool(rollout.enforce_eager)
         if sends_adapter(cfg):  # vLLM builds its LoRA layers when it starts
             engine_kwargs["max_lora_rank"] = int(model.lora.rank)
+    return engine_kwargs
+
+
+def _loop_settings(cfg: Any, training: bool) -> dict[str, Any]:
+    """The agent loop's keyword arguments: turns, chains, lengths and sampling, and for
+    training what becomes of a failed chain (for the warning of a failed reward)."""
+    from agentfly.rollout.failures import describe_policy
+
+    init, run = cfg.agent.init_config, cfg.agent.run_config
+    rollout = cfg.actor_rollout_ref.rollout
     loop = dict(
         max_turns=int(run.max_turns),
         num_chains=int(run.num_chains),
         max_concurrent_chains=run.max_concurrent_chains,
-        max_tokens=int(gen.max_tokens),
+        max_tokens=int(run.generation_config.max_tokens),
         max_model_len=int(init.max_model_len) if init.max_model_len else None,
         max_response_len=int(rollout.response_length),
         temperature=float(rollout.temperature),
@@ -252,6 +252,24 @@ def plan_rollout(
         loop["failed_chain_consequence"] = describe_policy(
             str(alg.failed_chains), int(alg.max_resamples)
         )
+    return loop
+
+
+def plan_rollout(
+    cfg: Any, topology: Topology, hw: Hardware | None = None, *, training: bool = False
+) -> RolloutPlan:
+    """The engines, the agent and the agent loop's settings; ``training``: for ``fit``, whose
+    failed chains are re-run or dropped (``algorithm.failed_chains``), which the warning of a
+    failed reward says."""
+    from agentfly.core.plugins import is_object_spec, portable
+
+    init, run = cfg.agent.init_config, cfg.agent.run_config
+    rollout, model = cfg.actor_rollout_ref.rollout, cfg.actor_rollout_ref.model
+    if not model.path:
+        raise ValueError("actor_rollout_ref.model.path (or agent.init_config.model_name_or_path) is not set")
+    check_model_paths(cfg, needs_critic=False)  # `agentfly rollout` plans only this part
+    engine_kwargs = _engine_kwargs(cfg, topology)
+    loop = _loop_settings(cfg, training)
     name = str(rollout.name)
     pool_kwargs: dict[str, Any] = {"num_gpus_per_engine": topology.gpus_per_engine}
     threads = _engine_threads(cfg, topology, hw) if hw is not None and topology.num_engines else None
