@@ -100,3 +100,27 @@ def test_generation_keeps_cudnn_attention_off_and_restores_it(gqa_model_dir):
     engine.generate([[5, 6, 7]], SamplingParams(max_tokens=4, ignore_eos=True))
     assert seen == [False]
     assert torch.backends.cuda.cudnn_sdp_enabled() == before
+
+
+def test_sft_on_cuda_trains_and_exports(tmp_path):
+    """`agentfly sft` (its default task: the demo model on calculator conversations) on the GPU."""
+    run = tmp_path / "sft"
+    args = ["sft", "trainer.device=cuda", "trainer.total_training_steps=2", "trainer.test_freq=-1",
+            f"trainer.default_local_dir={run}"]
+    assert main(args) == 0
+    assert (run / "hf_actor" / "model.safetensors").exists()
+
+
+def test_lora_fit_on_cuda_keeps_the_engine_on_the_adapted_actor(tmp_path):
+    """LoRA on the GPU: the in-process engine (fp32 here) receives the adapter after each update,
+    so the engine-vs-trainer gap on the sampled tokens stays at float noise."""
+    from tests.fit_runs import fit_args, rows, write_task
+
+    root, model = write_task(tmp_path / "task", [(1, 2), (3, 4), (5, 6), (7, 8)])
+    run = tmp_path / "run"
+    extra = ["trainer.device=cuda", "actor_rollout_ref.model.lora.rank=8",
+             "actor_rollout_ref.rollout.dtype=float32", "actor_rollout_ref.actor.optim.lr=1e-2"]
+    assert main(fit_args(root, model, run, 3, extra)) == 0
+    metrics = [r for r in rows(run) if r.get("training/iteration")]
+    assert len(metrics) == 3
+    assert all(float(r["rollout/logprob_gap/abs_mean"]) < 1e-3 for r in metrics), metrics
