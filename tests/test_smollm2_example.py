@@ -28,18 +28,19 @@ def smollm2():
 def test_each_stage_runs_two_iterations_and_the_report_compares_them(smollm2, tmp_path):
     small = ["trainer.total_training_steps=2", "trainer.save_freq=-1"]
     done = subprocess.run(
-        [sys.executable, str(EXAMPLE / "run.py"), "--out", str(tmp_path), *small,
+        [sys.executable, str(EXAMPLE / "run.py"), "--out", str(tmp_path), "--held-out", "4", *small,
          "--sft", "data.train_batch_size=4", "trainer.test_freq=-1",
-         "--rl", "data.train_batch_size=2", "agent.run_config.num_chains=2", "trainer.test_freq=-1",
-         "agent.run_config.generation_config.max_tokens=32", "data.val_batch_size=8"],
+         "--rl", "data.train_batch_size=2", "agent.run_config.num_chains=2", "trainer.test_freq=2",
+         "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+         "agent.run_config.generation_config.max_tokens=32", "data.val_batch_size=4"],
         cwd=REPO, capture_output=True, text=True, timeout=900,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     held_out = (tmp_path / "data" / "held_out.jsonl").read_text().splitlines()
-    assert len(held_out) == 100
+    assert len(held_out) == 4
     report = (tmp_path / "report.md").read_text()
     # the base model, after SFT (the fit's validation before training) and after the 2 iterations
-    assert "| held-out, 100 problems | base model | after SFT | RL iteration 2 |" in report
+    assert "| held-out, 4 problems | base model | after SFT | RL iteration 2 |" in report
     assert "| tool-call rate, sampled |" in report and "| format errors, greedy |" in report
     assert (tmp_path / "curves.png").stat().st_size > 10_000
     assert (tmp_path / "sft" / "hf_actor" / "model.safetensors").exists()

@@ -45,8 +45,9 @@ def agentfly(*words: str) -> None:
     subprocess.run(command, cwd=REPO, check=True)
 
 
-def run(out: Path, extra: list[str], sft_extra: list[str], rl_extra: list[str]) -> dict[str, float]:
-    """The stages, each timed; returns their seconds."""
+def run(out: Path, extra: list[str], sft_extra: list[str], rl_extra: list[str], held_out: int) -> dict[str, float]:
+    """The stages, each timed; returns their seconds. ``held_out``: how many of the 100 held-out
+    problems the evaluations use (the first ones; a short run uses a few)."""
     from agentfly.models.smollm2 import prepare_smollm2
 
     base = prepare_smollm2()
@@ -54,6 +55,8 @@ def run(out: Path, extra: list[str], sft_extra: list[str], rl_extra: list[str]) 
     for stage in ("base", "sft", "rl"):
         shutil.rmtree(out / stage, ignore_errors=True)
     subprocess.run([sys.executable, str(HERE / "make_data.py"), "--out", str(out / "data")], check=True)
+    questions = (out / "data" / "held_out.jsonl").read_text().splitlines(keepends=True)
+    (out / "data" / "held_out.jsonl").write_text("".join(questions[:held_out]))
     data = [f"data.train_files=[{out}/data/rl_train.jsonl]", f"data.val_files=[{out}/data/held_out.jsonl]"]
     start = time.monotonic()
     agentfly("validate", "--config", str(HERE / "rl.yaml"), *data, *extra,
@@ -84,8 +87,8 @@ def held_out(out: Path) -> list[tuple[str, dict[str, float]]]:
     return points
 
 
-def table(points: list[tuple[str, dict[str, float]]]) -> str:
-    head = "| held-out, 100 problems | " + " | ".join(name for name, _ in points) + " |"
+def table(points: list[tuple[str, dict[str, float]]], problems: int) -> str:
+    head = f"| held-out, {problems} problems | " + " | ".join(name for name, _ in points) + " |"
     lines = [head, "|---" * (len(points) + 1) + "|"]
     for label, metric in METRICS:
         for kind, prefix in (("sampled", "val/val/"), ("greedy", "val_greedy/val/")):
@@ -131,7 +134,8 @@ def plot(out: Path, points: list[tuple[str, dict[str, float]]]) -> Path:
 
 def report(out: Path, seconds: dict[str, float] | None = None) -> str:
     points = held_out(out)
-    text = ["# SmolLM2-135M-Instruct learns the calculator", "", table(points), ""]
+    problems = len((out / "data" / "held_out.jsonl").read_text().splitlines())
+    text = ["# SmolLM2-135M-Instruct learns the calculator", "", table(points, problems), ""]
     if seconds:
         text += ["Seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in seconds.items()), ""]
     if (out / "sft").exists() and (out / "rl").exists():
@@ -145,11 +149,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=str(REPO / "runs" / "smollm2_calculator"))
     ap.add_argument("--report", action="store_true", help="only the tables and plot of the runs there")
+    ap.add_argument("--held-out", type=int, default=100, help="evaluate on the first N held-out problems")
     ap.add_argument("--sft", nargs="*", default=[], help="key=value words for agentfly sft only")
     ap.add_argument("--rl", nargs="*", default=[], help="key=value words for agentfly fit only")
     args, extra = ap.parse_known_args(argv)
     out = Path(args.out).resolve()
-    seconds = None if args.report else run(out, extra, args.sft, args.rl)
+    seconds = None if args.report else run(out, extra, args.sft, args.rl, args.held_out)
     print(report(out, seconds))
     return 0
 

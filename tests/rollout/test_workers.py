@@ -64,6 +64,13 @@ def _hangs() -> str:
         time.sleep(60)
 
 
+@tool(name="test_workers_hangs_long", timeout=4.0)
+def _hangs_long() -> str:
+    """Never returns; its deadline leaves a slow machine time to start another worker."""
+    while True:
+        time.sleep(60)
+
+
 @tool(name="test_workers_pid")
 def _pid() -> str:
     """The process it runs in."""
@@ -156,13 +163,13 @@ def test_hung_tools_time_out_at_their_deadline_and_later_calls_run():
 
 
 def test_a_tool_whose_calls_hang_never_keeps_another_tool_from_running():
-    """4 hanging calls hold both workers of the pool for 1 s each (two rounds); calls of another
-    tool submitted meanwhile run on a worker beyond the two and are done before the first hung
-    call ends. (Each side starts its workers itself, so a slow machine delays both alike.)"""
+    """2 hanging calls hold both workers of the pool for 4 s; calls of another tool submitted
+    meanwhile run on a worker beyond the two and are done before the hung calls end. (Each side
+    starts its workers itself, so a slow machine delays both alike.)"""
     with WorkerPool(2) as pool:
 
         async def hung() -> tuple[float, object]:
-            result = await run_tool_call("test_workers_hangs", {}, workers=pool)
+            result = await run_tool_call("test_workers_hangs_long", {}, workers=pool)
             return time.monotonic(), result
 
         async def healthy() -> tuple[float, object]:
@@ -171,13 +178,13 @@ def test_a_tool_whose_calls_hang_never_keeps_another_tool_from_running():
             return time.monotonic(), result
 
         async def rollout() -> list:
-            return await asyncio.gather(*(hung() for _ in range(4)), *(healthy() for _ in range(3)))
+            return await asyncio.gather(*(hung() for _ in range(2)), *(healthy() for _ in range(3)))
 
         *hung_ends, a, b, c = asyncio.run(rollout())
         assert all(r.error == "timeout" for _, r in hung_ends)
         assert all(result.ok for _, result in (a, b, c)), (a, b, c)
         # not behind the hung calls: with the pool's two workers only, they would have to wait
-        # for the first two hung calls to time out
+        # for the hung calls to time out
         assert max(end for end, _ in (a, b, c)) < min(end for end, _ in hung_ends)
 
 
@@ -358,21 +365,21 @@ def test_a_call_that_waits_past_the_queue_bound_fails_as_the_pool_too_small():
 
 
 def test_a_started_pool_keeps_a_spare_so_a_dead_worker_is_not_waited_for(tmp_path):
-    """Workers that take 1.5 s to start: after a call kills its worker, the next call runs on
+    """Workers that take 3 s to start: after a call kills its worker, the next call runs on
     the spare at once, and the dead worker's replacement is started at once."""
     slow = tmp_path / "slow_start_plugin.py"
-    slow.write_text("import time\ntime.sleep(1.5)\n")
+    slow.write_text("import time\ntime.sleep(3.0)\n")
     with WorkerPool(1, spares=1, plugins=[str(slow)]) as pool:
         pool.start()
         assert pool.submit(os.getpid, timeout=30).result(30)
-        time.sleep(2.0)  # the spare has started too
+        time.sleep(2.5)  # the spare, started beside the first worker, is up too
         assert pool.stats["started"] == 2
         died = pool.submit(os._exit, (3,), timeout=30)
         with pytest.raises(Exception, match="died"):
             died.result(30)
         start = time.monotonic()
         assert pool.submit(os.getpid, timeout=30).result(30)
-        assert time.monotonic() - start < 1.0  # a worker starting now would take 1.5 s
+        assert time.monotonic() - start < 2.0  # a worker starting now would take 3 s
         assert pool.stats["started"] == 3
 
 
