@@ -5,6 +5,7 @@
 #
 #   bash scripts/gpu_check.sh           # tests, w1, example (needs both GGUF parts at once)
 #   bash scripts/gpu_check.sh tests     # the tests marked gpu, the demo, W3 against TRL on the GPU
+#   bash scripts/gpu_check.sh marked    # the tests marked gpu only
 #   bash scripts/gpu_check.sh w1        # W1 (SmolLM2-135M) against TRL, then the example
 #   bash scripts/gpu_check.sh example   # the SmolLM2 example (make demo-smollm2) at a larger batch
 #
@@ -44,10 +45,12 @@ bench_out() {  # bench/run.py writes bench/results/<w>_cuda.{md,json}
   cp "bench/results/$1_cuda.md" "bench/results/$1_cuda.json" "$OUT/" 2>/dev/null || true
 }
 
-if [ "$STAGE" = tests ] || [ "$STAGE" = all ]; then
+if [ "$STAGE" = tests ] || [ "$STAGE" = marked ] || [ "$STAGE" = all ]; then
   if ls .gpu/smollm2/part.00 >/dev/null 2>&1; then mkdir -p "$KEEP" && cp .gpu/smollm2/part.00 "$KEEP/"; fi
   say "tests marked gpu"
   timeout 240 python3 -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
+fi
+if [ "$STAGE" = tests ] || [ "$STAGE" = all ]; then
   say "the demo task (agentfly fit, no config) on the GPU, 50 iterations"
   rm -rf /tmp/demo-gpu
   timeout 200 python3 -m agentfly.cli fit trainer.device=cuda trainer.total_training_steps=50 \
@@ -79,13 +82,16 @@ if [ "$STAGE" = w1 ] || [ "$STAGE" = all ]; then
 fi
 
 if [ "$STAGE" = w1 ] || [ "$STAGE" = example ] || [ "$STAGE" = all ]; then
-  say "the SmolLM2 example on the GPU: 8x the CPU run's batch (32 questions x 8 chains), 20 RL iterations"
-  timeout 420 python3 examples/smollm2_calculator/run.py --out /tmp/smollm2-gpu trainer.device=cuda \
+  RL_ITERS=${RL_ITERS:-20}
+  say "the SmolLM2 example on the GPU: 8x the CPU run's batch (32 questions x 8 chains), $RL_ITERS RL iterations"
+  timeout "${EXAMPLE_TIMEOUT:-420}" python3 examples/smollm2_calculator/run.py --out /tmp/smollm2-gpu trainer.device=cuda \
     --sft data.train_batch_size=32 \
     --rl data.train_batch_size=32 agent.run_config.num_chains=8 actor_rollout_ref.actor.ppo_mini_batch_size=256 \
-      actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=64 trainer.total_training_steps=20 trainer.test_freq=10 \
-    2>&1 | grep -v "it/s]" | tail -30
+      actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=64 trainer.total_training_steps="$RL_ITERS" \
+      trainer.test_freq=$(( (RL_ITERS + 1) / 2 )) \
+    2>&1 | grep -v "it/s]" | tail -40
   cp /tmp/smollm2-gpu/report.md "$OUT/smollm2_example.md" 2>/dev/null || true
   cp /tmp/smollm2-gpu/curves.png "$OUT/smollm2_example.png" 2>/dev/null || true
+  cp /tmp/smollm2-gpu/rl/metrics/version_0/metrics.csv "$OUT/smollm2_example_rl.csv" 2>/dev/null || true
 fi
 say done

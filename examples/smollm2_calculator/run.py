@@ -40,7 +40,7 @@ METRICS = (  # (name in the table, metric under val/ and val_greedy/)
 
 
 def agentfly(*words: str) -> None:
-    command = [str(Path(sys.executable).parent / "agentfly"), *words]
+    command = [sys.executable, "-m", "agentfly.cli", *words]  # also where agentfly is on PYTHONPATH only
     print("+", " ".join(command), flush=True)
     subprocess.run(command, cwd=REPO, check=True)
 
