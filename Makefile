@@ -39,7 +39,10 @@ install: $(STAMP)
 test: $(STAMP)
 	bash scripts/install_system_packages.sh  # bubblewrap for the sandbox tests, a real single-host SLURM for the srun tests (root + apt; else they skip)
 	$(PY) -m ruff check agentfly tests scripts
-	$(PY) -m pytest -q --durations=25  # the slowest tests, to keep the suite under its 15 minutes
+# Two processes for the tests that may share the cores, then the tests marked serial (wall-clock
+# deadlines, the private SLURM cluster) alone; each prints its slowest, to keep the suite under 20 minutes.
+	$(PY) -m pytest -q -n 2 -m "not serial" --durations=15
+	$(PY) -m pytest -q -m serial --durations=10
 
 # Break the learning code on purpose, one mutation at a time (scripts/mutants.py): every mutation
 # must make a test fail.

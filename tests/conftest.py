@@ -23,11 +23,40 @@ def tiny_tokenizer(tiny_model_dir: Path):
     return PreTrainedTokenizerFast.from_pretrained(tiny_model_dir)
 
 
+# Files whose tests assert on wall-clock time (deadlines, start-up races, signals) or share one
+# machine-wide service (the private SLURM cluster): `make test` runs them after the rest, alone,
+# so that a test running beside them on the other core cannot make them late.
+SERIAL = (
+    "tests/slurm/",
+    "tests/faults/",
+    "tests/test_no_orphans.py",
+    "tests/test_kill_resume.py",
+    "tests/envs/test_env_orphans.py",
+    "tests/envs/test_process.py",
+    "tests/rollout/test_workers.py",
+    "tests/rollout/test_rewards_base.py",
+    "tests/rollout/test_rewards_code.py",
+    "tests/rollout/test_tools_base.py",
+    "tests/rollout/test_tools_calculator.py",
+    "tests/rollout/test_resources.py",
+    "tests/rollout/test_sandbox.py",
+    "tests/rollout/test_env_chains.py",
+    "tests/rollout/test_engine_pool_resources.py",
+)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked ``gpu`` skip on machines without a CUDA device, and those marked
     ``needs_bwrap`` where bubblewrap cannot run (saying why; ``make test`` installs it where it
-    can, and tests/rollout/test_sandbox_escape.py checks the refusal without it)."""
+    can, and tests/rollout/test_sandbox_escape.py checks the refusal without it). Tests in the
+    files of ``SERIAL`` are marked ``serial``."""
     import torch
+
+    root = Path(__file__).resolve().parents[1]
+    for item in items:
+        where = Path(str(item.fspath)).resolve().relative_to(root).as_posix()
+        if where.startswith(SERIAL):
+            item.add_marker(pytest.mark.serial)
 
     if not torch.cuda.is_available():
         skip = pytest.mark.skip(reason="needs a CUDA device")
