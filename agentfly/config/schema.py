@@ -37,18 +37,12 @@ from jsonargparse.typing import (
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
-    restricted_number_type,
 )
 
-from agentfly.modules.loss_modes import LOSS_AGG_MODES
 from agentfly.modules.settings import (
     CorrectionSettings,
     KLSettings,
 )
-
-#: a fraction in (0, 1]: a nucleus mass, a share of GPU memory
-UnitFraction = restricted_number_type("UnitFraction", float, [(">", 0), ("<=", 1)])
-LossAggMode = Literal[LOSS_AGG_MODES]  # type: ignore[valid-type]
 
 # -------------------------------------------------------------------------------------- agent
 
