@@ -55,7 +55,7 @@ demo: $(STAMP)
 	$(VENV)/bin/agentfly fit
 
 # The real-model example: SmolLM2-135M-Instruct warm-started by agentfly sft on tool-use traces,
-# then trained by GRPO with the calculator (examples/smollm2_calculator/); about 80 minutes on 2 CPU
+# then trained by GRPO with the calculator (examples/smollm2_calculator/); about 70 minutes on 2 CPU
 # cores; tables and curves in runs/smollm2_calculator/report.md.
 demo-smollm2: $(STAMP)
 	$(PY) examples/smollm2_calculator/run.py
