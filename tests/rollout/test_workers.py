@@ -165,8 +165,14 @@ def test_hung_tools_time_out_at_their_deadline_and_later_calls_run():
 def test_a_tool_whose_calls_hang_never_keeps_another_tool_from_running():
     """2 hanging calls hold both workers of the pool for 4 s; calls of another tool submitted
     meanwhile run on a worker beyond the two and are done before the hung calls end. (Each side
-    starts its workers itself, so a slow machine delays both alike.)"""
+    starts its workers itself, so a slow machine delays both alike.) Both workers are up before
+    the hung calls come, so that both hung calls run at once however slowly workers start."""
     with WorkerPool(2) as pool:
+        pool.start()
+        deadline = time.monotonic() + 60
+        while sum(w.state == "idle" for w in pool._workers) < 2:
+            assert time.monotonic() < deadline, "the pool's two workers did not start within 60 s"
+            time.sleep(0.05)
 
         async def hung() -> tuple[float, object]:
             result = await run_tool_call("test_workers_hangs_long", {}, workers=pool)
