@@ -54,7 +54,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     root = Path(__file__).resolve().parents[1]
     for item in items:
-        where = Path(str(item.fspath)).resolve().relative_to(root).as_posix()
+        where = item.path.resolve().relative_to(root).as_posix()
         if where.startswith(SERIAL):
             item.add_marker(pytest.mark.serial)
 
