@@ -45,18 +45,24 @@ SERIAL = (
 )
 
 
+#: the longest tests (minutes each, the real model's examples end to end)
+FIRST = ("tests/test_smollm2_example.py", "tests/test_textworld_example.py")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked ``gpu`` skip on machines without a CUDA device, and those marked
     ``needs_bwrap`` where bubblewrap cannot run (saying why; ``make test`` installs it where it
     can, and tests/rollout/test_sandbox_escape.py checks the refusal without it). Tests in the
-    files of ``SERIAL`` are marked ``serial``."""
+    files of ``SERIAL`` are marked ``serial``; those of ``FIRST`` run first (started early, the
+    two processes' loads even out behind them)."""
     import torch
 
     root = Path(__file__).resolve().parents[1]
+    where = {item: item.path.resolve().relative_to(root).as_posix() for item in items}
     for item in items:
-        where = item.path.resolve().relative_to(root).as_posix()
-        if where.startswith(SERIAL):
+        if where[item].startswith(SERIAL):
             item.add_marker(pytest.mark.serial)
+    items.sort(key=lambda item: not where[item].startswith(FIRST))  # stable: the rest keep their order
 
     if not torch.cuda.is_available():
         skip = pytest.mark.skip(reason="needs a CUDA device")
