@@ -197,20 +197,33 @@ def walkthrough_conversations(
     try:
         for row in rows:
             _, info = env.reset(row)
-            messages = [{"role": "system", "content": system_prompt}, {"role": "user", "content": row["question"]}]
-            result = None
-            for command in info["walkthrough"]:
-                if result is not None:
-                    messages.append({"role": "tool", "content": result.observation})
-                messages.append({"role": "assistant", "content": f"<action>{command}</action>"})
-                result = env.step(command)
-            if result is None or not result.info["won"]:
-                raise ValueError(f"textworld: the walkthrough of {row['game_file']} does not win it")
-            out.append({"messages": messages, "game_file": row["game_file"], "score": result.info["score"],
-                        "max_score": info["max_score"]})
+            chat = played_chat(env, row, info["walkthrough"], system_prompt)
+            out.append({**chat, "max_score": info["max_score"]})
     finally:
         env.close()
     return out
+
+
+def played_chat(
+    env: TextWorldEnv, row: dict[str, Any], commands: Sequence[str], system_prompt: str = SYSTEM_PROMPT
+) -> dict[str, Any]:
+    """``commands`` played in ``env`` from the game's start (the env reset on ``row`` just
+    before), as a chat in the ``action`` agent's format: ``{"messages": [...], "game_file",
+    "score"}``, ending with the last command.
+
+    Raises:
+        ValueError: the commands do not win the game (named).
+    """
+    messages = [{"role": "system", "content": system_prompt}, {"role": "user", "content": row["question"]}]
+    result = None
+    for command in commands:
+        if result is not None:
+            messages.append({"role": "tool", "content": result.observation})
+        messages.append({"role": "assistant", "content": f"<action>{command}</action>"})
+        result = env.step(command)
+    if result is None or not result.info["won"]:
+        raise ValueError(f"textworld: the walkthrough of {row['game_file']} does not win it")
+    return {"messages": messages, "game_file": row["game_file"], "score": result.info["score"]}
 
 
 def _seeds(text: str) -> list[int]:

@@ -24,7 +24,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from agentfly.envs.textworld import TextWorldEnv, make_game
+from agentfly.envs.textworld import TextWorldEnv, make_game, played_chat
 
 #: the system prompt of both stages (agent.init_config.system_prompt in sft.yaml and rl.yaml)
 SYSTEM = (
@@ -75,18 +75,8 @@ def _walkthrough_chat(env: TextWorldEnv, row: dict, rng: random.Random) -> dict:
             commands += [wrong, "go " + BACK[wrong.split()[1]]]
         commands.append(command)
         exits = env.step(command).info["admissible_actions"] if command.startswith("go ") else []
-    # replay from the start: the wrong turns' rooms answer in the chat
-    _, info = env.reset(row)
-    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": row["question"]}]
-    result = None
-    for command in commands:
-        if result is not None:
-            messages.append({"role": "tool", "content": result.observation})
-        messages.append({"role": "assistant", "content": f"<action>{command}</action>"})
-        result = env.step(command)
-    if result is None or not result.info["won"]:
-        raise ValueError(f"the walkthrough of {row['game_file']} does not win it")
-    return {"messages": messages}
+    env.reset(row)  # from the start again: the wrong turns' rooms answer in the chat
+    return {"messages": played_chat(env, row, commands, SYSTEM)["messages"]}
 
 
 def main(argv: list[str] | None = None) -> int:
