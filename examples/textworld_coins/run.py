@@ -5,7 +5,7 @@ coin-collector games (follow the route each game's goal gives, then take the coi
     python examples/textworld_coins/run.py --report   # the tables and plot of the runs there
 
 1. ``make_data.py``: games generated offline; the walkthroughs of short routes (one to three
-   moves) as chats; RL games and held-out games of three to five moves, on seeds of their own.
+   moves) as chats; RL games and held-out games of two to four moves, on seeds of their own.
 2. The base model on the held-out games (``agentfly validate``).
 3. ``agentfly sft`` (``sft.yaml``): the ``action`` agent's format and the walkthroughs' moves.
 4. ``agentfly fit`` (``rl.yaml``): GRPO on the longer routes with ``textworld_step`` and
