@@ -201,21 +201,21 @@ def bench_gqa(w, reps: int) -> None:
 def bench_kvcache(w, reps: int) -> None:
     from transformers import DynamicCache
 
-    from agentfly.rollout.engines import transformers_engine
+    from agentfly.rollout.engines import kv_cache, transformers_engine
 
     engine = transformers_engine.TransformersEngine(model_path(w), device="cpu")
-    growing = transformers_engine._growing_cache
+    growing = kv_cache.growing_cache
     caches = {"before": lambda model, reserve: DynamicCache(config=model.config), "after": growing}
     requests, params = seeded_requests(w, engine.tokenizer)
 
     def generate(name: str):
-        transformers_engine._growing_cache = caches[name]
+        kv_cache.growing_cache = caches[name]
         return engine.generate
 
     try:
         compare_generation(reps, generate, requests, params)
     finally:
-        transformers_engine._growing_cache = growing
+        kv_cache.growing_cache = growing
 
 
 def bench_thread(w, reps: int) -> None:

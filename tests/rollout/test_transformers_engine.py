@@ -221,7 +221,7 @@ def test_rows_leaving_at_different_steps_keep_exact_logprobs(tmp_path_factory, p
     (4 query heads on 2 K/V heads) every log-prob still equals a plain forward pass."""
     from transformers import AutoModelForCausalLM
 
-    from agentfly.rollout.engines import transformers_engine
+    from agentfly.rollout.engines import kv_cache
 
     path = build_tiny_model(
         tmp_path_factory.mktemp("gqa"), num_heads=4, num_kv_heads=2, initializer_range=0.2
@@ -229,8 +229,8 @@ def test_rows_leaving_at_different_steps_keep_exact_logprobs(tmp_path_factory, p
     engine = TransformersEngine(path, seed=0, device="cpu")
     reference = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     caches = []
-    real = transformers_engine._growing_cache
-    transformers_engine._growing_cache = lambda *a, **k: caches.append(real(*a, **k)) or caches[-1]
+    real = kv_cache.growing_cache
+    kv_cache.growing_cache = lambda *a, **k: caches.append(real(*a, **k)) or caches[-1]
     try:
         sampling = [
             SamplingParams(n=2, temperature=1.0, max_tokens=m, ignore_eos=True, seed=s)
@@ -238,7 +238,7 @@ def test_rows_leaving_at_different_steps_keep_exact_logprobs(tmp_path_factory, p
         ]
         outputs = engine.generate(prompts, sampling)
     finally:
-        transformers_engine._growing_cache = real
+        kv_cache.growing_cache = real
     assert all(type(layer).__name__ == "GrowingLayer" for layer in caches[0].layers)
     for prompt, per_prompt, sp in zip(prompts, outputs, sampling, strict=True):
         for out in per_prompt:

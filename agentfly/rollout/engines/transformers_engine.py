@@ -5,14 +5,15 @@ per prompt; each prompt may bring its own sampling parameters); position ids com
 attention mask (cumulative sum − 1) so padding does not shift positions. Identical prompts (a
 request's ``n`` rows, GRPO's chains of one task) are prefilled once and their KV cache gathered
 to every row; a row that finishes leaves the batch (and the cache) at once, so the steps after it
-compute only the rows still generating. A hand-written loop rather than
+compute only the rows still generating. A finished row's K/V go to a prefix cache
+(:mod:`agentfly.rollout.engines.prefix_cache`): a later prompt that begins with its sequence (a
+chain's next turn) prefills only the rest. A hand-written loop rather than
 ``model.generate`` gives the exact log-probabilities defined in
 :mod:`agentfly.rollout.engines.base` and stop strings that keep the completing token.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentfly.core.weights import LoraAdapter
 from agentfly.models.attention import use_grouped_sdpa
+from agentfly.rollout.engines import kv_cache
 from agentfly.rollout.engines.base import (
     Engine,
     GenerationOutput,
@@ -27,6 +29,7 @@ from agentfly.rollout.engines.base import (
     check_request,
     register_engine,
 )
+from agentfly.rollout.engines.prefix_cache import PrefillStats, PrefixCache
 from agentfly.rollout.engines.sampling import draw_uniforms, sample_tokens
 from agentfly.rollout.engines.weights import read_weights
 
@@ -55,6 +58,15 @@ class TransformersEngine(Engine):
             :mod:`agentfly.models.attention`'s grouped variant (same outputs, no K/V copy on CPU).
         trust_remote_code: let transformers run model and tokenizer code shipped with the
             checkpoint.
+        enable_prefix_caching: keep the K/V of generated sequences so that a prompt extending
+            one prefills only its new tokens (vLLM's name). Cleared by :meth:`load_weights` and
+            :meth:`sleep`; off by itself for models whose cache is not transformers' plain
+            ``DynamicLayer`` (sliding windows...).
+        prefix_cache_bytes: the most the kept K/V may take (least recently used go first); the
+            default holds ~45k tokens of SmolLM2-135M in float32 (46 kB a token).
+
+    Attributes:
+        prefill_stats: prompt tokens prefilled and reused from the prefix cache so far.
     """
 
     serves_adapters = True
@@ -71,6 +83,8 @@ class TransformersEngine(Engine):
         tokenizer: str | os.PathLike[str] | None = None,
         attn_implementation: str | None = None,
         trust_remote_code: bool = False,
+        enable_prefix_caching: bool = True,
+        prefix_cache_bytes: int = 2 * 2**30,
     ) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -97,6 +111,12 @@ class TransformersEngine(Engine):
         self.generator = torch.Generator().manual_seed(seed)
         self._sleeping = False
         self._adapter_config: dict[str, Any] | None = None  # the LoRA adapter served, if any
+        self.prefill_stats = PrefillStats()
+        self._prefix_cache = (
+            PrefixCache(prefix_cache_bytes)
+            if enable_prefix_caching and kv_cache.plain_cache_layers(self.model)
+            else None
+        )
 
     @property
     def tokenizer(self) -> Any:
@@ -130,6 +150,7 @@ class TransformersEngine(Engine):
     def load_weights(self, weights: Weights | LoraAdapter) -> None:
         import torch
 
+        self._clear_prefix_cache()  # its K/V were computed with the old weights
         if isinstance(weights, LoraAdapter):
             self._load_adapter(weights)
             return
@@ -174,9 +195,10 @@ class TransformersEngine(Engine):
             raise KeyError(f"{len(unexpected)} adapter weights fit no LoRA layer, e.g. {unexpected[:3]}")
 
     def sleep(self) -> None:
-        """Move the model to CPU and free the CUDA cache (no-op on CPU)."""
+        """Drop the prefix cache; on CUDA, move the model to CPU and free the CUDA cache."""
         import torch
 
+        self._clear_prefix_cache()
         if self.device.type == "cuda" and not self._sleeping:
             self.model.to("cpu")
             torch.cuda.empty_cache()
@@ -186,6 +208,10 @@ class TransformersEngine(Engine):
         if self._sleeping:
             self.model.to(self.device)
             self._sleeping = False
+
+    def _clear_prefix_cache(self) -> None:
+        if self._prefix_cache is not None:
+            self._prefix_cache.clear()
 
     # -- the sampling loop ----------------------------------------------------------------
 
@@ -204,8 +230,9 @@ class TransformersEngine(Engine):
         # identical prompts (a request's n rows, or chains of one task) are prefilled once
         distinct: dict[tuple[int, ...], int] = {}
         inverse = [distinct.setdefault(tuple(r.prompt), len(distinct)) for r in rows]
-        unique = list(distinct)
-        input_ids, attention_mask, position_ids = self._left_padded(unique, torch)  # (U, L) each
+        input_ids, attention_mask, position_ids, cache = self._prefill_inputs(
+            list(distinct), max(limits), torch
+        )  # (U, S), (U, C + S), (U, S), C cached positions
 
         # per-row sampling settings, on the device once per batch (rows leaving are dropped
         # with the cache), so a decode step copies nothing to the device but its uniforms
@@ -219,16 +246,16 @@ class TransformersEngine(Engine):
                 input_ids=input_ids,
                 attention_mask=attention_mask,
                 position_ids=position_ids,
-                past_key_values=_growing_cache(self.model, reserve=max(limits)),
+                past_key_values=cache,
                 use_cache=True,
                 logits_to_keep=1,
             )
             cache = out.past_key_values
             expand = torch.tensor(inverse, device=device)  # (B,) row -> its prompt
-            if len(unique) < len(rows):
+            if len(distinct) < len(rows):
                 cache.reorder_cache(expand)  # (U, ...) -> (B, ...)
             logits = out.logits[:, -1, :].float().index_select(0, expand)  # (B, V)
-            attention_mask = attention_mask.index_select(0, expand)  # (B, L)
+            attention_mask = attention_mask.index_select(0, expand)  # (B, C + S)
             positions = position_ids[:, -1:].index_select(0, expand)  # (B, 1)
             active = list(range(len(rows)))  # rows still generating, in batch order
             for step in range(max(limits)):
@@ -244,6 +271,8 @@ class TransformersEngine(Engine):
                 keep = self._append_step(
                     rows, active, chosen.tolist(), chosen_logprobs.tolist(), stop_ids, limits, step
                 )
+                if self._prefix_cache is not None and len(keep) < len(active):
+                    self._remember(rows, active, keep, cache, attention_mask)
                 if not keep:
                     break
                 if len(keep) < len(active):  # finished rows leave the batch and its cache
@@ -258,7 +287,7 @@ class TransformersEngine(Engine):
                     active = [active[j] for j in keep]
                 attention_mask = torch.cat(
                     [attention_mask, attention_mask.new_ones((len(active), 1))], -1
-                )  # (A, L + step + 1)
+                )  # (A, C + S + step + 1)
                 positions = positions + 1
                 out = self.model(
                     input_ids=chosen[:, None],
@@ -274,17 +303,87 @@ class TransformersEngine(Engine):
             for r in rows
         ]
 
-    def _left_padded(self, prompts: list[tuple[int, ...]], torch: Any) -> tuple[Any, Any, Any]:
-        """``prompts`` left-padded on the device: input ids, attention mask, position ids.
-        Shape: (U, L) each."""
+    def _prefill_inputs(
+        self, prompts: list[tuple[int, ...]], decode_steps: int, torch: Any
+    ) -> tuple[Any, Any, Any, Any]:
+        """The prefill's inputs: each prompt's cached prefix (C_u tokens, from the prefix cache)
+        left-padded into a batch KV cache of C positions, and the rest of it (its suffix)
+        left-padded after them.
+
+        The attention mask masks both paddings (zeros inside a row are fine: transformers' mask
+        is built by index, the causal part from the cache length); position ids count only a
+        row's real tokens.
+
+        Returns:
+            input ids (U, S), attention mask (U, C + S), position ids (U, S), and the cache,
+            with room for ``decode_steps`` more positions.
+        """
+        store = self._prefix_cache
+        reused = [store.lookup(p, len(p) - 1) if store else (0, None) for p in prompts]
+        width = max(n for n, _ in reused)  # C
+        suffixes = [p[n:] for p, (n, _) in zip(prompts, reused, strict=True)]
+        input_ids, attention_mask = self._left_padded(suffixes, torch)  # (U, S) each
+        self.prefill_stats.prefilled_tokens += sum(len(s) for s in suffixes)
+        self.prefill_stats.reused_tokens += sum(n for n, _ in reused)
+        reserve = decode_steps + (input_ids.shape[1] if width else 0)
+        cache = kv_cache.growing_cache(self.model, reserve=reserve)
+        if width:
+            kv = next(part for n, part in reused if n)  # (layers, 2, H, C_u, D)
+            layers, _, heads, _, dim = kv.shape
+            batch_kv = kv.new_zeros((layers, 2, len(prompts), heads, width, dim))
+            cached_mask = attention_mask.new_zeros((len(prompts), width))
+            for u, (n, part) in enumerate(reused):
+                if n:
+                    batch_kv[:, :, u, :, width - n :, :] = part
+                    cached_mask[u, width - n :] = 1
+            for layer, layer_kv in zip(cache.layers, batch_kv, strict=True):
+                layer.update(layer_kv[0], layer_kv[1])  # (U, H, C, D) each
+            attention_mask = torch.cat([cached_mask, attention_mask], -1)  # (U, C + S)
+        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)[:, width:]
+        return input_ids, attention_mask, position_ids, cache
+
+    def _remember(
+        self, rows: list[_Row], active: list[int], keep: list[int], cache: Any, attention_mask: Any
+    ) -> None:
+        """Put the K/V of the rows finishing now (those of ``active`` not in ``keep``) in the
+        prefix cache: their prompt and sampled tokens but the last (never fed to the model).
+
+        Shapes: attention_mask (A, cache length), one row per entry of ``active``.
+        """
+        import torch
+
+        if not kv_cache.uniform_layers(cache):  # the store's blocks stack every layer's K/V
+            self._prefix_cache = None
+            return
+        going_on = set(keep)
+        for j, i in enumerate(active):
+            if j in going_on:
+                continue
+            row = rows[i]
+            columns = attention_mask[j].nonzero().squeeze(-1)  # the row's tokens, in order
+
+            def kv_of(start: int, end: int, j: int = j, columns: Any = columns) -> Any:
+                index = columns[start:end]
+                return torch.stack(
+                    [
+                        torch.stack(
+                            (layer.keys[j].index_select(1, index), layer.values[j].index_select(1, index))
+                        )
+                        for layer in cache.layers
+                    ]
+                )  # (layers, 2, H, end - start, D)
+
+            self._prefix_cache.insert(row.prompt + row.tokens[:-1], kv_of)
+
+    def _left_padded(self, prompts: list[tuple[int, ...]], torch: Any) -> tuple[Any, Any]:
+        """``prompts`` left-padded on the device: input ids and attention mask, (U, L) each."""
         width = max(len(p) for p in prompts)
         input_ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
         attention_mask = torch.zeros((len(prompts), width), dtype=torch.long)
         for i, prompt in enumerate(prompts):
             input_ids[i, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
             attention_mask[i, width - len(prompt) :] = 1
-        input_ids, attention_mask = input_ids.to(self.device), attention_mask.to(self.device)
-        return input_ids, attention_mask, (attention_mask.cumsum(-1) - 1).clamp(min=0)
+        return input_ids.to(self.device), attention_mask.to(self.device)
 
     def _append_step(
         self, rows: list[_Row], active: list[int], chosen: list[int], logprobs: list[float],
@@ -347,90 +446,6 @@ class TransformersEngine(Engine):
         if eos is not None:
             ids |= {int(e) for e in (eos if isinstance(eos, list | tuple) else [eos])}
         return ids
-
-
-def _growing_cache(model: Any, reserve: int) -> Any:
-    """A ``DynamicCache`` whose layers grow in place (see :func:`_growing_layer_class`).
-
-    Models with other layer kinds (sliding windows, linear attention...) keep transformers' own
-    cache.
-    """
-    from transformers import DynamicCache
-    from transformers.cache_utils import DynamicLayer
-
-    cache = DynamicCache(config=model.config)
-    if cache.layers and all(type(layer) is DynamicLayer for layer in cache.layers):
-        layer_class = _growing_layer_class()
-        cache.layers = [layer_class(reserve) for _ in cache.layers]
-    return cache
-
-
-@functools.cache
-def _growing_layer_class() -> type:
-    """The cache layer class, built on first use (transformers is imported lazily here)."""
-    from transformers.cache_utils import DynamicLayer
-
-    class GrowingLayer(DynamicLayer):
-        """transformers' ``DynamicLayer`` with room to grow.
-
-        ``DynamicLayer.update`` concatenates, copying the whole cache into fresh memory every
-        decode step (its cost on the benchmarks: bench/README.md). Here keys and values are views into buffers with ``reserve`` spare positions, so a step
-        writes its one column in place; the buffers are reallocated only when full or when
-        something replaced the tensors (``crop``, ``batch_select_indices``). ``reorder_cache``
-        (rows leaving the batch) selects rows of the buffers themselves.
-        """
-
-        def __init__(self, reserve: int) -> None:
-            super().__init__()
-            self.reserve = reserve
-            self._keys: Any = None
-            self._values: Any = None
-
-        def _owns(self) -> bool:
-            return (
-                self._keys is not None
-                and self.keys.numel() > 0
-                and self.keys.data_ptr() == self._keys.data_ptr()
-                and self.keys.shape[0] == self._keys.shape[0]
-            )
-
-        def update(
-            self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any
-        ) -> tuple[Any, Any]:
-            if not self.is_initialized:
-                self.lazy_initialization(key_states, value_states)
-            old = self.keys.shape[-2] if self.keys.numel() else 0
-            new = old + key_states.shape[-2]
-            if (
-                self._keys is None
-                or self._keys.shape[0] != key_states.shape[0]
-                or new > self._keys.shape[-2]
-                or (old and not self._owns())  # the cached tensors were replaced
-            ):
-                batch, heads, _, dim = key_states.shape
-                keys = key_states.new_empty(batch, heads, new + self.reserve, dim)
-                values = value_states.new_empty(
-                    batch, value_states.shape[1], new + self.reserve, value_states.shape[-1]
-                )
-                if old:
-                    keys[..., :old, :] = self.keys
-                    values[..., :old, :] = self.values
-                self._keys, self._values = keys, values
-            self._keys[..., old:new, :] = key_states
-            self._values[..., old:new, :] = value_states
-            self.keys, self.values = self._keys[..., :new, :], self._values[..., :new, :]
-            return self.keys, self.values
-
-        def reorder_cache(self, beam_idx: Any) -> None:
-            if not self._owns():
-                super().reorder_cache(beam_idx)
-                return
-            n = self.keys.shape[-2]
-            self._keys = self._keys.index_select(0, beam_idx.to(self._keys.device))
-            self._values = self._values.index_select(0, beam_idx.to(self._values.device))
-            self.keys, self.values = self._keys[..., :n, :], self._values[..., :n, :]
-
-    return GrowingLayer
 
 
 def _no_cudnn_attention(device: Any) -> Any:
