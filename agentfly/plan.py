@@ -201,9 +201,13 @@ def _idle_threads(cfg: Any, topology: Topology, hw: Hardware) -> int | None:
     return None if _engine_threads(cfg, topology, hw) is None else hw.cpus
 
 
+#: the engines that take ``enable_prefix_caching`` (``actor_rollout_ref.rollout.enable_prefix_caching``)
+PREFIX_CACHING_ENGINES = ("transformers", "vllm")
+
+
 def _engine_kwargs(cfg: Any, topology: Topology) -> dict[str, Any]:
     """What each engine is built with: the model, its dtype and seed, and the engine's own
-    settings (vLLM's memory share, tensor parallelism, eager mode, LoRA rank)."""
+    settings (prefix caching, vLLM's memory share, tensor parallelism, eager mode, LoRA rank)."""
     init = cfg.agent.init_config
     rollout, model = cfg.actor_rollout_ref.rollout, cfg.actor_rollout_ref.model
     engine_kwargs: dict[str, Any] = {
@@ -217,6 +221,8 @@ def _engine_kwargs(cfg: Any, topology: Topology) -> dict[str, Any]:
         engine_kwargs["device"] = "cpu"
     if init.max_model_len:
         engine_kwargs["max_model_len"] = int(init.max_model_len)
+    if rollout.name in PREFIX_CACHING_ENGINES:
+        engine_kwargs["enable_prefix_caching"] = bool(rollout.enable_prefix_caching)
     if rollout.name == "vllm":
         engine_kwargs["gpu_memory_utilization"] = float(rollout.gpu_memory_utilization)
         engine_kwargs["tensor_parallel_size"] = topology.tensor_parallel

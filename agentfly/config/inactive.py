@@ -162,6 +162,15 @@ def _unused_by_estimator(setting: str, what: str) -> Cond:
     return why
 
 
+def _no_prefix_caching(cfg: Any) -> str | None:
+    from agentfly.plan import PREFIX_CACHING_ENGINES
+
+    name = cfg.actor_rollout_ref.rollout.name
+    if name in PREFIX_CACHING_ENGINES:
+        return None
+    return f"actor_rollout_ref.rollout.name={name}: only {' and '.join(PREFIX_CACHING_ENGINES)} cache prefixes"
+
+
 def _wandb_off(cfg: Any) -> str | None:
     if "wandb" in [str(n) for n in cfg.trainer.logger]:
         return None
@@ -183,6 +192,7 @@ RULES: tuple[Rule, ...] = (
     Rule(tuple(A + "model.lora." + k for k in ("alpha", "target_modules", "merge", "export")), _lora_off),
     Rule((A + "actor.fsdp_config", A + "ref.fsdp_config", "critic.model.fsdp_config"), _unless(A + "actor.strategy", "fsdp")),
     Rule((A + "rollout.gpu_memory_utilization", A + "rollout.enforce_eager"), _unless(A + "rollout.name", "vllm")),
+    Rule((A + "rollout.enable_prefix_caching",), _no_prefix_caching),
     Rule(
         tuple(A + "rollout.val_kwargs." + k for k in ("temperature", "top_p", "top_k", "n", "also_greedy")),
         _greedy_validation,

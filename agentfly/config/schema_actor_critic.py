@@ -248,6 +248,9 @@ class RolloutConfig:
         dtype: engine weights dtype on GPUs; engines on the CPU run in float32, as training does.
         enforce_eager: disable CUDA graphs and compilation in vLLM; ``None`` = eager on the
             CPU, CUDA graphs on GPUs.
+        enable_prefix_caching: the engines keep the KV cache of the sequences they generate, so
+            a chain's next turn prefills only its new tokens (the ``transformers`` and ``vllm``
+            engines; cleared whenever new weights arrive).
         val_kwargs: sampling during validation.
     """
 
@@ -263,6 +266,7 @@ class RolloutConfig:
     num_engines: NonNegativeInt | None = None
     dtype: Literal["bfloat16", "float16", "float32", "auto"] = "bfloat16"
     enforce_eager: bool | None = None
+    enable_prefix_caching: bool = True
     val_kwargs: SamplingConfig = field(default_factory=SamplingConfig)
 
 

@@ -239,3 +239,12 @@ def test_the_store_evicts_leaves_first_and_stays_within_budget():
     assert store.bytes <= store.max_bytes and len(store) == 3
     assert store.lookup([0, 1, 2, 3, 50, 51, 52, 53], limit=8)[0] == 4  # C gone, A kept
     assert store.lookup([0, 1, 2, 3, 4, 5, 6, 7, 60, 61, 62, 63], limit=12)[0] == 12
+
+
+def test_eviction_keeps_a_parent_while_its_child_goes():
+    block_bytes = positions_kv(0, 4).numel() * 4
+    store = PrefixCache(max_bytes=2 * block_bytes, block_size=4)
+    store.insert(list(range(8)), positions_kv)  # A, A/B
+    store.insert([9, 9, 9, 9], positions_kv)  # E: one block must go, the leaf B (not A)
+    assert len(store) == 2
+    assert store.lookup(list(range(8)), limit=8)[0] == 4
