@@ -15,6 +15,9 @@ prompts x 4 chains sent as 32 separate seeded requests (as the agent loop sends 
 update path: generation of the workload's 32 requests, then the update's forward + backward.
 ``kvcache``: the engine with transformers' ``DynamicCache`` (a ``torch.cat`` of the whole cache
 per layer per step) against its growing cache (one column written in place), same requests.
+``prefix``: the transformers engine without and with its prefix cache on multi-turn chains: the
+workload's first 8 prompts x 3 chains, 5 turns of 20 sampled tokens, each next prompt the last
+one + its tokens + a ~65-token observation (a whole sequence of calls timed).
 ``thread``: an in-process engine pool generating on a daemon thread (``asyncio.run``) against
 generating on the calling thread (``run_sync``), each generation right after an update step on
 the calling thread, as in training; the generation is timed.
@@ -218,6 +221,62 @@ def bench_kvcache(w, reps: int) -> None:
         kv_cache.growing_cache = growing
 
 
+def bench_prefix(w, reps: int, turns: int = 5, chains: int = 3) -> None:
+    from agentfly.rollout.engines.base import SamplingParams
+    from agentfly.rollout.engines.transformers_engine import TransformersEngine
+
+    engines = {
+        "before": TransformersEngine(model_path(w), device="cpu", enable_prefix_caching=False),
+        "after": TransformersEngine(model_path(w), device="cpu"),
+    }
+    tokenizer = engines["after"].tokenizer
+    texts = render_prompts(w, tokenizer)
+    first = [tokenizer(texts[i])["input_ids"] for i in iteration_rows(w, 0)]
+    scene = (" You are in a small kitchen. A fridge stands to the north, a door leads east, and a"
+             " wooden table holds a knife, an apple and a note that says: the coin is in the chest.")
+
+    spent: dict[str, float] = {}
+    for engine in engines.values():  # the forward passes' time, prefills (they keep 1 logit) apart
+        engine.model.forward = timed_forward(engine.model.forward, spent)
+
+    def run(name: str) -> tuple[float, int]:
+        engine = engines[name]
+        engine.sleep()  # empties the prefix cache: every round starts cold
+        spent.clear()
+        prompts = first
+        params = [SamplingParams(n=chains, temperature=1.0, max_tokens=20, ignore_eos=True, seed=i)
+                  for i in range(len(prompts))]
+        prefilled = engine.prefill_stats.prefilled_tokens
+        start, cpu = time.perf_counter(), time.process_time()
+        for turn in range(turns):
+            chains_now = [(p, o) for p, per in zip(prompts, engine.generate(prompts, params), strict=True)
+                          for o in per]
+            prompts = [p + o.token_ids + tokenizer(f"\nObservation {turn}.{c}:{scene}")["input_ids"]
+                       for c, (p, o) in enumerate(chains_now)]
+            params = [SamplingParams(temperature=1.0, max_tokens=20, ignore_eos=True, seed=100 * turn + c)
+                      for c in range(len(prompts))]
+        seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+        print(f"  {name}: CPU time {cpu:.1f} s, prompt tokens prefilled {engine.prefill_stats.prefilled_tokens - prefilled}, "
+              f"last prompts {min(map(len, prompts))}-{max(map(len, prompts))} tokens, prefill "
+              f"{spent.get('prefill', 0):.1f} s, decode {spent.get('decode', 0):.1f} s", flush=True)
+        return seconds, sum(map(len, prompts))
+
+    results = alternate(reps, "chains", run)
+    report(f"{len(first) * chains} chains x {turns} turns",
+           {k: [s for s, _ in v] for k, v in results.items()})
+
+
+def timed_forward(forward, spent: dict[str, float]):
+    def timed(*args, **kwargs):
+        start = time.perf_counter()
+        out = forward(*args, **kwargs)
+        kind = "prefill" if "logits_to_keep" in kwargs else "decode"
+        spent[kind] = spent.get(kind, 0.0) + time.perf_counter() - start
+        return out
+
+    return timed
+
+
 def bench_thread(w, reps: int) -> None:
     import asyncio
 
@@ -262,7 +321,7 @@ def report(what: str, times: dict[str, list[float]], tokens: dict[str, list[int]
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--what", choices=["update", "generate", "gqa", "kvcache", "thread"], required=True)
+    ap.add_argument("--what", choices=["update", "generate", "gqa", "kvcache", "prefix", "thread"], required=True)
     ap.add_argument("--workload", default="w1", choices=sorted(WORKLOADS))
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--rev", default="06fed29", help="git revision holding the code before the work")
@@ -274,6 +333,8 @@ def main() -> None:
         bench_gqa(w, args.reps)
     elif args.what == "kvcache":
         bench_kvcache(w, args.reps)
+    elif args.what == "prefix":
+        bench_prefix(w, args.reps)
     elif args.what == "thread":
         bench_thread(w, args.reps)
     else:

@@ -230,9 +230,6 @@ class TransformersEngine(Engine):
         # identical prompts (a request's n rows, or chains of one task) are prefilled once
         distinct: dict[tuple[int, ...], int] = {}
         inverse = [distinct.setdefault(tuple(r.prompt), len(distinct)) for r in rows]
-        input_ids, attention_mask, position_ids, cache = self._prefill_inputs(
-            list(distinct), max(limits), torch
-        )  # (U, S), (U, C + S), (U, S), C cached positions
 
         # per-row sampling settings, on the device once per batch (rows leaving are dropped
         # with the cache), so a decode step copies nothing to the device but its uniforms
@@ -242,6 +239,9 @@ class TransformersEngine(Engine):
         temperature, top_p, top_k = (t.to(device) for t in (temperature, top_p, top_k))
 
         with torch.inference_mode():
+            input_ids, attention_mask, position_ids, cache = self._prefill_inputs(
+                list(distinct), max(limits), torch
+            )  # (U, S), (U, C + S), (U, S), C cached positions
             out = self.model(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
