@@ -203,6 +203,21 @@ def test_a_small_budget_evicts_and_keeps_outputs_exact(model_dir, uncached_run):
     assert small.prefill_stats.reused_tokens > 0
 
 
+def test_a_sliding_window_model_reuses_nothing(tmp_path):
+    """Its cache layers keep a window, not every position: the engine keeps no prefixes."""
+    import json
+
+    path = build_tiny_model(tmp_path / "sliding", initializer_range=0.2)
+    config = json.loads((path / "config.json").read_text())
+    config.update(use_sliding_window=True, sliding_window=8, max_window_layers=0,
+                  layer_types=["sliding_attention"] * config["num_hidden_layers"])
+    (path / "config.json").write_text(json.dumps(config))
+    engine = engine_of(path)
+    run_chains(engine, first_prompts(engine.tokenizer), SAMPLING, turns=2)
+    assert engine.prefill_stats.prefilled_tokens > 0
+    assert engine.prefill_stats.reused_tokens == 0
+
+
 # -- the store alone, on stand-in K/V (layers=1, 2, heads=1, T, dim=1: the value is the position)
 
 
