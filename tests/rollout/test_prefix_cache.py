@@ -203,6 +203,20 @@ def test_a_small_budget_evicts_and_keeps_outputs_exact(model_dir, uncached_run):
     assert small.prefill_stats.reused_tokens > 0
 
 
+def test_a_prompt_cached_whole_still_prefills_its_last_block(model_dir):
+    """A prompt of two whole blocks, stored by a call that sampled one token: the next call
+    needs a logit from the prompt's last position, so it reuses one block and prefills one."""
+    engine = engine_of(model_dir)
+    prompt = first_prompts(engine.tokenizer)[0][: 2 * BLOCK]
+    one = SamplingParams(temperature=0, max_tokens=1)
+    first = engine.generate([prompt], one)[0][0]
+    again = engine.generate([prompt], one)[0][0]
+    assert engine.prefill_stats.reused_tokens == BLOCK
+    assert engine.prefill_stats.prefilled_tokens == 2 * BLOCK + BLOCK
+    assert again.token_ids == first.token_ids
+    assert again.logprobs == pytest.approx(first.logprobs, abs=ATOL)
+
+
 def test_a_sliding_window_model_reuses_nothing(tmp_path):
     """Its cache layers keep a window, not every position: the engine keeps no prefixes."""
     import json
