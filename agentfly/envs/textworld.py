@@ -77,7 +77,8 @@ def _settings(kind: str, difficulty: int) -> dict[str, Any]:
 
 
 def make_game(out_dir: str | Path, kind: str, difficulty: int, seed: int) -> dict[str, Any]:
-    """Generate and compile one game; returns its task row (``question``, ``game_file``...)."""
+    """Generate and compile one game; returns its task row (``question``, ``game_file``, the
+    commands of a winning play as ``walkthrough``...)."""
     textworld = _import_textworld()
     settings = _settings(kind, difficulty)
     out = Path(out_dir)
@@ -97,7 +98,7 @@ def make_game(out_dir: str | Path, kind: str, difficulty: int, seed: int) -> dic
         played.close()
     return {"question": without_banner(opening), "objective": game.objective,
             "game_file": str(Path(game_file).resolve()), "kind": kind, "difficulty": difficulty,
-            "seed": seed, "max_score": game.max_score}
+            "seed": seed, "max_score": game.max_score, "walkthrough": list(game.walkthrough or [])}
 
 
 def without_banner(text: str) -> str:

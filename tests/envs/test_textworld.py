@@ -26,6 +26,7 @@ def test_the_walkthrough_wins_with_the_full_score(textworld_game):
         assert textworld_game["question"].startswith(info["goal"]) and "$$" not in textworld_game["question"]
         assert "\n\n-= Bedroom =-\nYou are in a bedroom." in textworld_game["question"]
         assert set(info["walkthrough"][:1]) <= set(info["admissible_actions"])
+        assert textworld_game["walkthrough"] == info["walkthrough"]  # the row carries it too
         results = [env.step(a) for a in info["walkthrough"]]
     assert sum(r.reward for r in results) == textworld_game["max_score"]
     assert results[-1].terminated and results[-1].info["won"]

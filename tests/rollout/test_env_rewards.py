@@ -52,6 +52,27 @@ def test_alfworld_and_textworld_rewards():
     assert reward == pytest.approx(3 / 7) and extras["won"] == 0.0
 
 
+def test_textworld_progress_reward_counts_the_walkthrough_played_in_order():
+    route = ["go south", "go east", "take coin"]
+
+    def step(action: str, won: bool = False) -> tuple:
+        return action, float(won), won, {"won": won}
+
+    # south, back north, south again, then the coin where it is not: of the walkthrough only
+    # "go south" was played in order (east never came), 1 of 3 -> 0.5 * 1/3
+    loop = played("textworld", [step("go south"), step("go north"), step("Go  South"), step("take coin")])
+    reward, extras = score("textworld_progress_reward", loop, walkthrough=route)
+    assert reward == pytest.approx(1 / 6) and extras == {"won": 0.0, "progress": pytest.approx(1 / 3)}
+    # east before south does not count: the order is the walkthrough's; south, east: 2 of 3
+    late = played("textworld", [step("go east"), step("go south"), step("go west"), step("go east")])
+    assert score("textworld_progress_reward", late, walkthrough=route)[0] == pytest.approx(1 / 3)
+    won = played("textworld", [step("go south"), step("go east"), step("take coin", won=True)])
+    assert score("textworld_progress_reward", won, walkthrough=route) == (1.0, {"won": 1.0, "progress": 1.0})
+    assert score("textworld_progress_reward", played("textworld", []), walkthrough=route)[0] == 0.0
+    failed = compute_reward("textworld_progress_reward", "", loop, {})
+    assert failed.failed and "walkthrough" in failed.error
+
+
 def test_chess_puzzle_reward_weighs_solving_and_move_quality():
     # a solution of 4 moves: the opponent's setup move, then player, opponent, player
     moves = "e2e4 e7e5 g1f3 b8c6"

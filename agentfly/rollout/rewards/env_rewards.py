@@ -1,6 +1,6 @@
 """The environments' rewards, AgentFly's names: ``webshop_reward``, ``scienceworld_reward``,
 ``alfworld_episode_reward``, ``chess_puzzle_reward``, ``chess_puzzle_reward_simple``; and
-``textworld_reward`` (AgentFly has no TextWorld).
+``textworld_reward`` and ``textworld_progress_reward`` (AgentFly has no TextWorld).
 
 Each scores the episode the chain played (``trajectory.environments[<environment>]``, recorded
 by :meth:`agentfly.rollout.tools.environment.EnvSession.record`: every step's action, reward,
@@ -63,6 +63,29 @@ def textworld_reward(trajectory: Any) -> dict[str, Any]:
     won = bool(steps and steps[-1]["info"].get("won"))
     score = steps[-1]["info"].get("score", 0) if steps else 0
     return {"reward": score / max_score if max_score > 0 else float(won), "won": float(won), "score": float(score)}
+
+
+@reward(name="textworld_progress_reward", runs_in="thread")
+def textworld_progress_reward(trajectory: Any, walkthrough: list[str] | None = None) -> dict[str, Any]:
+    """1.0 for a game won; else half the share of the row's ``walkthrough`` (the commands of a
+    winning play, which :func:`agentfly.envs.textworld.make_game` puts in the row) that the chain
+    played in order, so a chain that got further along the way scores more than one that did not.
+    Extras: ``won`` and ``progress`` (that share; 1.0 for a game won)."""
+    if not walkthrough:
+        raise ValueError("textworld_progress_reward needs the row's walkthrough (make_game writes it)")
+    steps = episode(trajectory, "textworld", "textworld_progress_reward", "textworld_step")["steps"]
+    if steps and steps[-1]["info"].get("won"):
+        return {"reward": 1.0, "won": 1.0, "progress": 1.0}
+    done = 0
+    for step in steps:  # the walkthrough's longest prefix played as a subsequence of the actions
+        if done < len(walkthrough) and _command(step["action"]) == _command(walkthrough[done]):
+            done += 1
+    progress = done / len(walkthrough)
+    return {"reward": 0.5 * progress, "won": 0.0, "progress": progress}
+
+
+def _command(text: str) -> str:
+    return " ".join(str(text).lower().split())
 
 
 def _chess_moves(trajectory: Any, reward_name: str) -> tuple[list[dict[str, Any]], bool]:
