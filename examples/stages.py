@@ -100,9 +100,15 @@ def held_out_points(out: Path) -> list[tuple[str, dict[str, float]]]:
     return points
 
 
-def table(example: Example, points: list[tuple[str, dict[str, float]]], rows: int) -> str:
+def table(example: Example, points: list[tuple[str, dict[str, float]]], rows: int,
+          rl_minutes: dict[str, float] | None = None) -> str:
+    """The held-out metrics at each point; ``rl_minutes``: the RL training minutes (validation
+    not counted) behind the points it names, a first row."""
     head = f"| held-out, {rows} {example.items} | " + " | ".join(name for name, _ in points) + " |"
     lines = [head, "|---" * (len(points) + 1) + "|"]
+    if rl_minutes:
+        cells = [f"{rl_minutes[name]:.1f}" if name in rl_minutes else "-" for name, _ in points]
+        lines.append("| minutes of RL training | " + " | ".join(cells) + " |")
     for label, metric in example.metrics:
         for kind, prefix in (("sampled", "val/val/"), ("greedy", "val_greedy/val/")):
             cells = []
@@ -111,6 +117,17 @@ def table(example: Example, points: list[tuple[str, dict[str, float]]], rows: in
                 cells.append("-" if v is None else f"{v:.2f}")
             lines.append(f"| {label}, {kind} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def rl_minutes(out: Path) -> dict[str, float]:
+    """The RL training minutes (the iterations' ``timing/iteration_s``, validation not counted)
+    before each of the RL run's validations, by the table's point name."""
+    train, val = read_metrics(out / "rl")
+    minutes = {}
+    for iteration in val:
+        seconds = sum(v.get("timing/iteration_s", 0.0) for i, v in train.items() if i <= iteration)
+        minutes["after SFT" if iteration == 0 else f"RL iteration {iteration}"] = seconds / 60
+    return minutes
 
 
 def rl_seconds(out: Path) -> dict[str, float]:
@@ -157,7 +174,8 @@ def plot(example: Example, out: Path, points: list[tuple[str, dict[str, float]]]
 def report(example: Example, out: Path, seconds: dict[str, float] | None = None) -> str:
     points = held_out_points(out)
     rows = len((out / "data" / "held_out.jsonl").read_text().splitlines())
-    text = [f"# {example.title}", "", table(example, points, rows), ""]
+    minutes = rl_minutes(out) if (out / "rl").exists() else None
+    text = [f"# {example.title}", "", table(example, points, rows, minutes), ""]
     if seconds:
         text += ["Seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in seconds.items()), ""]
     if (out / "rl").exists():

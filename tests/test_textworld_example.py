@@ -36,6 +36,7 @@ def test_each_stage_runs_two_iterations_and_the_report_compares_them(smollm2, tm
     small = ["trainer.total_training_steps=2", "trainer.save_freq=-1"]
     done = subprocess.run(
         [sys.executable, str(EXAMPLE / "run.py"), "--out", str(tmp_path), "--data-option=--games=1",
+         "--data-option=--wrong-turns=0.5",
          "--held-out", "2", *small,
          "--sft", "data.train_batch_size=3", "trainer.test_freq=-1",
          "--rl", "data.train_batch_size=2", "agent.run_config.num_chains=2", "trainer.test_freq=2",
@@ -58,6 +59,7 @@ def test_each_stage_runs_two_iterations_and_the_report_compares_them(smollm2, tm
     report = (tmp_path / "report.md").read_text()
     # the base model, after SFT (the fit's validation before training) and after the 2 iterations
     assert "| held-out, 2 games | base model | after SFT | RL iteration 2 |" in report
+    assert "| minutes of RL training | - | 0.0 |" in report  # the base model trained none
     assert "| success rate, sampled |" in report and "| turns, greedy |" in report
     assert "RL training (rollouts and updates, validation not counted): 2 iterations in" in report
     assert (tmp_path / "curves.png").stat().st_size > 10_000

@@ -8,8 +8,8 @@ travel north. Then take the coin"); the level sets the route's length (level L: 
 no other file shares:
 
 - ``sft_train.jsonl`` / ``sft_val.jsonl``: walkthroughs of short routes (levels of ``SFT_LEVELS``:
-  one to three moves) as chats in the ``action`` agent's format, a quarter of the moves preceded
-  by a wrong turn and its way back (:func:`walkthrough_chats`);
+  one to three moves) as chats in the ``action`` agent's format (:func:`walkthrough_chats`;
+  ``--wrong-turns F`` puts a wrong turn and its way back before a share F of the moves);
 - ``rl_train.jsonl``: games of the levels of ``RL_LEVELS``, routes of two to four moves;
 - ``held_out.jsonl``: games of the same levels, for evaluation.
 """
@@ -34,8 +34,6 @@ SYSTEM = (
 KIND = "tw-coin_collector"
 SFT_LEVELS = (2, 3, 4)
 RL_LEVELS = (3, 4, 5)
-#: the share of a walkthrough's moves preceded by a wrong turn (a move off the route and back)
-WRONG_TURNS = 0.25
 BACK = {"north": "south", "south": "north", "east": "west", "west": "east"}
 #: (file, levels, first seed, games per level); seed ranges never overlap
 SPLITS = (
@@ -51,26 +49,26 @@ def _game(job: tuple[str, int, int]) -> dict:
     return make_game(games, KIND, level, seed)
 
 
-def walkthrough_chats(rows: list[dict], rng: random.Random) -> list[dict]:
+def walkthrough_chats(rows: list[dict], rng: random.Random, wrong_turns: float = 0.0) -> list[dict]:
     """Each game's walkthrough played as a chat of the ``action`` agent (system prompt, the
     game's opening, ``<action>`` turns, the game's answers as ``tool`` messages), with a wrong turn
-    before :data:`WRONG_TURNS` of its moves: through another exit of the room and straight back,
-    as a player who notices the mistake would. The chat ends with the winning ``take coin``.
+    before a share ``wrong_turns`` of its moves: through another exit of the room and straight
+    back, as a player who notices the mistake would. The chat ends with the winning ``take coin``.
     """
     env = TextWorldEnv(max_steps=None)
     try:
-        return [_walkthrough_chat(env, row, rng) for row in rows]
+        return [_walkthrough_chat(env, row, rng, wrong_turns) for row in rows]
     finally:
         env.close()
 
 
-def _walkthrough_chat(env: TextWorldEnv, row: dict, rng: random.Random) -> dict:
+def _walkthrough_chat(env: TextWorldEnv, row: dict, rng: random.Random, wrong_turns: float) -> dict:
     _, info = env.reset(row)
     commands = []
     exits = info["admissible_actions"]
     for command in info["walkthrough"]:
         others = [a for a in exits if a.startswith("go ") and a != command]
-        if command.startswith("go ") and others and rng.random() < WRONG_TURNS:
+        if command.startswith("go ") and others and rng.random() < wrong_turns:
             wrong = rng.choice(others)
             commands += [wrong, "go " + BACK[wrong.split()[1]]]
         commands.append(command)
@@ -84,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(Path(__file__).resolve().parents[2] / "runs" / "textworld_coins" / "data"))
     ap.add_argument("--workers", type=int, default=2, help="processes generating games")
     ap.add_argument("--games", type=int, default=None, help="games per level in every file (a short run)")
+    ap.add_argument("--wrong-turns", type=float, default=0.0,
+                    help="share of the walkthroughs' moves preceded by a wrong turn and the way back")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = {name: list(pool.map(_game, js)) for name, js in jobs.items()}
     for name, split in rows.items():
         if name.startswith("sft"):
-            split = walkthrough_chats(split, random.Random(name))
+            split = walkthrough_chats(split, random.Random(name), args.wrong_turns)
         with open(out / f"{name}.jsonl", "w", encoding="utf-8") as f:
             f.writelines(json.dumps(row) + "\n" for row in split)
         print(f"{name}: {len(split)} rows")

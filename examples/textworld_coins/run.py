@@ -7,10 +7,10 @@ coin-collector games (follow the route each game's goal gives, then take the coi
 1. ``make_data.py``: games generated offline; the walkthroughs of short routes (one to three
    moves) as chats; RL games and held-out games of two to four moves, on seeds of their own.
 2. The base model on the held-out games (``agentfly validate``).
-3. ``agentfly sft`` (``sft.yaml``): the ``action`` agent's format and the walkthroughs' moves.
+3. ``agentfly sft`` (``sft.yaml``, 5 steps): the ``action`` agent's format and a first idea of the moves.
 4. ``agentfly fit`` (``rl.yaml``): GRPO on the longer routes with ``textworld_step`` and
-   ``textworld_reward`` (1 for a game won), validated on the held-out games before training and
-   after it.
+   ``textworld_progress_reward`` (1 for a game won, else half the share of the walkthrough
+   played), validated on the held-out games before training and every 5 iterations.
 5. The tables (success rate, chains with an action, format errors, turns, sampled and greedy,
    before and after each stage) and the curves, in ``runs/textworld_coins/``: ``report.md`` and ``curves.png``.
 
