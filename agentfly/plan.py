@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from agentfly.config.keys import plain
+from agentfly.config.schema_actor_critic import PREFIX_CACHING_ENGINES
 from agentfly.models.paths import check_model_paths
 from agentfly.module_plan import plan_module
 from agentfly.rollout.rollout_plan import RolloutPlan
@@ -199,10 +200,6 @@ def _idle_threads(cfg: Any, topology: Topology, hw: Hardware) -> int | None:
     if topology.num_engines != 0 or cfg.trainer.num_threads is not None:
         return None
     return None if _engine_threads(cfg, topology, hw) is None else hw.cpus
-
-
-#: the engines that take ``enable_prefix_caching`` (``actor_rollout_ref.rollout.enable_prefix_caching``)
-PREFIX_CACHING_ENGINES = ("transformers", "vllm")
 
 
 def _engine_kwargs(cfg: Any, topology: Topology) -> dict[str, Any]:

@@ -17,6 +17,8 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from agentfly.config.schema_actor_critic import PREFIX_CACHING_ENGINES
+
 Cond = Callable[[Any], str | None]  # the reason the key is inactive, or None when it is used
 
 
@@ -163,8 +165,6 @@ def _unused_by_estimator(setting: str, what: str) -> Cond:
 
 
 def _no_prefix_caching(cfg: Any) -> str | None:
-    from agentfly.plan import PREFIX_CACHING_ENGINES
-
     name = cfg.actor_rollout_ref.rollout.name
     if name in PREFIX_CACHING_ENGINES:
         return None

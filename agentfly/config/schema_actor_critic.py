@@ -221,6 +221,10 @@ class SamplingConfig:
     also_greedy: bool = False
 
 
+#: the engines that take ``enable_prefix_caching`` (``actor_rollout_ref.rollout.enable_prefix_caching``)
+PREFIX_CACHING_ENGINES = ("transformers", "vllm")
+
+
 @dataclass
 class RolloutConfig:
     """The generation engines.

@@ -19,9 +19,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import agentfly.rollout.engines.kv_cache as kv_cache
 from agentfly.core.weights import LoraAdapter
 from agentfly.models.attention import use_grouped_sdpa
-from agentfly.rollout.engines import kv_cache
 from agentfly.rollout.engines.base import (
     Engine,
     GenerationOutput,
