@@ -49,10 +49,13 @@ def test_each_stage_runs_two_iterations_and_the_report_compares_them(smollm2, tm
     data = tmp_path / "data"
     # the warm start sees routes of one to three moves (and wrong turns, each straight back); RL
     # and evaluation routes of two to four, on other games
+    detours = 0
     for chat, moves in zip(_rows(data / "sft_train.jsonl"), (1, 2, 3), strict=True):
         actions = [m["content"] for m in chat["messages"] if m["role"] == "assistant"]
         assert actions[-1] == "<action>take coin</action>"
         assert (len(actions) - 1 - moves) % 2 == 0 and len(actions) - 1 >= moves
+        detours += (len(actions) - 1 - moves) // 2
+    assert detours > 0  # --wrong-turns=0.5 put some in
     rl, held_out = _rows(data / "rl_train.jsonl"), _rows(data / "held_out.jsonl")
     assert [r["difficulty"] for r in rl] == [3, 4, 5] and len(held_out) == 2
     assert not {r["game_file"] for r in rl} & {r["game_file"] for r in held_out}
