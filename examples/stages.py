@@ -96,8 +96,13 @@ def held_out_points(out: Path) -> list[tuple[str, dict[str, float]]]:
         points.append(("base model", next(iter(base.values()))))
     _, val = read_metrics(out / "rl")
     for iteration, values in sorted(val.items()):
-        points.append(("after SFT" if iteration == 0 else f"RL iteration {iteration}", values))
+        points.append((_point_name(iteration), values))
     return points
+
+
+def _point_name(iteration: int) -> str:
+    """The table's name of the RL run's validation after ``iteration`` iterations."""
+    return "after SFT" if iteration == 0 else f"RL iteration {iteration}"
 
 
 def table(example: Example, points: list[tuple[str, dict[str, float]]], rows: int,
@@ -126,7 +131,7 @@ def rl_minutes(out: Path) -> dict[str, float]:
     minutes = {}
     for iteration in val:
         seconds = sum(v.get("timing/iteration_s", 0.0) for i, v in train.items() if i <= iteration)
-        minutes["after SFT" if iteration == 0 else f"RL iteration {iteration}"] = seconds / 60
+        minutes[_point_name(iteration)] = seconds / 60
     return minutes
 
 
