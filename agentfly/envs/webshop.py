@@ -42,7 +42,7 @@ from typing import Any
 
 from agentfly.envs.base import Env, EnvUsageError, StepResult, register_env
 from agentfly.envs.webshop_catalog import Catalog, load_catalog, synthetic_catalog
-from agentfly.envs.webshop_reward import purchase_reward
+from agentfly.envs.webshop_reward import goal_problem, purchase_reward
 
 PRODUCT_WINDOW = 10
 SEP = " [SEP] "
@@ -52,8 +52,14 @@ _ACTION = re.compile(r"^\s*(search|click)\[(.*)\]\s*$", re.IGNORECASE | re.DOTAL
 
 
 @functools.cache
-def _cached_catalog(data_dir: str | None, size: str, seed: int, shuffle_goals: bool, num_products: int,
-                    num_goals: int) -> Catalog:
+def _cached_catalog(
+    data_dir: str | None,
+    size: str,
+    seed: int,
+    shuffle_goals: bool,
+    num_products: int,
+    num_goals: int,
+) -> Catalog:
     if data_dir is not None:
         return load_catalog(data_dir, size=size, seed=seed, shuffle_goals=shuffle_goals)
     return synthetic_catalog(num_products=num_products, num_goals=num_goals, seed=seed)
@@ -74,6 +80,11 @@ class _Page:
 class WebShopEnv(Env):
     """A WebShop session per episode.
 
+    ``reset(task, seed)``: the task row decides the episode (its goal; the prices are the
+    catalog's, drawn when the environment is made), and ``seed`` is not used: as in WebShop, a
+    goal's session is the same every time. A goal carried by the row must be one WebShop's reward
+    can score (:func:`agentfly.envs.webshop_reward.goal_problem`).
+
     Args:
         data_dir: folder of WebShop's data files (None: the generated catalog).
         size: ``"small"`` or ``"full"`` WebShop files.
@@ -85,29 +96,56 @@ class WebShopEnv(Env):
         max_steps: steps after which the episode is truncated.
     """
 
-    def __init__(self, data_dir: str | None = None, size: str = "small", seed: int = 0, shuffle_goals: bool = True,
-                 num_products: int = 30, num_goals: int = 20, max_steps: int | None = 15) -> None:
+    def __init__(
+        self,
+        data_dir: str | None = None,
+        size: str = "small",
+        seed: int = 0,
+        shuffle_goals: bool = True,
+        num_products: int = 30,
+        num_goals: int = 20,
+        max_steps: int | None = 15,
+    ) -> None:
         super().__init__(max_steps=max_steps)
         if data_dir is None and not shuffle_goals:
-            raise ValueError("shuffle_goals applies to WebShop's data (data_dir); the generated catalog has one order")
-        self.catalog = _cached_catalog(None if data_dir is None else str(data_dir), size, seed, shuffle_goals,
-                                       num_products, num_goals)
+            raise ValueError(
+                "shuffle_goals applies to WebShop's data (data_dir); the generated catalog has one order"
+            )
+        self.catalog = _cached_catalog(
+            None if data_dir is None else str(data_dir),
+            size,
+            seed,
+            shuffle_goals,
+            num_products,
+            num_goals,
+        )
         self.goal: dict[str, Any] = {}
         self._page = _Page()
 
     def _reset(self, task: dict[str, Any], seed: int | None) -> tuple[str, dict[str, Any]]:
         if isinstance(task.get("goal"), dict):
-            self.goal = task["goal"]
+            goal = task["goal"]
         elif task.get("task_id") is not None:
             index = int(task["task_id"])
             if not 0 <= index < len(self.catalog.goals):
-                raise EnvUsageError(f"webshop: task_id {index} is not a goal (0..{len(self.catalog.goals) - 1})")
-            self.goal = self.catalog.goals[index]
+                raise EnvUsageError(
+                    f"webshop: task_id {index} is not a goal (0..{len(self.catalog.goals) - 1})"
+                )
+            goal = self.catalog.goals[index]
         else:
-            raise EnvUsageError(f"webshop: the task row needs a 'task_id' or a 'goal' (it has {sorted(task)})")
+            raise EnvUsageError(
+                f"webshop: the task row needs a 'task_id' or a 'goal' (it has {sorted(task)})"
+            )
+        problem = goal_problem(goal)
+        if problem is not None:
+            raise EnvUsageError(f"webshop: {problem}")
+        self.goal = goal
         self._page = _Page()
-        return self._render(), {"goal": self.goal["instruction_text"], "admissible_actions": self.admissible_actions(),
-                                "walkthrough": self.walkthrough()}
+        return self._render(), {
+            "goal": self.goal["instruction_text"],
+            "admissible_actions": self.admissible_actions(),
+            "walkthrough": self.walkthrough(),
+        }
 
     # ------------------------------------------------------------------ pages
 
@@ -119,10 +157,16 @@ class WebShopEnv(Env):
         page = self._page
         if page.kind == "results":
             shown = self._shown()
-            return [BACK_TO_SEARCH, *([PREV_PAGE] if page.page > 1 else []),
-                    *([NEXT_PAGE] if page.page * PRODUCT_WINDOW < len(page.results) else []), *shown]
+            return [
+                BACK_TO_SEARCH,
+                *([PREV_PAGE] if page.page > 1 else []),
+                *([NEXT_PAGE] if page.page * PRODUCT_WINDOW < len(page.results) else []),
+                *shown,
+            ]
         if page.kind == "item":
-            values = [v for values in self.catalog.by_asin[page.asin]["options"].values() for v in values]
+            values = [
+                v for values in self.catalog.by_asin[page.asin]["options"].values() for v in values
+            ]
             return [BACK_TO_SEARCH, PREV_PAGE, *values, *DETAIL_PAGES, BUY_NOW]
         if page.kind == "detail":
             return [BACK_TO_SEARCH, PREV_PAGE]
@@ -134,7 +178,7 @@ class WebShopEnv(Env):
 
     def _shown(self) -> list[str]:
         start = (self._page.page - 1) * PRODUCT_WINDOW
-        return self._page.results[start:start + PRODUCT_WINDOW]
+        return self._page.results[start : start + PRODUCT_WINDOW]
 
     def _render(self) -> str:
         page = self._page
@@ -153,13 +197,24 @@ class WebShopEnv(Env):
         product = self.catalog.by_asin[page.asin]
         parts.append(PREV_PAGE)
         if page.kind == "detail":
-            body = {"Description": [product["Description"]], "Features": product["BulletPoints"],
-                    "Reviews": [r.get("body", "") for r in product["Reviews"]] or ["No reviews."]}[page.detail]
+            body = {
+                "Description": [product["Description"]],
+                "Features": product["BulletPoints"],
+                "Reviews": [r.get("body", "") for r in product["Reviews"]] or ["No reviews."],
+            }[page.detail]
             return SEP.join(parts + body)
         for name, values in product["options"].items():
-            parts += [name, *(f"[clicked] {v}" if page.options.get(name) == v else v for v in values)]
-        parts += [product["Title"], f"Price: {product['Price']}", f"Rating: {product['Rating']}",
-                  *DETAIL_PAGES, BUY_NOW]
+            parts += [
+                name,
+                *(f"[clicked] {v}" if page.options.get(name) == v else v for v in values),
+            ]
+        parts += [
+            product["Title"],
+            f"Price: {product['Price']}",
+            f"Rating: {product['Rating']}",
+            *DETAIL_PAGES,
+            BUY_NOW,
+        ]
         return SEP.join(parts)
 
     # ------------------------------------------------------------------ actions
@@ -171,15 +226,21 @@ class WebShopEnv(Env):
         verb, argument = match.group(1).lower(), match.group(2).strip()
         if verb == "search":
             if self._page.kind != "search":
-                return self._invalid("You can only search on the search page; click[Back to Search] first.")
+                return self._invalid(
+                    "You can only search on the search page; click[Back to Search] first."
+                )
             if not argument:
                 return self._invalid("search[...] needs a query.")
-            self._page = _Page(kind="results", query=argument, results=self.catalog.search(argument))
+            self._page = _Page(
+                kind="results", query=argument, results=self.catalog.search(argument)
+            )
             return self._observe()
         by_text = {c.lower(): c for c in self.clickables()}
         element = by_text.get(argument.lower())
         if element is None:
-            return self._invalid(f"Invalid action: {argument!r} is not clickable here. Clickables: {self.clickables()}")
+            return self._invalid(
+                f"Invalid action: {argument!r} is not clickable here. Clickables: {self.clickables()}"
+            )
         if element == BUY_NOW:
             return self._buy()
         self._click(element)
@@ -211,30 +272,51 @@ class WebShopEnv(Env):
         product = self.catalog.by_asin[self._page.asin]
         price = self.catalog.prices[product["asin"]]
         reward, parts = purchase_reward(product, self.goal, price, self._page.options)
-        info = {"asin": product["asin"], "options": dict(self._page.options), "price": price,
-                "won": reward >= 1.0, "reward_parts": parts, "admissible_actions": []}
+        info = {
+            "asin": product["asin"],
+            "options": dict(self._page.options),
+            "price": price,
+            "won": reward >= 1.0,
+            "reward_parts": parts,
+            "admissible_actions": [],
+        }
         self._page = _Page(kind="done")
         return StepResult(self._render(), float(reward), terminated=True, info=info)
 
     def _observe(self) -> StepResult:
-        return StepResult(self._render(), 0.0, info={"admissible_actions": self.admissible_actions()})
+        return StepResult(
+            self._render(), 0.0, info={"admissible_actions": self.admissible_actions()}
+        )
 
     def _invalid(self, message: str) -> StepResult:
-        return StepResult(message, 0.0, info={"admissible_actions": self.admissible_actions(), "invalid": True})
+        return StepResult(
+            message, 0.0, info={"admissible_actions": self.admissible_actions(), "invalid": True}
+        )
 
     def walkthrough(self) -> list[str]:
         """Actions that buy the goal's product with the goal's options (empty if its name does
         not find it)."""
         target = self.goal.get("asin")
-        results = self.catalog.search(self.catalog.by_asin[target]["name"]) if target in self.catalog.by_asin else []
+        results = (
+            self.catalog.search(self.catalog.by_asin[target]["name"])
+            if target in self.catalog.by_asin
+            else []
+        )
         if target not in results:
             return []
         page = results.index(target) // PRODUCT_WINDOW
         product = self.catalog.by_asin[target]
-        wanted = [str(o).lower() for o in self.goal["goal_options"]]
+        goal_options = self.goal["goal_options"]  # WebShop's synthetic goals: {name: value}
+        chosen = goal_options.values() if isinstance(goal_options, dict) else goal_options
+        wanted = [str(o).lower() for o in chosen]
         options = [v for values in product["options"].values() for v in values if v in wanted]
-        return ([f"search[{product['name']}]"] + [f"click[{NEXT_PAGE}]"] * page + [f"click[{target}]"]
-                + [f"click[{o}]" for o in options] + [f"click[{BUY_NOW}]"])
+        return (
+            [f"search[{product['name']}]"]
+            + [f"click[{NEXT_PAGE}]"] * page
+            + [f"click[{target}]"]
+            + [f"click[{o}]" for o in options]
+            + [f"click[{BUY_NOW}]"]
+        )
 
 
 def make_data(out_dir: str | Path, val: int, **env_kwargs: Any) -> dict[str, list[dict[str, Any]]]:
@@ -247,7 +329,9 @@ def make_data(out_dir: str | Path, val: int, **env_kwargs: Any) -> dict[str, lis
         page, _ = env.reset({"task_id": task_id})
         rows.append({"question": page, "task_id": task_id})
     if not 0 <= val < len(rows):
-        raise ValueError(f"val must be within 0..{len(rows) - 1} (the catalog has {len(rows)} goals), got {val}")
+        raise ValueError(
+            f"val must be within 0..{len(rows) - 1} (the catalog has {len(rows)} goals), got {val}"
+        )
     splits = {"train": rows[: len(rows) - val], "val": rows[len(rows) - val :]}
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -257,14 +341,22 @@ def make_data(out_dir: str | Path, val: int, **env_kwargs: Any) -> dict[str, lis
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="WebShop task rows (AgentFly's webshop_goals_{train,val}.json).")
+    parser = argparse.ArgumentParser(
+        description="WebShop task rows (AgentFly's webshop_goals_{train,val}.json)."
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     rows = commands.add_parser("make-data", help="a row per goal of the catalog")
     rows.add_argument("--out", required=True)
-    rows.add_argument("--val", type=int, default=4, help="goals held out for validation (the last ones)")
-    rows.add_argument("--data-dir", default=None, help="WebShop's data files (default: the generated catalog)")
+    rows.add_argument(
+        "--val", type=int, default=4, help="goals held out for validation (the last ones)"
+    )
+    rows.add_argument(
+        "--data-dir", default=None, help="WebShop's data files (default: the generated catalog)"
+    )
     rows.add_argument("--size", default="small", choices=["small", "full"])
-    rows.add_argument("--shuffle-goals", action="store_true", help="number WebShop's goals as WebShop does")
+    rows.add_argument(
+        "--shuffle-goals", action="store_true", help="number WebShop's goals as WebShop does"
+    )
     rows.add_argument("--seed", type=int, default=0)
     rows.add_argument("--num-products", type=int, default=30)
     rows.add_argument("--num-goals", type=int, default=20)
