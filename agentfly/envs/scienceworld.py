@@ -17,17 +17,34 @@ drops the score to -100 and ends the episode. ``terminated`` when ScienceWorld s
 own step limit is set out of reach so that ``max_steps`` alone truncates. The info of ``reset``
 has the ``goal`` (the task description), ``admissible_actions`` (ScienceWorld's valid actions)
 and ``walkthrough`` (the gold action sequence).
+
+The simulator is reached over py4j's socket. A call that loses it (``Py4JNetworkError``), or
+fails with the Java process gone (killed, out of memory), is the environment crashing:
+:class:`~agentfly.envs.base.EnvCrashed`, counted ``env_crashed`` as a dead environment process
+is; an exception of the simulator's own Java code, the process alive, stays the raised error it
+is (``env_raised``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
-from collections.abc import Sequence
+import signal
+import subprocess
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from agentfly.envs.base import Env, EnvUnavailable, EnvUsageError, StepResult, register_env, require
+from agentfly.envs.base import (
+    Env,
+    EnvCrashed,
+    EnvUnavailable,
+    EnvUsageError,
+    StepResult,
+    register_env,
+    require,
+)
 
 SPLITS = ("train", "dev", "test")
 
@@ -51,6 +68,17 @@ def _start_scienceworld() -> Any:
     return Simulator("", envStepLimit=10**9)
 
 
+def _exit_code(process: subprocess.Popen | None, within: float = 2.0) -> int | None:
+    """The Java process's exit status, None while it runs. ``wait``, not ``poll``: py4j's own
+    thread blocks in ``wait`` on it, and ``poll`` answers None while that thread holds the lock."""
+    if process is None:
+        return None
+    try:
+        return process.wait(timeout=within)
+    except subprocess.TimeoutExpired:
+        return None
+
+
 @register_env("scienceworld")
 class ScienceWorldEnv(Env):
     """A ScienceWorld task variation per episode.
@@ -68,21 +96,47 @@ class ScienceWorldEnv(Env):
         self._score = 0.0
         self._loaded: tuple[str, int] | None = None
 
+    @contextlib.contextmanager
+    def _java(self, method: str) -> Iterator[None]:
+        """Calls on the simulator in ``method``: a lost Java process raised as :class:`EnvCrashed`."""
+        try:
+            yield
+        except Exception as e:
+            from py4j.protocol import Py4JError, Py4JJavaError, Py4JNetworkError
+
+            if not isinstance(e, Py4JError) or isinstance(e, Py4JJavaError):  # the JVM answered
+                raise
+            code = _exit_code(getattr(getattr(self._sim, "_gateway", None), "java_process", None))
+            if code is None and not isinstance(e, Py4JNetworkError):
+                raise
+            if code is None:
+                how = "no longer answers"
+            elif code < 0:
+                how = f"was killed by signal {signal.Signals(-code).name}"
+            else:
+                how = f"exited with code {code}"
+            raise EnvCrashed(
+                f"scienceworld: its Java process {how} during {method}() ({type(e).__name__}: {e})"
+            ) from e
+
     def task_names(self) -> list[str]:
-        return list(self._sim.get_task_names())
+        with self._java("task_names"):
+            return list(self._sim.get_task_names())
 
     def variations(self, task_name: str, split: str) -> list[int]:
         """The variation numbers of ``task_name`` in ``split`` (train, dev or test)."""
         if split not in SPLITS:
             raise EnvUsageError(f"scienceworld: split must be one of {SPLITS}, got {split!r}")
         self._load(task_name, 0)
-        return list(getattr(self._sim, f"get_variations_{split}")())
+        with self._java("variations"):
+            return list(getattr(self._sim, f"get_variations_{split}")())
 
     def _load(self, task_name: str, variation: int) -> None:
-        if task_name not in self._sim.get_task_names():
+        if task_name not in self.task_names():
             raise EnvUsageError(f"scienceworld: unknown task {task_name!r} (known: {', '.join(self.task_names())})")
         if (task_name, variation) != self._loaded:
-            self._sim.load(task_name, variation, self.simplification, generateGoldPath=True)
+            with self._java("load"):
+                self._sim.load(task_name, variation, self.simplification, generateGoldPath=True)
             self._loaded = (task_name, variation)
 
     def _reset(self, task: dict[str, Any], seed: int | None) -> tuple[str, dict[str, Any]]:
@@ -91,16 +145,18 @@ class ScienceWorldEnv(Env):
         if variation is None:
             raise EnvUsageError("scienceworld: the task row needs a 'variation' (or 'variation_idx') field")
         self._load(task_name, int(variation))
-        observation, info = self._sim.reset()
+        with self._java("reset"):
+            observation, info = self._sim.reset()
+            walkthrough = list(self._sim.get_gold_action_sequence())
         self._score = 0.0  # the starting score is credited on the first step
         return observation, {
             "goal": info["taskDesc"], "score": info["score"] / 100, "admissible_actions": list(info["valid"]),
-            "walkthrough": list(self._sim.get_gold_action_sequence()),
-            "task_name": task_name, "variation": int(variation),
+            "walkthrough": walkthrough, "task_name": task_name, "variation": int(variation),
         }
 
     def _step(self, action: str) -> StepResult:
-        observation, _, done, info = self._sim.step(action)
+        with self._java("step"):
+            observation, _, done, info = self._sim.step(action)
         score = info["score"] / 100
         reward, self._score = score - self._score, score
         return StepResult(observation, reward, terminated=bool(done), info={

@@ -1,5 +1,6 @@
 """ScienceWorld (Java): the gold path of a task scores 1.0 in all; a wrong path less; the
-variation splits are disjoint; the Java process dies with its environment."""
+variation splits are disjoint; the Java process dies with its environment; a Java process killed
+mid-episode is the environment crashing (``env_crashed``), not raising."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import pytest
 
 from agentfly.envs import EnvUsageError
 from agentfly.envs.process import ProcessEnv
+from agentfly.rollout.tools.environment import act
 from tests.envs.conftest import requires_java, wait_gone
 
 pytestmark = requires_java
@@ -65,3 +67,22 @@ def test_the_java_process_dies_with_its_environment():
     assert java, "ScienceWorld runs a Java process"
     env.close()
     assert wait_gone(*java)
+
+
+@pytest.mark.slow
+def test_a_java_process_killed_mid_episode_is_the_environment_crashing():
+    """The step after the kill loses py4j's socket: the chain's tool call fails as
+    ``env_crashed`` (the kind :mod:`agentfly.rollout.failures` counts), naming the signal."""
+    pytest.importorskip("scienceworld")
+    env = ProcessEnv.named("scienceworld", {"simplification": "easy"}, start_timeout=120, step_timeout=60)
+    try:
+        env.reset(TASK)
+        env.step("look around")  # the episode runs
+        (java,) = java_children(env.pid)
+        psutil.Process(java).kill()
+        assert wait_gone(java)
+        result = act(env, "look around")
+        assert not result.ok and result.error == "env_crashed", result
+        assert "Java process was killed by signal SIGKILL during step()" in result.observation
+    finally:
+        env.close()
