@@ -158,7 +158,7 @@ def main() -> None:
     import lightning.pytorch as pl
 
     from agentfly.cli import load_config
-    from agentfly.fit import build_trainer
+    from agentfly.run.fit import build_trainer
 
     started = time.perf_counter()
     cfg = load_config(

@@ -57,7 +57,7 @@ def fit_seconds(workload: str, iterations: int, run_dir: Path, log: Path, env: d
 
 def logged_seconds(run_dir: Path, first: int, last: int) -> float:
     """Mean ``timing/iteration_s`` of iterations ``first .. last - 1`` of a fit's CSV metrics."""
-    from agentfly.report import read_metrics
+    from agentfly.run.report import read_metrics
 
     train, _ = read_metrics(run_dir)
     seconds = [train[i]["timing/iteration_s"] for i in sorted(train) if "timing/iteration_s" in train[i]]

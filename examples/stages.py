@@ -20,7 +20,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from agentfly.report import read_metrics  # noqa: E402
+from agentfly.run.report import read_metrics  # noqa: E402
 
 
 @dataclasses.dataclass(frozen=True)

@@ -41,6 +41,8 @@ COPIED = ("agentfly", "tests", "conf", "pyproject.toml")
 LEARNING = "tests/modules/test_learning.py"
 SIGNS = "tests/estimators/test_signs.py"
 WORKERS = "tests/rollout/test_workers.py"
+LENDING = "tests/rollout/test_lending.py"
+BREAKER = "tests/rollout/test_breaker.py"
 
 
 @dataclass(frozen=True)
@@ -136,7 +138,7 @@ MUTATIONS = [
     ),
     Mutation(
         "batch hooks in reverse stage order",
-        "agentfly/callbacks/batch_hooks.py",
+        "agentfly/modules/batch_hooks.py",
         "sorted(callbacks, key=lambda cb: cb.stage)",
         "sorted(callbacks, key=lambda cb: -cb.stage)",
         ("tests/estimators/test_callbacks.py::test_hooks_of_one_phase_run_in_stage_order",),
@@ -227,6 +229,91 @@ MUTATIONS = [
         "        return False\n",
         (f"{WORKERS}::test_a_tool_whose_calls_hang_never_keeps_another_tool_from_running",),
     ),
+    # a fault costs only the chains it hits and only their time (issue 37)
+    Mutation(
+        "no spare worker kept",
+        "agentfly/rollout/execution/workers.py",
+        "            wanted = max(wanted + self.spares, self.num_workers + self.spares)\n",
+        "            wanted = max(wanted, self.num_workers)\n",
+        (f"{WORKERS}::test_a_started_pool_keeps_a_spare_so_a_dead_worker_is_not_waited_for",),
+    ),
+    Mutation(
+        "an idle call never lends its place",
+        "agentfly/rollout/execution/lending.py",
+        "            elif not job.lent and idle and queue.lent < self.max_lent:",
+        "            elif False:",
+        (f"{LENDING}::test_calls_that_sleep_wait_side_by_side_not_in_a_queue",),
+    ),
+    Mutation(
+        "a lent call still holds its place",
+        "agentfly/rollout/execution/call_queue.py",
+        "        return self._running.total() - self._lent\n",
+        "        return self._running.total()\n",
+        (f"{LENDING}::test_calls_that_sleep_wait_side_by_side_not_in_a_queue",),
+    ),
+    Mutation(
+        "a computing call lends its place",
+        "agentfly/rollout/execution/lending.py",
+        "            idle = look[1] - cpu_then <= IDLE_SHARE * (now - since)",
+        "            idle = True",
+        (f"{LENDING}::test_a_computing_call_keeps_its_place",),
+    ),
+    Mutation(
+        "workers start past the memory budget",
+        "agentfly/rollout/execution/memory_budget.py",
+        "    return claim_mb(workers, memory_mb) + memory_mb <= budget_mb",
+        "    return True",
+        (f"{LENDING}::test_the_workers_claim_stays_within_the_memory_budget",),
+    ),
+    Mutation(
+        "idle workers past the memory budget are kept",
+        "agentfly/rollout/execution/memory_budget.py",
+        "        if memory_mb <= 0 or claim <= budget_mb or left <= num_workers:",
+        "        if True:",
+        (f"{LENDING}::test_the_workers_claim_stays_within_the_memory_budget",),
+    ),
+    Mutation(
+        "a late worker start stops the pool at once",
+        "agentfly/rollout/execution/worker_starts.py",
+        "        return self.failures >= self.attempts",
+        "        return True",
+        (f"{WORKERS}::test_a_late_start_is_tried_again_and_the_pool_goes_on",),
+    ),
+    Mutation(
+        "the tool breaker's first-calls rule never trips",
+        "agentfly/rollout/tools/breaker.py",
+        "        if self.first_calls and self._first.total() == self.first_calls and len(self._first) == 1:",
+        "        if False:",
+        (f"{BREAKER}::test_run_tool_call_stops_a_tool_whose_first_calls_all_failed",),
+    ),
+    Mutation(
+        "the tool breaker's failure-rate rule never trips",
+        "agentfly/rollout/tools/breaker.py",
+        "        if len(settled) == self.window and failed >= self.failure_rate * self.window:",
+        "        if False:",
+        (f"{BREAKER}::test_the_failure_rate_rule_counts_over_the_last_window_calls",),
+    ),
+    Mutation(
+        "the tool breaker counts calls in the order they ended",
+        "agentfly/rollout/tools/breaker.py",
+        "        running = min(self._pending, default=self.started)",
+        "        running = self.started",
+        (f"{BREAKER}::test_calls_count_in_the_order_they_started_not_the_order_they_ended",),
+    ),
+    Mutation(
+        "the tool breaker counts a tool's own raise as a failure",
+        "agentfly/rollout/tools/breaker.py",
+        "        failed = kind in INFRA_TOOL_ERRORS",
+        "        failed = kind is not None",
+        (f"{BREAKER}::test_a_raise_of_the_tool_is_an_answer_and_only_infrastructure_failures_count",),
+    ),
+    Mutation(
+        "a broken tool fails its chains instead of stopping the rollout",
+        "agentfly/rollout/agent_loop.py",
+        "        except (WorkerStartError, ToolBroken):  # every chain would fail alike: the rollout stops",
+        "        except WorkerStartError:",
+        (f"{BREAKER}::test_a_broken_tool_stops_the_rollout_instead_of_failing_its_chains",),
+    ),
     Mutation(
         "rewards beyond float32 accepted",
         "agentfly/rollout/rewards/result.py",
@@ -250,10 +337,90 @@ MUTATIONS = [
     ),
     Mutation(
         "a damaged last.ckpt is resumed from",
-        "agentfly/checkpoints.py",
+        "agentfly/run/checkpoints.py",
         "            why = checkpoint_damage(path)\n",
         "            why = None\n",
         ("tests/test_damaged_checkpoint.py::test_a_truncated_last_ckpt_resumes_from_the_intact_iteration_before_it",),
+    ),
+    Mutation(
+        "a resume across a changed meaning key is not refused",
+        "agentfly/run/resume.py",
+        "    if refused and not plan.resume_changed_config:",
+        "    if False:",
+        ("tests/test_resume_config.py::test_a_changed_train_batch_size_is_refused_unless_told",),
+    ),
+    Mutation(
+        "sft loss on every response token (observations trained)",
+        "agentfly/modules/sft_module.py",
+        'loss = agg_loss(nll, micro.response_mask, "token-mean", num_tokens=tokens)',
+        'loss = agg_loss(nll, torch.ones_like(micro.response_mask), "token-mean", num_tokens=tokens)',
+        ("tests/sft/test_sft_module.py::test_the_loss_is_the_mean_nll_of_the_assistant_tokens",),
+    ),
+    Mutation(
+        "sft conversation: the text between turns laid out as sampled (mask 1)",
+        "agentfly/sft/conversations.py",
+        "traj.append_observation(self._encode(between))",
+        "traj.append_sampled(self._encode(between), [0.0] * len(self._encode(between)))",
+        ("tests/sft/test_conversations.py::test_the_mask_is_one_exactly_on_the_assistant_tokens",),
+    ),
+    Mutation(
+        "LoRA adapter not merged into the weights the engines receive",
+        "agentfly/core/weights.py",
+        'state[f"{name}.weight"] = weight + layer.get_delta_weight(ADAPTER).to(weight.dtype)',
+        'state[f"{name}.weight"] = weight + 0 * layer.get_delta_weight(ADAPTER).to(weight.dtype)',
+        ("tests/test_lora_fit.py::test_merged_weights_reach_the_engine_with_merge",),
+    ),
+    # the transformers engine's prefix cache (issue 37): stale or misplaced K/V train silently
+    Mutation(
+        "prefix cache: new weights keep the old weights' K/V",
+        "agentfly/rollout/engines/transformers_engine.py",
+        "        self._prefixes.free()  # its K/V were computed with the old weights\n",
+        "",
+        ("tests/rollout/test_prefix_cache.py::test_new_weights_or_sleep_empty_the_store",),
+    ),
+    Mutation(
+        "prefix cache: a new LoRA adapter keeps the old adapter's K/V",
+        "agentfly/rollout/engines/transformers_engine.py",
+        "        self._prefixes.free()  # its K/V were computed with the old weights\n"
+        "        if isinstance(weights, LoraAdapter):\n"
+        "            self._load_adapter(weights)\n"
+        "            return\n",
+        "        if isinstance(weights, LoraAdapter):\n"
+        "            self._load_adapter(weights)\n"
+        "            return\n"
+        "        self._prefixes.free()  # its K/V were computed with the old weights\n",
+        ("tests/rollout/test_prefix_cache.py::test_new_weights_or_sleep_empty_the_store",),
+    ),
+    Mutation(
+        "prefix cache: emptying the store keeps its blocks",
+        "agentfly/rollout/engines/prefix_cache.py",
+        "        self._blocks.clear()\n",
+        "",
+        ("tests/rollout/test_prefix_cache.py::test_new_weights_or_sleep_empty_the_store",),
+    ),
+    Mutation(
+        "prefix cache: kept through a sync update on the trainer's device",
+        "agentfly/callbacks/weight_sync.py",
+        "        session.pool.free_prefix_cache()\n",
+        "",
+        ("tests/rollout/test_prefix_cache_memory.py::"
+         "test_a_fit_s_update_runs_with_the_in_process_engine_s_store_empty_and_serves_exactly_after",),
+    ),
+    Mutation(
+        "prefix cache: a reused prefix's first token masked out",
+        "agentfly/rollout/engines/kv_cache.py",
+        "            mask[u, width - n :] = 1\n",
+        "            mask[u, width - n + 1 :] = 1\n",
+        ("tests/rollout/test_prefix_cache.py::"
+         "test_multi_turn_calls_equal_the_uncached_engine_and_prefill_only_the_new_tokens",),
+    ),
+    Mutation(
+        "prefix cache: a finished row's K/V stored from the batch's first row",
+        "agentfly/rollout/engines/prefix_reuse.py",
+        "kv_cache.row_kv(cache, row, columns[start:end])",
+        "kv_cache.row_kv(cache, 0, columns[start:end])",
+        ("tests/rollout/test_prefix_cache.py::"
+         "test_multi_turn_calls_equal_the_uncached_engine_and_prefill_only_the_new_tokens",),
     ),
 ]
 

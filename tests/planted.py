@@ -25,3 +25,14 @@ class Fail(pl.Callback):
             raise RuntimeError("planted failure")
         if self.hook == "sigterm":
             os.kill(os.getpid(), signal.SIGTERM)
+
+
+class Bug(pl.Callback):
+    """Raises a plain ``KeyError`` or ``ValueError`` (``kind``) as the fit starts: a bug in the code
+    (not a config error), which the command line shows with its traceback."""
+
+    def __init__(self, kind: str = "KeyError") -> None:
+        self.kind = kind
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        raise {"KeyError": KeyError, "ValueError": ValueError}[self.kind]("planted bug")

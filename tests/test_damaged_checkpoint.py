@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from agentfly.checkpoints import checkpoint_damage, find_resume_checkpoint
 from agentfly.cli import main
+from agentfly.run.checkpoints import checkpoint_damage, find_resume_checkpoint
 from tests.fit_runs import fit_args, rows, write_task
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from agentfly.cli import load_config
-from agentfly.topology import Hardware, resolve_topology
+from agentfly.run.topology import Hardware, resolve_topology
 from tests.fit_runs import fit_args, probe_args, rows, write_task
 from tests.probes import assert_updates_follow_the_advantages, read_records
 

@@ -21,7 +21,7 @@ from lightning.pytorch.callbacks import ModelSummary
 
 from agentfly.cli import load_config, main
 from agentfly.config import ConfigError
-from agentfly.fit import build_trainer
+from agentfly.run.fit import build_trainer
 from tests.fit_runs import fit_args, rows
 
 # user code, written into a folder outside the repository (tmp) and imported from there

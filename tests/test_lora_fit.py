@@ -13,9 +13,9 @@ import torch
 from safetensors.torch import load_file
 
 from agentfly.cli import load_config
-from agentfly.fit import build_trainer
 from agentfly.rollout.engines import SamplingParams
 from agentfly.rollout.engines.caller_thread import run_sync
+from agentfly.run.fit import build_trainer
 from tests.fit_runs import rows, write_task
 
 IDS = list(range(3, 40))  # a fixed token sequence to compare models on

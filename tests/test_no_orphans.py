@@ -1,9 +1,10 @@
 """A fit with a Ray engine pool leaves no process behind, however it ends: SIGTERM to the trainer
-mid-run, an exception in a training step, SIGKILL; and a Ray shutdown that hangs is cut at its
-deadline. Every process of a run is tracked (:class:`Tracker`): the trainer's descendants, noted
-while it runs (Ray's head, raylet, GCS, its dashboard and runtime-env agents, the engine actor),
-and every process whose environment holds the run's own ``RAY_TMPDIR`` (found even once the
-trainer is gone; Ray's agents rewrite their environment, so they are found the first way)."""
+mid-run, an exception in a training step, SIGKILL; a Ray shutdown that hangs is cut at its
+deadline, and so is a whole stop after SIGTERM (the watchdog of :func:`sigterm_exits`). Every
+process of a run is tracked (:class:`Tracker`): the trainer's descendants, noted while it runs
+(Ray's head, raylet, GCS, its dashboard and runtime-env agents, the engine actor), and every
+process whose environment holds the run's own ``RAY_TMPDIR`` (found even once the trainer is
+gone; Ray's agents rewrite their environment, so they are found the first way)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+from agentfly.core.process_exit import EXIT_HOOKS_TIMEOUT_S
 from agentfly.core.reaper import gone
+from agentfly.core.shutdown import EXIT_DEADLINE_S
 from tests.fit_runs import fit_args, processes_of, write_task
 
 
@@ -85,22 +88,30 @@ def ray_tmp():
     shutil.rmtree(path, ignore_errors=True)
 
 
+#: how long a run may take to start and reach its first checkpoint (or its failure): 55 s with
+#: the load average at 5-6 on two cores, 150-180 s at 11-16
+START_S = 360
+
+
 @pytest.mark.slow
 def test_sigterm_mid_run_stops_every_process_of_the_run(task, tmp_path, ray_tmp):
+    """The process ends within its bound however loaded the machine (the orderly stop within
+    ``EXIT_DEADLINE_S`` of the signal, or the watchdog's kill; then the exit's hooks within
+    ``EXIT_HOOKS_TIMEOUT_S``), with 143 and none of its processes left."""
     run, log = tmp_path / "run", tmp_path / "fit.log"
     proc = launch(task, run, ray_tmp, log, 1000)
     tracker = Tracker(proc, ray_tmp)
     try:
-        deadline = time.monotonic() + 180
+        deadline = time.monotonic() + START_S
         while not (run / "checkpoints" / "iter_000001.ckpt").exists():
             assert proc.poll() is None, log.read_text()[-3000:]
-            assert time.monotonic() < deadline, "no checkpoint within 180 s"
+            assert time.monotonic() < deadline, f"no checkpoint within {START_S} s"
             tracker.look()
             time.sleep(0.05)
         names = tracker.look()
         assert has(names, "raylet", "gcs_server", "ray::EngineHost", "ray::DashboardAgent"), names
         proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=90)
+        proc.wait(timeout=EXIT_DEADLINE_S + EXIT_HOOKS_TIMEOUT_S + 20)  # 20 s: killing and reaping
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -119,7 +130,7 @@ def test_an_exception_in_a_training_step_stops_every_process_of_the_run(task, tm
     proc = launch(task, run, ray_tmp, log, 2, fail)
     tracker = Tracker(proc, ray_tmp)
     try:
-        deadline = time.monotonic() + 180
+        deadline = time.monotonic() + START_S + EXIT_DEADLINE_S
         while proc.poll() is None and time.monotonic() < deadline:
             tracker.look()
             time.sleep(0.1)
@@ -156,10 +167,10 @@ def test_a_trainer_killed_outright_leaves_no_ray_process(task, ray_tmp, tmp_path
                                 stderr=subprocess.STDOUT, env=env)
     tracker = Tracker(proc, ray_tmp)
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + START_S
         while "pool up" not in log.read_text():
             assert proc.poll() is None, log.read_text()[-3000:]
-            assert time.monotonic() < deadline, "the pool did not come up within 120 s"
+            assert time.monotonic() < deadline, f"the pool did not come up within {START_S} s"
             tracker.look()
             time.sleep(0.1)
         # what outlived a SIGKILLed trainer, and the watcher that ends them
@@ -303,3 +314,72 @@ def test_sigterm_while_ray_starts_ends_the_run_in_order(monkeypatch, caplog):
     assert "SIGTERM: stopping the run" in caplog.text
     assert time.monotonic() - started < 5
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+STOP_THAT_HANGS = """
+import subprocess, sys, threading, time
+from agentfly.core import shutdown
+
+def hanging_cleanup():
+    threading.Event().wait()  # a wait with no deadline, on the way out
+
+shutdown.EXIT_BACKSTOP_S = float(sys.argv[2])
+with shutdown.sigterm_exits(deadline_s=float(sys.argv[1])):
+    child = subprocess.Popen(["sleep", "120"])
+    print(child.pid, flush=True)
+    try:
+        time.sleep(100)
+    finally:
+        hanging_cleanup()
+"""
+
+GIL_NEVER_FREE = """
+import re
+def hanging_cleanup():
+    re.match(r"(a+)+$", "a" * 64 + "b")  # matching in C for ever, the GIL held
+"""
+
+
+def run_stop_that_hangs(tmp_path, script: str, deadline_s: float, backstop_s: float):
+    """Start ``script`` (:data:`STOP_THAT_HANGS`), SIGTERM it once it is inside its run; returns
+    (the process, its `sleep` child's pid, stderr, seconds from the signal to its exit)."""
+    err = tmp_path / "stderr.txt"
+    with err.open("wb") as out:
+        proc = subprocess.Popen([sys.executable, "-c", script, str(deadline_s), str(backstop_s)],
+                                stdout=subprocess.PIPE, stderr=out, text=True)
+    child = int(proc.stdout.readline())
+    proc.send_signal(signal.SIGTERM)
+    signalled = time.monotonic()
+    try:
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if psutil.pid_exists(child):
+            psutil.Process(child).kill()
+    return proc, child, err.read_text(), time.monotonic() - signalled
+
+
+def test_a_stop_that_hangs_after_sigterm_is_cut_at_the_deadline(tmp_path):
+    """SIGTERM arms :func:`sigterm_exits`'s watchdog: a cleanup that never ends is cut short at
+    ``deadline_s``, saying where each thread was; the process's children are killed; 143."""
+    proc, child, said, took = run_stop_that_hangs(tmp_path, STOP_THAT_HANGS, 1, 60)
+    assert proc.returncode == 143, said
+    assert f"the run did not stop within 1 s of SIGTERM: killing its processes [{child}]" in said
+    assert "in hanging_cleanup" in said  # the main thread's stack
+    assert not psutil.pid_exists(child) or gone(psutil.Process(child))
+    assert took < 30, said  # the deadline, then seconds at most (60: never)
+
+
+def test_a_stop_that_holds_the_gil_ends_at_the_backstop(tmp_path):
+    """A cleanup stuck in C with the GIL held, where the watchdog's thread cannot run:
+    faulthandler dumps the stacks and ends the process (status 1) ``EXIT_BACKSTOP_S`` later."""
+    script = STOP_THAT_HANGS.replace(
+        'def hanging_cleanup():\n    threading.Event().wait()  # a wait with no deadline, on the way out\n',
+        GIL_NEVER_FREE)
+    assert "re.match" in script
+    proc, _, said, took = run_stop_that_hangs(tmp_path, script, 3, 1)  # in the match long before 3 s
+    assert proc.returncode == 1, said
+    assert "Timeout" in said and "in hanging_cleanup" in said, said
+    assert took < 30, said

@@ -1,4 +1,4 @@
-"""A resume keeps its word (:mod:`agentfly.resume`): a finished run trains nothing and says it is
+"""A resume keeps its word (:mod:`agentfly.run.resume`): a finished run trains nothing and says it is
 complete, a config that differs from the checkpoint's is named, a change of what the checkpoint
 means is refused unless ``trainer.resume_changed_config=true``, and a checkpoint whose models this
 config does not train is refused outright. A run that stops on an error leaves ``error.txt``

@@ -1,6 +1,7 @@
 """The TextWorld example (examples/textworld_coins/, `make demo-textworld`), shortened: one game
 per level in each file, each stage for 2 iterations on the real model, through the example's own
-driver, and its report."""
+driver, and its report; the games it wrote are replayed through the example's configured tool
+and reward."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
+
+from tests.report_table import row_values
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "textworld_coins"
@@ -30,6 +34,36 @@ def smollm2():
 
 def _rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def assert_routes_score_as_the_reward_defines(data: Path) -> None:
+    """Each RL and held-out game's walkthrough, its first half and none of it, played through the
+    example's ``textworld_step`` and scored by its reward, both as ``rl.yaml`` configures them:
+    1.0 for the game won, else 0.5 x (walkthrough commands played in order) / (its length)."""
+    from agentfly.core.trajectory import Trajectory
+    from agentfly.rollout.rewards import compute_reward
+    from agentfly.rollout.tools.bind import bind_tools
+
+    agent = yaml.safe_load((EXAMPLE / "rl.yaml").read_text())["agent"]
+    init = agent["init_config"]
+    (step,) = bind_tools(init["tools"], init["tool_config"])
+    session = step.new_resource()
+    try:
+        for row in _rows(data / "rl_train.jsonl") + _rows(data / "held_out.jsonl"):
+            route = row["walkthrough"]
+            # level L: L - 1 moves, then the coin; the configured turns and steps leave room for all
+            assert len(route) == row["difficulty"] and route[-1] == "take coin"
+            assert len(route) <= min(agent["run_config"]["max_turns"], step.settings.max_steps)
+            for played in (route, route[: len(route) // 2], []):
+                session.start(row)
+                for command in played:
+                    step(action=command, resource=session)
+                chain = Trajectory(prompt_ids=[0], environments={"textworld": session.record()})
+                result = compute_reward(init["reward_name"], "", chain, row)
+                expected = 1.0 if played == route else 0.5 * len(played) / len(route)
+                assert not result.failed and result.reward == pytest.approx(expected), (row["game_file"], played)
+    finally:
+        session.close()
 
 
 def test_each_stage_runs_two_iterations_and_the_report_compares_them(smollm2, tmp_path):
@@ -59,11 +93,17 @@ def test_each_stage_runs_two_iterations_and_the_report_compares_them(smollm2, tm
     rl, held_out = _rows(data / "rl_train.jsonl"), _rows(data / "held_out.jsonl")
     assert [r["difficulty"] for r in rl] == [3, 4, 5] and len(held_out) == 2
     assert not {r["game_file"] for r in rl} & {r["game_file"] for r in held_out}
+    assert_routes_score_as_the_reward_defines(data)
     report = (tmp_path / "report.md").read_text()
     # the base model, after SFT (the fit's validation before training) and after the 2 iterations
     assert "| held-out, 2 games | base model | after SFT | RL iteration 2 |" in report
     assert "| minutes of RL training | - | 0.0 |" in report  # the base model trained none
-    assert "| success rate, sampled |" in report and "| turns, greedy |" in report
+    for kind in ("sampled", "greedy"):
+        for rate in ("success rate", "chains with an action", "format errors"):
+            values = row_values(report, f"{rate}, {kind}")
+            assert len(values) == 3 and all(v is not None and 0 <= v <= 1 for v in values), (rate, kind, values)
+        # a chain plays one turn at least, and --rl's max_turns=2 at most
+        assert all(v is not None and 1 <= v <= 2 for v in row_values(report, f"turns, {kind}"))
     assert "RL training (rollouts and updates, validation not counted): 2 iterations in" in report
     assert (tmp_path / "curves.png").stat().st_size > 10_000
     assert (tmp_path / "rl" / "hf_actor" / "model.safetensors").exists()

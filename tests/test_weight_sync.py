@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from agentfly.cli import load_config
-from agentfly.fit import build_trainer
 from agentfly.models.tiny import build_tiny_model
 from agentfly.rollout.engines import SamplingParams
 from agentfly.rollout.engines.caller_thread import run_sync
+from agentfly.run.fit import build_trainer
 
 
 def teacher_forced(model, ids: list[int], n_new: int) -> torch.Tensor:

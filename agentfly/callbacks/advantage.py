@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentfly.callbacks.batch_hooks import ADVANTAGE_STAGE, RolloutBatchCallback, to_float
+from agentfly.callbacks.batch_hooks import RolloutBatchCallback, to_float
 from agentfly.core.batch import RolloutBatch
 from agentfly.core.reductions import masked_mean
 from agentfly.estimators.base import AdvantageInput, get_estimator
+from agentfly.modules.batch_hooks import ADVANTAGE_STAGE
 
 
 class AdvantageCallback(RolloutBatchCallback):

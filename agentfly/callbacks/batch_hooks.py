@@ -1,21 +1,23 @@
-"""The rollout-batch hook: where swappable callbacks shape the rewards and write the advantages.
+"""The rollout-batch callback: where swappable callbacks shape the rewards and write the advantages.
 
 A :class:`RolloutBatchCallback` is a Lightning callback with one more hook,
-:meth:`~RolloutBatchCallback.on_rollout_batch`, and a ``stage``. It is the one hook for a user's
+:meth:`~RolloutBatchCallback.on_rollout_batch`, and a ``stage`` (the module's
+:class:`~agentfly.modules.batch_hooks.RolloutBatchHook`). It is the one hook for a user's
 own batch processing: subclass it, edit the batch's fields in place, return metrics to log, and
 give it in ``trainer.callbacks`` (``--trainer.callbacks+=my_pkg.MyHook``). The module holds the
 ones it runs in its ``rollout_callbacks`` list: each callback the trainer has adds itself there
 in Lightning's ``setup`` hook (before the first batch of a fit or validation) and takes itself
 out in ``teardown``, so no one searches the trainer's callbacks.
 
-``AgentRLModule.training_step`` calls them twice per iteration, after the module has filled in
-the batch's no-grad passes (``old_log_probs``, ``ref_log_probs``, ``full_kl``, ``values``):
+``AgentRLModule.training_step`` calls them twice per iteration
+(:mod:`agentfly.modules.batch_hooks`), after the module has filled in the batch's no-grad passes
+(``old_log_probs``, ``ref_log_probs``, ``full_kl``, ``values``):
 
-1. :func:`shape_rewards` runs the hooks whose ``stage`` is below :data:`ADVANTAGE_STAGE`: they
+1. :func:`~agentfly.modules.batch_hooks.shape_rewards` runs the hooks whose ``stage`` is below :data:`~agentfly.modules.batch_hooks.ADVANTAGE_STAGE`: they
    turn ``token_level_scores`` into ``token_level_rewards`` (:class:`KLRewardCallback`, stage 0,
    built from ``algorithm.use_kl_in_reward`` with its KL controller);
-2. :func:`compute_advantages` runs the others: the advantage estimator's
-   (:class:`AdvantageCallback`, stage :data:`ADVANTAGE_STAGE`, built from
+2. :func:`~agentfly.modules.batch_hooks.compute_advantages` runs the others: the advantage estimator's
+   (:class:`AdvantageCallback`, stage :data:`~agentfly.modules.batch_hooks.ADVANTAGE_STAGE`, built from
    ``algorithm.adv_estimator``) writes ``advantages`` and ``returns``; a later stage may read or
    change them before the update.
 
@@ -27,7 +29,6 @@ stays in :mod:`agentfly.estimators`. The fields each callback reads and writes a
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -35,13 +36,10 @@ from lightning.pytorch.callbacks import Callback
 
 from agentfly.core.batch import RolloutBatch
 
-#: the advantage estimator's stage: hooks below it shape the rewards, the others come after it
-ADVANTAGE_STAGE = 10
-
 
 class RolloutBatchCallback(Callback):
     """A Lightning callback that edits each training batch before the update; lower ``stage``
-    runs first, and a stage below :data:`ADVANTAGE_STAGE` runs before the advantages.
+    runs first, and a stage below :data:`~agentfly.modules.batch_hooks.ADVANTAGE_STAGE` runs before the advantages.
 
     It joins the module's ``rollout_callbacks`` in :meth:`setup` and leaves them in
     :meth:`teardown`: a subclass that overrides either calls ``super()``.
@@ -64,50 +62,6 @@ class RolloutBatchCallback(Callback):
         hooks = getattr(pl_module, "rollout_callbacks", None)
         if hooks is not None:
             hooks[:] = [cb for cb in hooks if cb is not self]
-
-
-def _run(
-    callbacks: Iterable[RolloutBatchCallback], trainer: Any, pl_module: Any, batch: RolloutBatch
-) -> dict[str, float]:
-    """Run ``callbacks`` on ``batch`` in ``stage`` order; merge their metrics."""
-    metrics: dict[str, float] = {}
-    for callback in sorted(callbacks, key=lambda cb: cb.stage):
-        metrics.update(callback.on_rollout_batch(trainer, pl_module, batch))
-    return metrics
-
-
-def shape_rewards(
-    callbacks: Iterable[RolloutBatchCallback], trainer: Any, pl_module: Any, batch: RolloutBatch
-) -> dict[str, float]:
-    """The hooks before the advantages (``stage`` < :data:`ADVANTAGE_STAGE`): the reward's shaping."""
-    return _run([cb for cb in callbacks if cb.stage < ADVANTAGE_STAGE], trainer, pl_module, batch)
-
-
-def compute_advantages(
-    callbacks: Iterable[RolloutBatchCallback], trainer: Any, pl_module: Any, batch: RolloutBatch
-) -> dict[str, float]:
-    """The estimator's hook and those after it (``stage`` ≥ :data:`ADVANTAGE_STAGE`).
-
-    Raises:
-        RuntimeError: no callback wrote ``advantages`` (the update cannot run without them).
-    """
-    metrics = _run([cb for cb in callbacks if cb.stage >= ADVANTAGE_STAGE], trainer, pl_module, batch)
-    if batch.advantages is None:
-        raise RuntimeError(
-            "no callback wrote the batch's advantages: add AdvantageCallback (algorithm."
-            "adv_estimator) to the trainer's callbacks"
-        )
-    return metrics
-
-
-def apply_rollout_callbacks(
-    callbacks: Iterable[RolloutBatchCallback], trainer: Any, pl_module: Any, batch: RolloutBatch
-) -> dict[str, float]:
-    """:func:`shape_rewards`, then :func:`compute_advantages`; their metrics merged."""
-    callbacks = list(callbacks)
-    metrics = shape_rewards(callbacks, trainer, pl_module, batch)
-    metrics.update(compute_advantages(callbacks, trainer, pl_module, batch))
-    return metrics
 
 
 def to_float(x: torch.Tensor | float) -> float:

@@ -1,5 +1,5 @@
 """Writes the run's config into every checkpoint, so that a resume can compare the config it is
-given with the one the checkpoint was written with (:mod:`agentfly.resume`)."""
+given with the one the checkpoint was written with (:mod:`agentfly.run.resume`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ RECORD_KEY = "agentfly_config"  # the checkpoint's entry holding the run's confi
 
 
 class ConfigRecord(Callback):
-    """Adds ``record`` (:func:`agentfly.resume.config_record` of the run's config) to each
+    """Adds ``record`` (:func:`agentfly.run.resume.config_record` of the run's config) to each
     checkpoint under :data:`RECORD_KEY`."""
 
     def __init__(self, record: dict[str, Any]) -> None:

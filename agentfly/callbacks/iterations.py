@@ -11,7 +11,7 @@ or a machine that loses power leaves the previous ``last.ckpt`` whole. ``last.ck
 first and ``iter_{k}.ckpt`` linked to it after, so an existing ``iter_{k}.ckpt`` implies a
 ``last.ckpt`` at iteration k or later. Being a hard link, ``iter_{k}.ckpt`` shares the file of
 the ``last.ckpt`` of iteration k: damaged in place, both are (a resume then falls back to
-``iter_{k-1}.ckpt``, see :mod:`agentfly.checkpoints`).
+``iter_{k-1}.ckpt``, see :mod:`agentfly.run.checkpoints`).
 """
 
 from __future__ import annotations

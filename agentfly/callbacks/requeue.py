@@ -8,7 +8,7 @@ iteration (every rank at the same point, after the weight sync) the ranks agree 
 them was signalled, all save ``hpc_ckpt_N.ckpt`` together (to a temporary name moved into place,
 so a job killed mid-write never leaves a partial one), rank 0 runs ``scontrol requeue``, and
 training stops. The requeued job's ``agentfly fit ... trainer.resume_mode=auto`` resumes from that
-checkpoint (:func:`agentfly.fit.resume_path` picks it when it is the newest).
+checkpoint (:func:`agentfly.run.fit.resume_path` picks it when it is the newest).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class SlurmRequeue(Callback):
             return
         path = trainer._checkpoint_connector.hpc_save_path(trainer.default_root_dir)
         # a name without "hpc_ckpt_": neither Lightning's hpc_ckpt_N numbering nor a resume
-        # (agentfly.checkpoints) takes it for a checkpoint until it is whole and moved into place
+        # (agentfly.run.checkpoints) takes it for a checkpoint until it is whole and moved into place
         tmp = os.path.join(os.path.dirname(path), ".hpc_partial.tmp")
         trainer.save_checkpoint(tmp)  # every rank; rank 0 writes
         if trainer.is_global_zero:

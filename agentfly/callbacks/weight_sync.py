@@ -31,6 +31,14 @@ class WeightSyncCallback(Callback):
     join in gathering the full state (:func:`~agentfly.core.weights.full_state`). Each rank has its
     own pool and pushes to it; a session marked ``shared`` (one pool for all ranks) is pushed to by
     rank 0 alone.
+
+    The engines' prefix caches hold K/V computed by the weights an update replaces. When an update
+    starts after its own rollout (``rollout_mode=sync``) and the engine computes in the training
+    process on the trainer's device, the callback frees that cache then, rather than at the push
+    after the update: its memory goes to the update, and nothing is lost (the push would empty
+    it). Where the rollout overlaps the update (``one_step_off``, ``async``) the cache serves it,
+    and an engine in a Ray actor keeps its own; both stay within
+    ``actor_rollout_ref.rollout.prefix_cache_max_gib``.
     """
 
     def __init__(self, send_adapter: bool = False) -> None:
@@ -54,6 +62,11 @@ class WeightSyncCallback(Callback):
     def on_test_start(self, trainer: Any, pl_module: Any) -> None:
         self.ensure_current(trainer, pl_module)
 
+    def on_train_batch_start(
+        self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int
+    ) -> None:
+        self.free_prefix_cache(trainer, pl_module)
+
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         self.ensure_current(trainer, pl_module)
         pl_module.log("timing/weight_sync_s", self.last_seconds, on_step=True, batch_size=1)
@@ -74,6 +87,18 @@ class WeightSyncCallback(Callback):
             before_push()  # one_step_off: the rollout in flight ends on the weights it began with
         self.sync(trainer, pl_module, session)
         self._engine_version = version
+        return True
+
+    def free_prefix_cache(self, trainer: Any, pl_module: Any) -> bool:
+        """At an update's start, free the prefix cache of an engine on the trainer's device when
+        the rollout is over (``sync``); True when it did (see the class docstring)."""
+        datamodule = trainer.datamodule
+        session = getattr(datamodule, "session", None)
+        if session is None or getattr(datamodule, "rollout_mode", "sync") != "sync":
+            return False
+        if not session.pool.shares_device(pl_module.device):
+            return False
+        session.pool.free_prefix_cache()
         return True
 
     def sync(self, trainer: Any, pl_module: Any, session: Any) -> None:

@@ -1,6 +1,6 @@
 """The ``agentfly`` command line: a ``LightningCLI`` with verl's keys on top.
 
-``agentfly fit|validate|test|predict`` is :class:`~agentfly.lightning_cli.AgentflyCLI` (imported
+``agentfly fit|validate|test|predict`` is :class:`~agentfly.cli.lightning.AgentflyCLI` (imported
 on first use), a ``lightning.pytorch.cli.LightningCLI``: ``--help`` lists every key with its type
 and default, ``--print_config`` prints a config that ``--config`` reads back, ``--model.class_path`` /
 ``--data.class_path`` choose a subclass of :class:`~agentfly.modules.rl_module.AgentRLModule` /
@@ -13,7 +13,7 @@ the RL loop's ``save_freq``, ``test_freq``, ``total_training_steps``...), ``data
 DataModule's arguments (verl's ``data.*``), ``agent``, ``algorithm``, ``actor_rollout_ref``
 and ``critic`` are verl's sections (typed dataclasses, :mod:`agentfly.config.schema`).
 What the module and the DataModule receive beyond that is computed from all of them by
-:func:`agentfly.plan.plan_run` (per-rank batches, schedule lengths, engines), so the module's
+:func:`agentfly.run.plan.plan_run` (per-rank batches, schedule lengths, engines), so the module's
 own planned arguments are not keys. AgentFly's and verl's words (``a.b=c``, ``agent.max_turns=3``,
 ``trainer.logger=['console','wandb']``) and their YAML files are translated first
 (:mod:`agentfly.config.verl_args`); ``python -m agentfly.cli train ...`` is ``fit``.
@@ -21,7 +21,7 @@ own planned arguments are not keys. AgentFly's and verl's words (``a.b=c``, ``ag
 ``agentfly rollout [--config FILE] [key=value ...] --output OUT.jsonl`` runs rollouts alone with
 the same config and writes one JSON line per chain plus a summary.
 
-``agentfly sft [--config FILE] [key=value ...]`` is supervised fine-tuning (:mod:`agentfly.sft_run`),
+``agentfly sft [--config FILE] [key=value ...]`` is supervised fine-tuning (:mod:`agentfly.run.sft`),
 with the keys ``fit`` shares with it and its own ``data.*``.
 
 ``fit`` and ``rollout`` end in order on SIGTERM as on an error (:mod:`agentfly.core.shutdown`): the
@@ -45,9 +45,9 @@ from agentfly import __version__
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
-    from agentfly.lightning_cli import AgentflyCLI
+    from agentfly.cli.lightning import AgentflyCLI
     from agentfly.rollout.rollout_plan import RolloutPlan
-    from agentfly.topology import Hardware
+    from agentfly.run.topology import Hardware
 
 STAGES = ("fit", "validate", "test", "predict")
 logger = logging.getLogger(__name__)
@@ -56,9 +56,9 @@ os.environ.setdefault("JSONARGPARSE_DEPRECATION_WARNINGS", "off")
 
 
 def _cli_class() -> type[AgentflyCLI]:
-    """:class:`~agentfly.lightning_cli.AgentflyCLI`, imported on first use (importing Lightning and
+    """:class:`~agentfly.cli.lightning.AgentflyCLI`, imported on first use (importing Lightning and
     the module is slow)."""
-    from agentfly.lightning_cli import AgentflyCLI
+    from agentfly.cli.lightning import AgentflyCLI
 
     return AgentflyCLI
 
@@ -123,10 +123,10 @@ def _config_parser() -> tuple[Any, dict[str, Any]]:
 
 def _lightning(stage: str, words: list[str]) -> int:
     from agentfly.config.verl_args import to_cli_args
-    from agentfly.core.errors import ConfigError
+    from agentfly.core.errors import ConfigError, InputError
     from agentfly.core.shutdown import ray_stopped_at_exit, sigterm_exits
-    from agentfly.resume import RunComplete
     from agentfly.rollout.engines.errors import EngineLostError, EngineStartError
+    from agentfly.run.resume import RunComplete
 
     try:
         with sigterm_exits(), ray_stopped_at_exit(), contextlib.ExitStack() as stack:
@@ -142,7 +142,8 @@ def _lightning(stage: str, words: list[str]) -> int:
     except ConfigError as e:
         print(f"agentfly: config error: {e}", file=sys.stderr)
         return 2
-    except (ValueError, FileNotFoundError, KeyError, EngineStartError, EngineLostError) as e:
+    except (InputError, EngineStartError, EngineLostError) as e:
+        # what the user gave, or a machine that cannot run it; anything else is a bug: its traceback
         print(f"agentfly: {e}", file=sys.stderr)
         return 2
     shown = {k: round(v, 4) for k, v in sorted(cli.metrics.items()) if k.startswith(("val/", "training/reward"))}
@@ -162,21 +163,22 @@ def plan_rollout_run(
         hardware: the machine (None: detected); the CPU fallback's notes are said once.
 
     Returns:
-        The rollout plan (:func:`agentfly.plan.plan_rollout`) and the rows.
+        The rollout plan (:func:`agentfly.run.plan.plan_rollout`) and the rows.
 
     Raises:
-        ValueError: ``data.<split>_files`` is not set.
+        ConfigError: ``data.<split>_files`` is not set.
         ConfigError: a model path that cannot be had (a missing folder, a Hub id neither cached
             nor reachable).
     """
+    from agentfly.core.errors import ConfigError
     from agentfly.models.paths import resolve_model_paths
-    from agentfly.plan import plan_rollout
     from agentfly.rollout.data import load_rows
-    from agentfly.topology import Hardware, resolve_topology
+    from agentfly.run.plan import plan_rollout
+    from agentfly.run.topology import Hardware, resolve_topology
 
     files = list(getattr(cfg.data, f"{split}_files"))
     if not files:
-        raise ValueError(f"data.{split}_files is not set: nothing to roll out")
+        raise ConfigError(f"data.{split}_files is not set: nothing to roll out")
     rows = [row for f in files for row in load_rows(f, cfg.data.prompt_key)]
     if limit is not None:
         rows = rows[:limit]
@@ -269,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     if command == "rollout":
         return _rollout(rest)
     if command == "sft":
-        from agentfly.sft_run import main as sft_main
+        from agentfly.run.sft import main as sft_main
 
         return sft_main(rest)
     if command == "train":
@@ -279,6 +281,3 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     return _lightning(command, rest)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

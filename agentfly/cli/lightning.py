@@ -116,7 +116,7 @@ class AgentflyCLI(LightningCLI):
         (LightningCLI would read them back); ``--ckpt_path`` names the weights to load."""
 
     def _set_seed(self) -> None:
-        """``trainer.seed`` seeds the run when it is built (:func:`agentfly.fit.build_trainer`)."""
+        """``trainer.seed`` seeds the run when it is built (:func:`agentfly.run.fit.build_trainer`)."""
 
     def instantiate_classes(self) -> None:
         ns = self.config[self.subcommand] if self.subcommand else self.config
@@ -125,9 +125,10 @@ class AgentflyCLI(LightningCLI):
         self.run_config = compose(tree, check_required=self.check_required, explicit=self.explicit)
         if self.parse_only:
             return
-        from agentfly.fit import _is_rank_zero, begin_run
+        from agentfly.run.build import is_rank_zero
+        from agentfly.run.fit import begin_run
 
-        if self.run_config.trainer.print_config and _is_rank_zero():
+        if self.run_config.trainer.print_config and is_rank_zero():
             from agentfly.config import config_to_yaml
 
             print(config_to_yaml(self.run_config))
@@ -146,7 +147,7 @@ class AgentflyCLI(LightningCLI):
         return {"model": self.model, "datamodule": self.datamodule}
 
     def _stage(self, stage: str) -> None:
-        from agentfly.fit import run_stage
+        from agentfly.run.fit import run_stage
 
         self.metrics = run_stage(self.plan, stage, self.trainer, self.model, self.datamodule, self.ckpt)
 

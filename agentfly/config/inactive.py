@@ -171,6 +171,18 @@ def _no_prefix_caching(cfg: Any) -> str | None:
     return f"actor_rollout_ref.rollout.name={name}: only {' and '.join(PREFIX_CACHING_ENGINES)} cache prefixes"
 
 
+def _no_prefix_cache_budget(cfg: Any) -> str | None:
+    rollout = cfg.actor_rollout_ref.rollout
+    if rollout.name != "transformers":
+        return (
+            f"actor_rollout_ref.rollout.name={rollout.name}: only the transformers engine keeps "
+            "a prefix cache of its own"
+        )
+    if not rollout.enable_prefix_caching:
+        return "actor_rollout_ref.rollout.enable_prefix_caching=False"
+    return None
+
+
 def _wandb_off(cfg: Any) -> str | None:
     if "wandb" in [str(n) for n in cfg.trainer.logger]:
         return None
@@ -193,6 +205,7 @@ RULES: tuple[Rule, ...] = (
     Rule((A + "actor.fsdp_config", A + "ref.fsdp_config", "critic.model.fsdp_config"), _unless(A + "actor.strategy", "fsdp")),
     Rule((A + "rollout.gpu_memory_utilization", A + "rollout.enforce_eager"), _unless(A + "rollout.name", "vllm")),
     Rule((A + "rollout.enable_prefix_caching",), _no_prefix_caching),
+    Rule((A + "rollout.prefix_cache_max_gib",), _no_prefix_cache_budget),
     Rule(
         tuple(A + "rollout.val_kwargs." + k for k in ("temperature", "top_p", "top_k", "n", "also_greedy")),
         _greedy_validation,
@@ -237,11 +250,18 @@ def inactive_settings(cfg: Any, explicit: Iterable[str]) -> list[str]:
     given = sorted(set(explicit))
     out: list[str] = []
     for key in given:
-        for rule in RULES:
-            if rule.covers(key) and (reason := rule.why(cfg)):
-                out.append(f"{key} ({reason})")
-                break
-        else:
-            if key in _WANDB_NAMES and "trainer.default_local_dir" in given and (reason := _wandb_off(cfg)):
-                out.append(f"{key} ({reason})")
+        reason = inactive_reason(cfg, key)
+        if reason is None and key in _WANDB_NAMES and "trainer.default_local_dir" in given:
+            reason = _wandb_off(cfg)
+        if reason:
+            out.append(f"{key} ({reason})")
     return out
+
+
+def inactive_reason(cfg: Any, key: str) -> str | None:
+    """Why ``key`` has no effect in the run of ``cfg`` (the first of :data:`RULES` covering it
+    that gives a reason), or None: it is used."""
+    for rule in RULES:
+        if rule.covers(key) and (reason := rule.why(cfg)):
+            return reason
+    return None

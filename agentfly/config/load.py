@@ -64,20 +64,25 @@ def verl_tree(ns: Any, trainer_defaults: dict[str, Any]) -> dict[str, Any]:
     return tree
 
 
+_ACTOR = "actor_rollout_ref.actor."
+#: keys whose ``None`` default means another key's value (:func:`_derive` fills them)
+FOLLOWS: dict[str, str] = {
+    _ACTOR + "clip_ratio_low": _ACTOR + "clip_ratio",
+    _ACTOR + "clip_ratio_high": _ACTOR + "clip_ratio",
+    "data.seed": "trainer.seed",
+    "actor_rollout_ref.ref.ulysses_sequence_parallel_size": _ACTOR + "ulysses_sequence_parallel_size",
+    **{
+        f"critic.{k}": _ACTOR + k
+        for k in ("ppo_mini_batch_size", "ppo_epochs", "loss_agg_mode", "loss_scale_factor")
+    },
+}
+
+
 def _derive(cfg: DictConfig) -> None:
-    """Fill the defaults that follow other keys."""
-    actor, critic = cfg.actor_rollout_ref.actor, cfg.critic
-    if actor.clip_ratio_low is None:
-        actor.clip_ratio_low = actor.clip_ratio
-    if actor.clip_ratio_high is None:
-        actor.clip_ratio_high = actor.clip_ratio
-    if cfg.data.seed is None:
-        cfg.data.seed = cfg.trainer.seed
-    if cfg.actor_rollout_ref.ref.ulysses_sequence_parallel_size is None:
-        cfg.actor_rollout_ref.ref.ulysses_sequence_parallel_size = actor.ulysses_sequence_parallel_size
-    for key in ("ppo_mini_batch_size", "ppo_epochs", "loss_agg_mode", "loss_scale_factor"):
-        if critic[key] is None:
-            critic[key] = actor[key]
+    """Fill the defaults that follow other keys (:data:`FOLLOWS`)."""
+    for key, source in FOLLOWS.items():
+        if OmegaConf.select(cfg, key) is None:
+            OmegaConf.update(cfg, key, OmegaConf.select(cfg, source))
 
 
 def compose(tree: dict[str, Any], *, check_required: bool = True, explicit: set[str] | None = None) -> DictConfig:

@@ -136,12 +136,42 @@ class WorkersConfig:
             ``queue_timeout`` (``rollout/failed_chains/tool_queue_timeout``, ``..._reward_...``):
             the pool is too small for the calls in flight. A call's own timeout counts only
             from when a worker takes it.
+        lend_after: seconds a call must run idle on the CPU (sleeping, waiting on a socket)
+            before its worker lends its place: the call no longer counts against
+            ``num_workers`` and another starts beside it, so hung calls wait side by side.
+        max_lent: calls lent at once at most (each holds a worker process); 0 = none.
+        memory_budget_mb: what the workers may claim together, in MiB: beyond the first
+            ``num_workers``, a worker starts only while every worker's ``memory_mb`` (a lent
+            one's resident memory) plus its own stays within it; ``None`` = the machine's
+            memory (``MemTotal``, or the cgroup's limit when lower).
     """
 
     num_workers: PositiveInt | None = None
     memory_mb: NonNegativeInt = 4096
     start_timeout: PositiveFloat = 60.0
     queue_timeout: PositiveFloat = 600.0
+    lend_after: PositiveFloat = 0.1
+    max_lent: NonNegativeInt = 64
+    memory_budget_mb: PositiveInt | None = None
+
+
+@dataclass
+class ToolBreakerConfig:
+    """When a tool whose calls keep failing for the infrastructure (timeouts, dead workers, an
+    unreachable service) stops the run, naming it and the counts.
+
+    Attributes:
+        first_calls: the run stops when a tool's first ``first_calls`` calls all failed the
+            same way; 0 = never.
+        window: with ``failure_rate``: the run stops when, of a tool's last ``window`` calls,
+            at least that share failed; 0 = never.
+        failure_rate: the share of ``window`` (a raise of the tool itself is an answer, not a
+            failure).
+    """
+
+    first_calls: NonNegativeInt = 10
+    window: NonNegativeInt = 50
+    failure_rate: ClosedUnitInterval = 0.9
 
 
 @dataclass
@@ -155,6 +185,7 @@ class AgentRunConfig:
         generation_config: per-turn sampling.
         context_config: resource placement.
         workers: the worker processes of sync tools and rewards.
+        tool_breaker: when a tool whose calls keep failing stops the run.
     """
 
     max_turns: PositiveInt = 3
@@ -163,6 +194,7 @@ class AgentRunConfig:
     generation_config: GenerationConfig = field(default_factory=GenerationConfig)
     context_config: ContextConfig = field(default_factory=ContextConfig)
     workers: WorkersConfig = field(default_factory=WorkersConfig)
+    tool_breaker: ToolBreakerConfig = field(default_factory=ToolBreakerConfig)
 
 
 @dataclass

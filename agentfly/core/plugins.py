@@ -27,8 +27,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from agentfly.core.errors import InputError
 
-class PluginError(ValueError):
+
+class PluginError(InputError):
     """A plugin module or ``module:attr`` object that cannot be imported; says why."""
 
 

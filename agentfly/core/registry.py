@@ -17,12 +17,13 @@ import difflib
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
+from agentfly.core.errors import InputError
 from agentfly.core.plugins import PluginError, import_object, is_object_spec
 
 T = TypeVar("T")
 
 
-class UnknownNameError(KeyError, ValueError):
+class UnknownNameError(KeyError, InputError):
     """An unknown plug-in name; the message lists the known ones."""
 
     def __str__(self) -> str:  # KeyError would otherwise quote the message

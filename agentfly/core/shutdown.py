@@ -1,8 +1,10 @@
 """How a run ends, however it ends: SIGTERM becomes an orderly exit, and a Ray that agentfly
 started is stopped within a deadline with none of its processes left behind.
 
-- :func:`sigterm_exits` (the CLI's ``fit``/``rollout`` commands): SIGTERM raises ``SystemExit``
-  in the main thread, so every ``finally`` runs (engines, tool workers, Ray). ``ray.init``
+- :func:`sigterm_exits` (the CLI's ``fit``/``rollout``/``sft`` commands): SIGTERM raises
+  ``SystemExit`` in the main thread, so every ``finally`` runs (engines, tool workers, Ray), and
+  arms a watchdog: a stop still going ``EXIT_DEADLINE_S`` after the signal is cut short, saying
+  where each thread was, killing every process this one started and exiting 143. ``ray.init``
   replaces the handler with its own first thing (``sys.exit(15)``, no word said) and keeps it
   while Ray starts, seconds; where agentfly starts Ray, :func:`sigterm_kept` stops it doing so,
   and :func:`reclaim_sigterm` puts this one back afterwards. Inside ``trainer.fit`` Lightning calls it after its own notifier (which alone
@@ -13,7 +15,12 @@ started is stopped within a deadline with none of its processes left behind.
 - :func:`stop_ray`: ``ray.shutdown()`` in a helper thread under a deadline; then the Ray
   processes this process started (head, raylet, GCS, dashboard and runtime-env agents, workers:
   found among its descendants before the shutdown) get a few seconds to exit and are killed
-  otherwise, saying which. A Ray joined through ``RAY_ADDRESS`` is only disconnected from.
+  otherwise, saying which. An abandoned ``ray.shutdown()`` keeps Ray's lock, on which Ray's own
+  ``atexit`` hook waits at the interpreter's exit (until Ray's client aborts the process a minute
+  later, exit status 1); the ``agentfly`` command gives up on it at its exit's deadline
+  (:mod:`agentfly.core.process_exit`). Unregistering that hook instead lets the interpreter tear
+  its modules down under Ray's live client threads, which crashes it (SIGSEGV). A Ray joined
+  through ``RAY_ADDRESS`` is only disconnected from.
 - :func:`on_ray_started`: where agentfly starts Ray; also starts :mod:`agentfly.core.reaper`, which
   kills Ray's processes if this process dies without stopping them (SIGKILL, the OOM killer).
 """
@@ -21,6 +28,7 @@ started is stopped within a deadline with none of its processes left behind.
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import logging
 import os
 import signal
@@ -34,6 +42,13 @@ logger = logging.getLogger(__name__)
 
 RAY_SHUTDOWN_TIMEOUT_S = 30.0  # ray.shutdown() may take this long before Ray's processes are killed
 RAY_EXIT_GRACE_S = 5.0  # after ray.shutdown(), how long Ray's processes may take to exit
+# From a SIGTERM to the end of the orderly stop (engines, tool workers, Ray): past it the watchdog
+# kills every process this one started and exits 143. The stop's own deadlines are shorter in
+# the common case (an engine's close and ray.shutdown() 30 s each, at most); this bounds their sum.
+EXIT_DEADLINE_S = 60.0
+# Past EXIT_DEADLINE_S, faulthandler ends (status 1) a process whose watchdog thread cannot run
+# (a thread that never lets go of the GIL), dumping every thread's stack first.
+EXIT_BACKSTOP_S = 10.0
 
 
 def ray_is_initialized() -> bool:
@@ -162,11 +177,60 @@ def _sigterm_ignored() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+class _ExitWatchdog:
+    """Armed by a SIGTERM: unless disarmed within ``deadline_s``, it says where each thread is,
+    kills every descendant of this process (Ray's, the tool workers', the environments') and
+    exits 143. A thread of its own does it; should that thread never get the GIL, faulthandler
+    dumps the stacks and exits (status 1) ``EXIT_BACKSTOP_S`` later."""
+
+    def __init__(self, deadline_s: float) -> None:
+        self.deadline_s = deadline_s
+        self._disarmed = threading.Event()
+        self._armed = False
+
+    def arm(self) -> None:
+        self._armed = True
+        threading.Thread(target=self._watch, name="agentfly-exit-watchdog", daemon=True).start()
+        with contextlib.suppress(AttributeError, ValueError, OSError):  # no file descriptor
+            faulthandler.dump_traceback_later(self.deadline_s + EXIT_BACKSTOP_S, exit=True)
+
+    def disarm(self) -> None:
+        self._disarmed.set()
+        if self._armed:
+            faulthandler.cancel_dump_traceback_later()
+
+    def _watch(self) -> None:
+        if self._disarmed.wait(self.deadline_s):
+            return
+        import psutil
+
+        procs = psutil.Process().children(recursive=True)
+        logger.error(
+            "the run did not stop within %g s of SIGTERM: killing its processes %s and exiting "
+            "143; where each thread was:", self.deadline_s, [p.pid for p in procs],
+        )
+        with contextlib.suppress(AttributeError, ValueError, OSError):
+            sys.stderr.flush()
+            faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+        for proc in procs:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        psutil.wait_procs(procs, timeout=2)  # reaped, those of this process
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(143)
+
+
 @contextlib.contextmanager
-def sigterm_exits() -> Iterator[None]:
+def sigterm_exits(deadline_s: float = EXIT_DEADLINE_S) -> Iterator[None]:
     """While inside, SIGTERM raises ``SystemExit(143)`` in the main thread (128 + SIGTERM, as a
     shell reports a process it ended); a second SIGTERM while the first unwinds is said and
     ignored. Outside the main thread (signals cannot be set there) nothing changes.
+
+    The first SIGTERM also arms a watchdog, disarmed on leaving: a stop that takes more than
+    ``deadline_s`` seconds (``EXIT_DEADLINE_S``) is cut short (:class:`_ExitWatchdog`: the threads'
+    stacks said, every process this one started killed, exit status 143).
 
     Python drops an exception raised where it cannot propagate (an ``os.fork`` hook, which runs
     each time a subprocess starts, as Ray does while it starts; a ``__del__``) and reports it to
@@ -175,6 +239,7 @@ def sigterm_exits() -> Iterator[None]:
         yield
         return
     stopping, again, in_hook = False, False, False
+    watchdog = _ExitWatchdog(deadline_s)
 
     def send_again() -> None:
         # from another thread, a moment later: the handler runs in the main thread once the hook
@@ -192,6 +257,7 @@ def sigterm_exits() -> Iterator[None]:
         if not stopping:
             stopping = True
             logger.warning("SIGTERM: stopping the run (pid %d)", os.getpid())
+            watchdog.arm()
         again = False
         raise _SigtermExit(128 + signum)
 
@@ -215,6 +281,7 @@ def sigterm_exits() -> Iterator[None]:
     try:
         yield
     finally:
+        watchdog.disarm()
         _handler = outer
         sys.unraisablehook = outer_hook
         signal.signal(signal.SIGTERM, previous)

@@ -9,7 +9,7 @@ the run and inside Ray, as Hugging Face's "Repo id must be in the form..." messa
   id) and does not exist is refused, naming the key and the path;
 - a repo id is accepted when the hub may be reached; when it may not (``HF_HUB_OFFLINE`` or
   ``TRANSFORMERS_OFFLINE`` set), it must be in the local Hugging Face cache. This check never asks
-  the network (:func:`~agentfly.plan.plan_run` stays cheap).
+  the network (:func:`~agentfly.run.plan.plan_run` stays cheap).
 
 Before a run starts, :func:`resolve_model_paths` turns each repo id into a local folder, once:
 the Hub is asked whether the repo exists (within :data:`HUB_TIMEOUT_S`) and the snapshot is

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from agentfly.core.errors import InputError
 from agentfly.core.weights import is_adapted
 from agentfly.modules.settings import LoraSettings
 
@@ -92,18 +93,33 @@ def put_base_beside_adapter(state: dict[str, Any], model: Any, prefix: str) -> N
     frozen base entries under ``prefix``, as loaded from the model's path.
 
     Raises:
-        ValueError: ``state`` lacks adapter weights ``model`` has (a checkpoint of full
+        InputError: ``state`` lacks adapter weights ``model`` has (a checkpoint of full
             fine-tuning, or of another rank or target modules).
     """
     missing = sorted(adapter_keys(model, prefix) - set(state))
     if missing:
-        raise ValueError(
+        raise InputError(
             f"the checkpoint has no weights for {len(missing)} of this LoRA model's adapter "
             f"parameters (e.g. {missing[0]}): it was written by a run without this adapter "
             "(full fine-tuning, another lora.rank or lora.target_modules)"
         )
     for key, value in model.state_dict(prefix=prefix).items():
         state.setdefault(key, value)
+
+
+def drop_frozen_base(checkpoint: dict[str, Any], actor: Any, prefix: str = "actor.") -> None:
+    """A LoRA actor's checkpoint holds its adapter, not the frozen base (the model at its path):
+    ``checkpoint["state_dict"]`` less the base's entries (:func:`without_base`). Anything else:
+    unchanged. Both modules' ``on_save_checkpoint``."""
+    if is_adapted(actor):
+        checkpoint["state_dict"] = without_base(checkpoint["state_dict"], actor, prefix)
+
+
+def restore_frozen_base(checkpoint: dict[str, Any], actor: Any, prefix: str = "actor.") -> None:
+    """Undo :func:`drop_frozen_base` on a loaded checkpoint: the base's entries put back beside
+    the adapter (:func:`put_base_beside_adapter`). Both modules' ``on_load_checkpoint``."""
+    if is_adapted(actor):
+        put_base_beside_adapter(checkpoint["state_dict"], actor, prefix)
 
 
 def parameter_bytes(*models: Any) -> int:

@@ -5,7 +5,7 @@ log-probabilities (only when a KL term is on), critic values (only when the esti
 critic), old log-probabilities (only when an update reuses the rollout: several PPO epochs or
 mini-batches, or a KL penalty in the reward; or when ``rollout_rs`` rejects), then the
 rollout-batch callbacks (the module's ``rollout_callbacks``: the reward's shaping, then the
-advantages; :mod:`agentfly.callbacks.batch_hooks`), then the updates.
+advantages; :mod:`agentfly.modules.batch_hooks`), then the updates.
 One loop (:meth:`AgentRLModule._update`) serves the critic and the actor: ``epochs`` passes over
 mini-batches, accumulating micro-batches, one optimizer step per mini-batch. The actor's loss is
 the clipped policy loss + ``kl_loss_coef`` × KL − ``entropy_coeff`` × entropy; the critic
@@ -30,20 +30,15 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 
-from agentfly.callbacks.batch_hooks import RolloutBatchCallback, compute_advantages, shape_rewards
 from agentfly.core import metric_sums
 from agentfly.core.batch import RolloutBatch
 from agentfly.core.reductions import masked_mean
 from agentfly.core.step_metrics import StepMetrics
 from agentfly.estimators.kl import full_kl_from_logits, kl_penalty
 from agentfly.modules import off_policy
+from agentfly.modules.batch_hooks import RolloutBatchHook, compute_advantages, shape_rewards
 from agentfly.modules.fsdp import total_norm
-from agentfly.modules.lora import (
-    is_adapted,
-    put_base_beside_adapter,
-    reference_of,
-    without_base,
-)
+from agentfly.modules.lora import drop_frozen_base, reference_of, restore_frozen_base
 from agentfly.modules.losses import (
     agg_loss,
     agg_norms,
@@ -140,8 +135,8 @@ class AgentRLModule(pl.LightningModule):
         self.critic: Any = None
         self.iteration = 0  # RL iterations done (checkpointed)
         self._step_metrics = StepMetrics()
-        # the trainer's RolloutBatchCallbacks, each added by its own Lightning `setup` hook
-        self.rollout_callbacks: list[RolloutBatchCallback] = []
+        # the rollout-batch hooks: each of the trainer's RolloutBatchCallbacks adds itself in `setup`
+        self.rollout_callbacks: list[RolloutBatchHook] = []
         # which actor weights these are, for the engines (not checkpointed): 0 is the model as
         # loaded from its path; each actor update and each checkpoint load moves it on
         self.weights_version = 0
@@ -249,14 +244,15 @@ class AgentRLModule(pl.LightningModule):
 
         1. the no-grad passes it needs: old and reference log-probabilities, critic values;
         2. the reward: the rollout's scores, shaped by the rollout-batch hooks before the
-           advantages (:func:`~agentfly.callbacks.batch_hooks.shape_rewards`: the KL penalty of
+           advantages (:func:`~agentfly.modules.batch_hooks.shape_rewards`: the KL penalty of
            ``KLRewardCallback`` and its controller);
         3. the advantages, written by the estimator's hook
-           (:func:`~agentfly.callbacks.batch_hooks.compute_advantages`: ``AdvantageCallback``);
+           (:func:`~agentfly.modules.batch_hooks.compute_advantages`: ``AdvantageCallback``);
         4. the updates: the critic's, then the actor's (:meth:`_update_models`).
 
-        The hooks of 2 and 3 are :class:`~agentfly.callbacks.batch_hooks.RolloutBatchCallback` s;
-        a user's own is one more in ``trainer.callbacks`` (its ``stage`` says where it runs).
+        The hooks of 2 and 3 are ``rollout_callbacks``
+        (:class:`~agentfly.modules.batch_hooks.RolloutBatchHook` s, which the trainer's callbacks
+        join); a user's own is one more in ``trainer.callbacks`` (its ``stage`` says where it runs).
         """
         metrics = self._no_grad_passes(batch)
         metrics.update(batch.rollout_metrics)  # the rollout's own (reward, tools, timing)
@@ -480,13 +476,11 @@ class AgentRLModule(pl.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["agentfly_iteration"] = self.iteration
         checkpoint["agentfly_policy_version"] = self.policy_version
-        if is_adapted(self.actor):  # the adapter; the frozen base is the model at its path
-            checkpoint["state_dict"] = without_base(checkpoint["state_dict"], self.actor, "actor.")
+        drop_frozen_base(checkpoint, self.actor)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.configure_model()
-        if is_adapted(self.actor):
-            put_base_beside_adapter(checkpoint["state_dict"], self.actor, "actor.")
+        restore_frozen_base(checkpoint, self.actor)
         self.iteration = int(checkpoint.get("agentfly_iteration", 0))
         self.policy_version = int(checkpoint.get("agentfly_policy_version", self.iteration))
         self.weights_version += 1  # the checkpoint's weights replace the ones the engines may hold

@@ -1,6 +1,6 @@
 """What :class:`~agentfly.modules.rl_module.AgentRLModule` is told: a few typed groups of settings.
 
-:func:`agentfly.module_plan.plan_module` builds each group once from the composed config (per-rank
+:func:`agentfly.run.module_plan.plan_module` builds each group once from the composed config (per-rank
 batch sizes, optimizer steps, the loss constant that defaults to the response budget); tests and
 users build them by hand. A field's default here is the setting's only default: the config
 schema (:mod:`agentfly.config.schema`, :mod:`agentfly.config.schema_actor_critic`) takes its

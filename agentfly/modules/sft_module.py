@@ -27,13 +27,13 @@ import torch
 from agentfly.core import metric_sums
 from agentfly.core.batch import RolloutBatch
 from agentfly.modules.fsdp import total_norm
-from agentfly.modules.lora import is_adapted, put_base_beside_adapter, without_base
+from agentfly.modules.lora import drop_frozen_base, restore_frozen_base
 from agentfly.modules.losses import agg_loss, logprobs_from_logits
 from agentfly.modules.policy_model import build_optimizer, build_trainable_policy
 from agentfly.modules.response_logits import response_logits
 from agentfly.modules.settings import FSDPSettings, ModelSettings, OptimizerSettings, UpdateSettings
 
-STAGE = "sft"  # written into checkpoints: a fit does not resume from one (agentfly.resume)
+STAGE = "sft"  # written into checkpoints: a fit does not resume from one (agentfly.run.resume)
 
 
 class AgentSFTModule(pl.LightningModule):
@@ -149,11 +149,9 @@ class AgentSFTModule(pl.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["agentfly_iteration"] = self.iteration
         checkpoint["agentfly_stage"] = STAGE
-        if is_adapted(self.actor):  # the adapter; the frozen base is the model at its path
-            checkpoint["state_dict"] = without_base(checkpoint["state_dict"], self.actor, "actor.")
+        drop_frozen_base(checkpoint, self.actor)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.configure_model()
-        if is_adapted(self.actor):
-            put_base_beside_adapter(checkpoint["state_dict"], self.actor, "actor.")
+        restore_frozen_base(checkpoint, self.actor)
         self.iteration = int(checkpoint.get("agentfly_iteration", 0))

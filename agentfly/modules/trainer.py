@@ -139,7 +139,7 @@ class AgentflyTrainer(pl.Trainer):
                 ``disable`` or ``resume_path`` (``resume_from_path``).
             resume_from_path: the checkpoint of ``resume_mode=resume_path``.
             resume_changed_config: resume even when a key that changes what the checkpoint
-                means (the model, the estimator, the chat format: :data:`agentfly.resume.MEANING_KEYS`)
+                means (the model, the estimator, the chat format: :data:`agentfly.run.resume.MEANING_KEYS`)
                 differs from the config the checkpoint was written with; ``False`` refuses such a
                 resume, naming the keys (other differing keys are named, not refused).
             default_local_dir: the run directory (checkpoints, metrics, trajectories, report).
@@ -166,7 +166,7 @@ class AgentflyTrainer(pl.Trainer):
         if names:
             raise TypeError(
                 f"AgentflyTrainer(logger={names}): logger names become Logger instances when the "
-                "run is planned (agentfly.plan.plan_loggers); pass instances here"
+                "run is planned (agentfly.run.plan.plan_loggers); pass instances here"
             )
         with unactionable_warnings_silenced():
             super().__init__(logger=list(logger or []) or False, callbacks=callbacks, **kwargs)

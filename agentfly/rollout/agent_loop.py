@@ -44,6 +44,7 @@ from agentfly.rollout.rewards import ascore_trajectory
 from agentfly.rollout.rewards.base import NO_POLICY
 from agentfly.rollout.templates.base import ChatTemplate
 from agentfly.rollout.tools.base import INVALID_ARGUMENTS, ToolResult
+from agentfly.rollout.tools.breaker import ToolBreakers, ToolBroken
 from agentfly.rollout.tools.call import run_tool_call
 from agentfly.rollout.tools.environment import (
     environment_records,
@@ -124,6 +125,8 @@ class AgentLoop:
             rerun gives the same trajectories. None samples from the engines' own generators.
         failed_chain_consequence: what becomes of a chain whose reward fails, in words, for
             the warning (in training: :func:`agentfly.rollout.failures.describe_policy`).
+        tool_breaker: :class:`~agentfly.rollout.tools.breaker.ToolBreakers`' arguments: a
+            tool whose calls keep failing stops the rollout (None: no breaker).
     """
 
     def __init__(
@@ -149,6 +152,7 @@ class AgentLoop:
         train_on_last_turn: bool = False,
         seed: int | None = None,
         failed_chain_consequence: str = NO_POLICY,
+        tool_breaker: dict[str, Any] | None = None,
     ) -> None:
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
@@ -177,6 +181,7 @@ class AgentLoop:
         self.train_on_last_turn = train_on_last_turn
         self.seed = seed
         self.failed_chain_consequence = failed_chain_consequence
+        self.breakers = ToolBreakers(**tool_breaker) if tool_breaker is not None else None
         #: wall seconds of the last ``arun`` spent generating / in tools / scoring (union over chains)
         self.last_timing: dict[str, float] = {}
         self._timer = PhaseTimer()
@@ -384,7 +389,7 @@ class AgentLoop:
             if chain_resources is not None:
                 await start_environments(chain_resources, self.agent.tools, row, sampling.seed)
             await self._turns(traj, tools, sampling, chain_resources)
-        except WorkerStartError:  # a setup error: every chain would fail alike
+        except (WorkerStartError, ToolBroken):  # every chain would fail alike: the rollout stops
             raise
         except Exception as e:  # a broken chain is recorded, not raised
             logger.warning("chain %s/%s failed: %r", group_id, chain_index, e, exc_info=True)
@@ -482,7 +487,8 @@ class AgentLoop:
                 "unknown_tool", f"Error: no tool named {call.name!r} is available (tools: {known})."
             )
         return await run_tool_call(
-            tool, call.arguments, resource=chain_resources, workers=self.workers
+            tool, call.arguments, resource=chain_resources, workers=self.workers,
+            breakers=self.breakers,
         )
 
     def _tool(self, name: str) -> Any:

@@ -12,10 +12,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+from agentfly.core.errors import InputError
+
 PROMPT_KEYS = ("question", "prompt", "problem", "instruction")
 
 
-class DataError(ValueError):
+class DataError(InputError):
     """A task file that cannot be used, with the file and row named."""
 
 

@@ -1,6 +1,6 @@
 """The rollout side of a run's plan: what :func:`agentfly.rollout.runner.build_rollout` builds.
 
-:func:`agentfly.plan.plan_rollout` fills it from the config; the rollout layer reads only this
+:func:`agentfly.run.plan.plan_rollout` fills it from the config; the rollout layer reads only this
 record, never the config.
 """
 

@@ -1,5 +1,5 @@
 """Builds the rollout side from its plan (:class:`~agentfly.rollout.rollout_plan.RolloutPlan`,
-made by :func:`agentfly.plan.plan_rollout`), and runs rollouts alone (``agentfly rollout``).
+made by :func:`agentfly.run.plan.plan_rollout`), and runs rollouts alone (``agentfly rollout``).
 
 Everything that can be checked before an engine starts is checked here, so a bad name or path
 fails in seconds, naming it: the agent type, every tool and its settings, the reward, the
@@ -141,7 +141,7 @@ def run_rollout(
     it; returns the summary.
 
     Args:
-        plan: the rollout side of the run (:func:`agentfly.plan.plan_rollout`).
+        plan: the rollout side of the run (:func:`agentfly.run.plan.plan_rollout`).
         rows: the data rows, each holding its prompt under ``prompt_key``.
         output: the JSONL file to write.
         prompt_key: the rows' prompt field.

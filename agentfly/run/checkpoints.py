@@ -20,11 +20,17 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agentfly.core.errors import InputError
+
 logger = logging.getLogger(__name__)
 
 
-class DamagedCheckpointError(ValueError):
+class DamagedCheckpointError(InputError):
     """A checkpoint named outright (``--ckpt_path``, ``trainer.resume_from_path``) cannot be loaded."""
+
+
+class MissingCheckpointError(InputError, FileNotFoundError):
+    """A checkpoint named outright (``--ckpt_path``, ``trainer.resume_from_path``) does not exist."""
 
 
 def checkpoint_damage(path: str | Path) -> str | None:
@@ -71,12 +77,12 @@ def check_named_checkpoint(path: str | Path, source: str) -> str:
             ``"trainer.resume_from_path="``).
 
     Raises:
-        FileNotFoundError: nothing at ``path`` (and it is not a link).
+        MissingCheckpointError: nothing at ``path`` (and it is not a link).
         DamagedCheckpointError: it is there but cannot be loaded.
     """
     path = Path(path)
     if not path.exists() and not path.is_symlink():
-        raise FileNotFoundError(f"{source}{path} does not exist")
+        raise MissingCheckpointError(f"{source}{path} does not exist")
     why = checkpoint_damage(path)
     if why is not None:
         raise DamagedCheckpointError(f"{source}{path} {why}; name an intact checkpoint")

@@ -24,7 +24,7 @@ from agentfly.modules.settings import (
     ShardingSettings,
     UpdateSettings,
 )
-from agentfly.topology import Topology
+from agentfly.run.topology import Topology
 
 
 def _warmup(optim: Any, total_steps: int) -> int:

@@ -1,9 +1,9 @@
 """The one reader of the config: what every component of a run receives.
 
 :func:`plan_run` turns a composed config (:func:`agentfly.cli.load_config`) and the machine
-(:class:`~agentfly.topology.Hardware`) into plain keyword arguments for each component:
+(:class:`~agentfly.run.topology.Hardware`) into plain keyword arguments for each component:
 the LightningModule, the rollout DataModule, the engine pool and the agent loop, the callbacks,
-the loggers and the Lightning ``Trainer``. :mod:`agentfly.fit` and :mod:`agentfly.rollout.runner`
+the loggers and the Lightning ``Trainer``. :mod:`agentfly.run.fit` and :mod:`agentfly.rollout.runner`
 build objects from these and read nothing else of the config; so what a key changes is visible
 here, and ``tests/config/test_every_key.py`` checks key by key that changing a value changes what
 some component receives (or that the value is refused, or named as having no effect).
@@ -13,78 +13,33 @@ Nothing here imports torch, Ray or Lightning, or touches a model: a plan is chea
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from agentfly.config.keys import plain
 from agentfly.config.schema_actor_critic import PREFIX_CACHING_ENGINES
+from agentfly.core.errors import ConfigError
 from agentfly.models.paths import check_model_paths
-from agentfly.module_plan import plan_module
 from agentfly.rollout.rollout_plan import RolloutPlan
-from agentfly.topology import Hardware, Topology, check_batches, resolve_topology
+from agentfly.run.job import JobPlan, job_fields, plan_trainer
+from agentfly.run.module_plan import plan_module
+from agentfly.run.topology import Hardware, Topology, check_batches, resolve_topology
 
 
-@dataclass
-class RunPlan:
-    """Everything a training (or validation) run builds, as keyword arguments.
+@dataclass(kw_only=True)
+class RunPlan(JobPlan):
+    """Everything a training (or validation) run builds: :class:`~agentfly.run.job.JobPlan`'s
+    fields (``module``: :class:`~agentfly.modules.rl_module.AgentRLModule`'s settings groups,
+    :func:`agentfly.run.module_plan.plan_module`; ``datamodule``:
+    :class:`~agentfly.rollout.datamodule.RolloutDataModule`'s keyword arguments, the session
+    factory aside; ``rollout``: the engines, agent and loop), and the engine's name.
 
     Attributes:
-        topology: ranks and engines on this machine.
-        iterations: RL iterations of the run.
-        run_dir: the run directory (``trainer.default_local_dir`` as given).
-        module: :class:`~agentfly.modules.rl_module.AgentRLModule` keyword arguments: its
-            settings groups (:func:`agentfly.module_plan.plan_module`).
-        datamodule: :class:`~agentfly.rollout.datamodule.RolloutDataModule` keyword arguments
-            (the session factory aside).
-        rollout: the rollout side.
-        callbacks: ``(name, kwargs)`` of agentfly's callbacks, in order.
-        user_callbacks: ``trainer.callbacks`` specs (class paths or ``{class_path, init_args}``).
-        loggers: ``(kind, kwargs)`` per logger.
-        trainer: ``lightning.pytorch.Trainer`` keyword arguments (callbacks and loggers aside;
-            ``strategy="fsdp"`` is made a ``ModelParallelStrategy`` when built).
-        seed: the global seed (``lightning.seed_everything``).
-        num_threads: torch threads of each training process (None: torch's default).
-        resume_mode: ``auto``, ``disable`` or ``resume_path``.
-        resume_from_path: the checkpoint of ``resume_path``.
-        resume_changed_config: resume across a change of the checkpoint's meaning
-            (:func:`agentfly.resume.check_resume`).
-        notes: what the run says once when it starts (the CPU fallback's reductions).
-        trainer_keys: verl's ``trainer.*`` keys as ``AgentflyTrainer`` takes them
-            (``logger``, ``callbacks`` and ``lightning`` aside: they are built or planned).
         engine_name: ``actor_rollout_ref.rollout.name`` as given (checks and messages).
-        val_before_train: validate once before the first update.
-        test_freq: validate every N iterations; ``-1`` = never, nor at the end.
-        val_limit: ``limit_val_batches`` of a validation asked for explicitly (before training,
-            at the end, ``agentfly validate``): the user's ``--trainer.limit_val_batches``, else
-            the whole set.
-        console: ``trainer.logger`` names ``console`` (the run report is printed too).
-        stage: the command (``fit``; ``agentfly sft``'s plan says ``sft``), recorded in and
-            checked against the checkpoints.
     """
 
-    topology: Topology
-    iterations: int
-    run_dir: str
-    module: dict[str, Any]
-    datamodule: dict[str, Any]
-    rollout: RolloutPlan
-    callbacks: list[tuple[str, dict[str, Any]]]
-    user_callbacks: list[Any]
-    loggers: list[tuple[str, dict[str, Any]]]
-    trainer: dict[str, Any]
-    seed: int = 0
-    num_threads: int | None = None
-    resume_mode: str = "auto"
-    resume_from_path: str | None = None
-    resume_changed_config: bool = False
-    notes: list[str] = field(default_factory=list)
-    trainer_keys: dict[str, Any] = field(default_factory=dict)
     engine_name: str = ""
-    val_before_train: bool = True
-    test_freq: int = -1
-    val_limit: int | float = 1.0
-    console: bool = False
     stage: str = "fit"
 
 
@@ -101,8 +56,6 @@ def check_rows(cfg: Any, rows: int) -> None:
     Raises:
         ConfigError: naming both numbers (no training files: nothing to check).
     """
-    from agentfly.core.errors import ConfigError
-
     batch = int(cfg.data.train_batch_size)
     if cfg.data.train_files and batch > rows:
         raise ConfigError(
@@ -119,8 +72,6 @@ def check_failed_chains(cfg: Any, world_size: int) -> None:
     Raises:
         ConfigError: naming the key, the ranks and what to use instead.
     """
-    from agentfly.core.errors import ConfigError
-
     if cfg.algorithm.failed_chains == "drop" and world_size > 1:
         raise ConfigError(
             f"algorithm.failed_chains=drop cannot run on {world_size} ranks: a dropped group "
@@ -204,7 +155,8 @@ def _idle_threads(cfg: Any, topology: Topology, hw: Hardware) -> int | None:
 
 def _engine_kwargs(cfg: Any, topology: Topology) -> dict[str, Any]:
     """What each engine is built with: the model, its dtype and seed, and the engine's own
-    settings (prefix caching, vLLM's memory share, tensor parallelism, eager mode, LoRA rank)."""
+    settings (prefix caching and its budget, vLLM's memory share, tensor parallelism, eager
+    mode, LoRA rank)."""
     init = cfg.agent.init_config
     rollout, model = cfg.actor_rollout_ref.rollout, cfg.actor_rollout_ref.model
     engine_kwargs: dict[str, Any] = {
@@ -220,6 +172,8 @@ def _engine_kwargs(cfg: Any, topology: Topology) -> dict[str, Any]:
         engine_kwargs["max_model_len"] = int(init.max_model_len)
     if rollout.name in PREFIX_CACHING_ENGINES:
         engine_kwargs["enable_prefix_caching"] = bool(rollout.enable_prefix_caching)
+    if rollout.name == "transformers":  # vLLM's prefix cache lives in its gpu_memory_utilization
+        engine_kwargs["prefix_cache_max_gib"] = float(rollout.prefix_cache_max_gib)
     if rollout.name == "vllm":
         engine_kwargs["gpu_memory_utilization"] = float(rollout.gpu_memory_utilization)
         engine_kwargs["tensor_parallel_size"] = topology.tensor_parallel
@@ -249,6 +203,11 @@ def _loop_settings(cfg: Any, training: bool) -> dict[str, Any]:
         top_k=int(rollout.top_k),
         train_on_last_turn=bool(cfg.agent.train_on_last_turn),
         seed=int(cfg.trainer.seed),
+        tool_breaker=dict(
+            first_calls=int(run.tool_breaker.first_calls),
+            window=int(run.tool_breaker.window),
+            failure_rate=float(run.tool_breaker.failure_rate),
+        ),
     )
     if training:
         alg = cfg.algorithm
@@ -269,7 +228,7 @@ def plan_rollout(
     init, run = cfg.agent.init_config, cfg.agent.run_config
     rollout, model = cfg.actor_rollout_ref.rollout, cfg.actor_rollout_ref.model
     if not model.path:
-        raise ValueError("actor_rollout_ref.model.path (or agent.init_config.model_name_or_path) is not set")
+        raise ConfigError("actor_rollout_ref.model.path (or agent.init_config.model_name_or_path) is not set")
     check_model_paths(cfg, needs_critic=False)  # `agentfly rollout` plans only this part
     engine_kwargs = _engine_kwargs(cfg, topology)
     loop = _loop_settings(cfg, training)
@@ -298,6 +257,9 @@ def plan_rollout(
             memory_mb=int(run.workers.memory_mb),
             start_timeout=float(run.workers.start_timeout),
             queue_timeout=float(run.workers.queue_timeout),
+            lend_after=float(run.workers.lend_after),
+            max_lent=int(run.workers.max_lent),
+            memory_budget_mb=run.workers.memory_budget_mb,
         ),
         chains_in_flight=int(
             run.max_concurrent_chains or int(cfg.data.train_batch_size) * int(run.num_chains)
@@ -347,66 +309,13 @@ def plan_callbacks(cfg: Any, run_dir: Path, iterations: int) -> list[tuple[str, 
     return out
 
 
-def plan_loggers(cfg: Any, run_dir: Path) -> list[tuple[str, dict[str, Any]]]:
-    """CSV always (``run_dir/metrics``); TensorBoard and wandb when ``trainer.logger`` names them.
-
-    wandb honours its own environment (``WANDB_MODE=offline``, ``WANDB_DIR``; the run directory
-    when ``WANDB_DIR`` is unset) and takes ``project_name``/``experiment_name``.
-    """
-    import os
-
-    given = plain(cfg.trainer.logger) or []
-    names = [n for n in given if isinstance(n, str)]
-    # one version folder per launch (a resumed run adds version_1, ...; none is overwritten)
-    out: list[tuple[str, dict[str, Any]]] = [("csv", {"save_dir": str(run_dir), "name": "metrics"})]
-    if "tensorboard" in names:
-        out.append(("tensorboard", {"save_dir": str(run_dir), "name": "tensorboard", "version": ""}))
-    if "wandb" in names:
-        out.append(("wandb", {
-            "project": str(cfg.trainer.project_name), "name": str(cfg.trainer.experiment_name),
-            "save_dir": os.environ.get("WANDB_DIR") or str(run_dir),
-        }))
-    out += [("class_path", spec) for spec in given if isinstance(spec, dict)]
-    return out
-
-
-def plan_trainer(cfg: Any, topology: Topology, needs_critic: bool) -> dict[str, Any]:
-    """``lightning.pytorch.Trainer`` settings (callbacks and loggers are added when built)."""
-    strategy = str(cfg.actor_rollout_ref.actor.strategy)
-    if strategy == "auto" and topology.world_size > 1:
-        strategy = "ddp"
-    if strategy == "ddp" and needs_critic:
-        # each backward reaches only the actor's or only the critic's parameters
-        strategy = "ddp_find_unused_parameters_true"
-    test_freq = cfg.trainer.test_freq
-    settings: dict[str, Any] = dict(
-        accelerator=topology.accelerator,
-        devices=topology.devices,
-        num_nodes=topology.nodes,
-        strategy=strategy,
-        max_epochs=-1,
-        max_steps=-1,
-        default_root_dir=str(cfg.trainer.default_local_dir),
-        enable_checkpointing=False,  # IterationScheduleCallback checkpoints every save_freq iterations
-        num_sanity_val_steps=0,
-        check_val_every_n_epoch=None,
-        val_check_interval=test_freq if test_freq and test_freq > 0 else None,
-        limit_val_batches=1.0 if test_freq and test_freq > 0 else 0,
-        log_every_n_steps=1,
-        use_distributed_sampler=False,  # IterationBatches shards prompts by rank itself
-        enable_progress_bar="console" in (plain(cfg.trainer.logger) or []),
-    )
-    settings.update(plain(cfg.trainer.lightning) or {})  # --trainer.<Trainer argument>
-    return settings
-
-
 def plan_run(cfg: Any, hardware: Hardware | None = None) -> RunPlan:
     """Everything a run of ``cfg`` builds on ``hardware`` (detected when None).
 
     Raises:
         ConfigError: a model path that cannot be loaded (:mod:`agentfly.models.paths`),
             the machine cannot run what ``cfg`` asks (see
-            :func:`~agentfly.topology.resolve_topology`), the batch sizes do not
+            :func:`~agentfly.run.topology.resolve_topology`), the batch sizes do not
             split over the ranks that will run or exceed the training rows, or
             ``algorithm.failed_chains=drop`` with several ranks.
     """
@@ -423,40 +332,26 @@ def plan_run(cfg: Any, hardware: Hardware | None = None) -> RunPlan:
     check_rows(cfg, rows)
     run_dir = Path(str(cfg.trainer.default_local_dir))
     iterations = total_iterations(cfg, rows)
-    notes = list(topology.notes)
+    shared = job_fields(cfg, topology)
     if topology.cpu_fallback:
-        notes += _cpu_notes(cfg)
+        shared["notes"] += _cpu_notes(cfg)
     return RunPlan(
+        **shared,
         topology=topology,
         iterations=iterations,
-        run_dir=str(cfg.trainer.default_local_dir),
         module=plan_module(cfg, topology, iterations, estimator),
         datamodule=plan_datamodule(cfg, topology, run_dir, estimator, iterations, hw),
         rollout=plan_rollout(cfg, topology, hw, training=True),
         callbacks=plan_callbacks(cfg, run_dir, iterations),
-        user_callbacks=list(plain(cfg.trainer.callbacks) or []),
-        loggers=plan_loggers(cfg, run_dir),
         trainer=plan_trainer(cfg, topology, needs_critic),
-        seed=int(cfg.trainer.seed),
         num_threads=_trainer_threads(cfg, topology, hw),
-        resume_mode=str(cfg.trainer.resume_mode),
-        resume_from_path=cfg.trainer.resume_from_path,
-        resume_changed_config=bool(cfg.trainer.resume_changed_config),
-        notes=notes,
-        trainer_keys={
-            k: v for k, v in plain(cfg.trainer).items() if k not in ("logger", "callbacks", "lightning")
-        },
         engine_name=str(cfg.actor_rollout_ref.rollout.name),
-        val_before_train=bool(cfg.trainer.val_before_train),
-        test_freq=cfg.trainer.test_freq,
-        val_limit=(plain(cfg.trainer.lightning) or {}).get("limit_val_batches", 1.0),
-        console="console" in (plain(cfg.trainer.logger) or []),
     )
 
 
 def _cpu_notes(cfg: Any) -> list[str]:
     """GPU-only settings the CPU fallback cannot use, named once."""
-    from agentfly.topology import offload_keys
+    from agentfly.run.topology import offload_keys
 
     offloads = offload_keys(cfg)
     if not offloads:

@@ -12,9 +12,21 @@ config as dotted keys, :func:`config_record`, written by
   estimator decides the critic, ``use_kl_loss``/``use_kl_in_reward`` the reference): refused,
   whatever is set, since its state cannot be loaded into this run;
 - a key of :data:`MEANING_KEYS` differs (the base model, the estimator, the chat format the
-  weights were trained to read and write): refused unless ``trainer.resume_changed_config=true``;
+  weights were trained to read and write, the prompts per iteration): refused unless
+  ``trainer.resume_changed_config=true``. One this run does not use (``critic.model.path`` under
+  GRPO, which trains no critic: :mod:`agentfly.config.inactive`'s rules) is named, not refused;
+  the keys that decide what is used (the estimator, the LoRA rank) are meaning keys themselves;
 - any other key differs: named in a warning, the keys of :data:`SCHEDULE_KEYS` (how long the run
   goes, what it logs) apart from those that change the training.
+
+Every key either record holds is compared. A key the checkpoint's record lacks (written by an
+agentfly before the key existed) is compared at its default (:func:`key_defaults`; a default
+that follows another key, as ``data.seed`` follows ``trainer.seed``, at that key's recorded
+value): the value its writer ran with, since a key is added with the default that keeps the
+earlier behaviour, and that is how Lightning's ``load_from_checkpoint`` fills a hyperparameter a
+checkpoint lacks. So a meaning key set now to other than its default is refused even against a
+record that never held it. A key the record holds that this config lacks (one renamed or
+removed since, a Lightning argument set then) is named with ``(not set)``.
 
 Keys of :data:`UNCOMPARED_KEYS` say how to resume and where the run lives, not what it trains. A
 checkpoint written before the record existed has no config to compare: that is said once.
@@ -27,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentfly.callbacks.config_record import RECORD_KEY
+from agentfly.config.inactive import inactive_reason
 from agentfly.core.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -38,6 +51,7 @@ MEANING_KEYS = (
     "actor_rollout_ref.model.path",  # the base weights (and the reference, the tokenizer)
     "critic.model.path",
     "algorithm.adv_estimator",  # what the critic and the advantages are
+    "data.train_batch_size",  # the prompts of each iteration: which ones the resumed run sees
     "agent.init_config.template",  # the chat format the weights were trained on
     "agent.init_config.agent_type",  # the action format they learned to write
     "agent.init_config.tool_parser_name",
@@ -127,23 +141,100 @@ def planned_models(plan: Any) -> tuple[str, ...]:
     return tuple(m for m in MODELS if held[m])
 
 
+class _NotSet:
+    """The value of a key a record lacks and that has no default: one renamed or removed, a
+    Lightning argument left at Lightning's default."""
+
+    def __repr__(self) -> str:
+        return "(not set)"
+
+
+NOT_SET = _NotSet()
+
+
 @dataclass
 class Change:
+    """One key whose value differs between the checkpoint's record and this config.
+
+    Attributes:
+        note: where the value of a key one record lacks was taken from.
+        unused: why the key has no effect in this run (it is named, never refused).
+    """
+
     key: str
     was: Any
     now: Any
+    note: str = ""
+    unused: str = ""
 
     def __str__(self) -> str:
-        return f"{self.key}: {self.was!r} -> {self.now!r}"
+        why = "; ".join(w for w in (self.note, self.unused and f"no effect: {self.unused}") if w)
+        return f"{self.key}: {self.was!r} -> {self.now!r}" + (f" ({why})" if why else "")
 
 
-def changes(recorded: dict[str, Any], current: dict[str, Any]) -> list[Change]:
-    """Keys both configs have whose values differ (:data:`UNCOMPARED_KEYS` aside), sorted."""
-    return [
-        Change(key, recorded[key], current[key])
-        for key in sorted(recorded.keys() & current.keys())
-        if key not in UNCOMPARED_KEYS and recorded[key] != current[key]
-    ]
+def key_defaults(stage: str = "fit") -> dict[str, Any]:
+    """Every key's default, as a config record holds it (``agentfly sft``'s ``data.*`` for ``sft``)."""
+    from agentfly.config.keys import verl_key_table
+
+    leaves = verl_key_table()[0]
+    if stage == "sft":
+        from agentfly.config.schema_sft import sft_key_table
+
+        leaves = {k: v for k, v in leaves.items() if not k.startswith("data.")} | sft_key_table()[0]
+    return {key: default for key, (_, default) in leaves.items()}
+
+
+def _walk(node: Any, parts: list[str]) -> Any:
+    for part in parts:
+        if not isinstance(node, dict) or part not in node:
+            return NOT_SET
+        node = node[part]
+    return node
+
+
+def _value(record: dict[str, Any], key: str, defaults: dict[str, Any]) -> tuple[Any, str]:
+    """``key``'s value in ``record``, and, when the record lacks the key, where the value comes
+    from: its default, or the recorded value of the key its default follows; else
+    :data:`NOT_SET`."""
+    from agentfly.config.load import FOLLOWS
+
+    if key in record:
+        return record[key], ""
+    if key in FOLLOWS and defaults.get(key) is None:
+        return _value(record, FOLLOWS[key], defaults)[0], f"the value of {FOLLOWS[key]}"
+    if key in defaults:
+        return defaults[key], "its default"
+    parts = key.split(".")
+    for i in range(len(parts) - 1, 0, -1):  # under a free-form mapping: that mapping's default
+        if isinstance(defaults.get(prefix := ".".join(parts[:i])), dict):
+            value = _walk(defaults[prefix], parts[i:])
+            return value, "its default" if value is not NOT_SET else ""
+    return NOT_SET, ""
+
+
+def changes(
+    recorded: dict[str, Any], current: dict[str, Any], defaults: dict[str, Any] | None = None
+) -> list[Change]:
+    """Keys whose values differ between the two records (:data:`UNCOMPARED_KEYS` aside), sorted.
+
+    A key one record lacks is taken at its value there by :func:`_value` (``defaults``: the
+    keys' defaults, :func:`key_defaults` when None). A mapping one record holds whole (empty)
+    while the other holds keys under it is compared through those keys.
+    """
+    defaults = key_defaults() if defaults is None else defaults
+    out = []
+    for key in sorted(recorded.keys() | current.keys()):
+        if key in UNCOMPARED_KEYS:
+            continue
+        other = current if key in recorded else recorded
+        if key not in other and any(k.startswith(key + ".") for k in other):
+            continue
+        was, was_note = _value(recorded, key, defaults)
+        now, now_note = _value(current, key, defaults)
+        if was != now:
+            note = f"the checkpoint's record lacks it: {was_note}" if was_note else ""
+            out.append(Change(key, was, now, note or (now_note and f"this config lacks it: {now_note}")))
+    return out
 
 
 def _length_key(cfg: Any) -> str:
@@ -157,13 +248,14 @@ def check_resume(cfg: Any, plan: Any, ckpt: str) -> list[str]:
 
     Args:
         cfg: the composed config given now.
-        plan: its :class:`~agentfly.plan.RunPlan` (iterations, models, ``resume_changed_config``).
+        plan: its :class:`~agentfly.run.plan.RunPlan` (iterations, models, ``resume_changed_config``).
         ckpt: the checkpoint the fit would resume from.
 
     Raises:
         ConfigError: another command wrote the checkpoint (``agentfly sft``'s for a fit, a
             fit's for ``agentfly sft``), the checkpoint's models are not this run's, or a key of
-            :data:`MEANING_KEYS` differs without ``trainer.resume_changed_config=true``.
+            :data:`MEANING_KEYS` that this run uses differs (a key the checkpoint's record lacks
+            at its default) without ``trainer.resume_changed_config=true``.
         RunComplete: the checkpoint holds ``plan.iterations`` iterations or more.
     """
     header = read_header(ckpt)
@@ -174,7 +266,9 @@ def check_resume(cfg: Any, plan: Any, ckpt: str) -> list[str]:
             f"{stage}; start a new run (another trainer.default_local_dir) with "
             f"actor_rollout_ref.model.path=<its run>/hf_actor to start from its weights"
         )
-    found = changes(header.config, config_record(cfg)) if header.config is not None else []
+    found = []
+    if header.config is not None:
+        found = changes(header.config, config_record(cfg), key_defaults(stage))
     wanted = planned_models(plan)
     if header.models and header.models != wanted:
         why = "; ".join(str(c) for c in found if c.key in _STRUCTURE_KEYS) or "the config"
@@ -183,7 +277,10 @@ def check_resume(cfg: Any, plan: Any, ckpt: str) -> list[str]:
             f"trains {list(wanted)} ({why}); start a new run, with "
             f"actor_rollout_ref.model.path=<its run>/hf_actor to start from its actor"
         )
-    refused = [c for c in found if c.key in MEANING_KEYS]
+    for change in found:
+        if change.key in MEANING_KEYS:
+            change.unused = inactive_reason(cfg, change.key) or ""
+    refused = [c for c in found if c.key in MEANING_KEYS and not c.unused]
     if refused and not plan.resume_changed_config:
         raise ConfigError(
             f"cannot resume from {ckpt}: these keys differ from the config it was written with, "

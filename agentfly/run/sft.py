@@ -2,7 +2,7 @@
 
 The examples are made first, with the agent type, tools, template and tokenizer ``agentfly fit``
 would roll out with (:func:`prepare`): a bad row stops the run there (``data.bad_rows=error``)
-before any model loads. The run is then built as a fit is, from :mod:`agentfly.fit`'s parts:
+before any model loads. The run is then built by the path a fit is built by (:mod:`agentfly.run.build`):
 the loggers, the callbacks (stop, checkpoint every ``trainer.save_freq`` steps, export the
 policy and its tokenizer to ``<run>/hf_actor``, the progress bar, ``trainer.callbacks``), the
 config record in every checkpoint, resume (``trainer.resume_mode``, ``--ckpt_path``; refused
@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agentfly.topology import Hardware
+from agentfly.run.topology import Hardware
 
 logger = logging.getLogger(__name__)
 
@@ -48,11 +48,11 @@ def prepare(cfg: Any, hardware: Hardware | None = None) -> tuple[Any, Any, Any, 
             training example left.
     """
     from agentfly.models.paths import resolve_model_paths
-    from agentfly.plan import plan_rollout
     from agentfly.rollout.prompt_fit import renderer_from_plan
+    from agentfly.run.plan import plan_rollout
+    from agentfly.run.sft_plan import example_settings, plan_sft, sft_topology
     from agentfly.sft.conversations import ConversationRenderer
     from agentfly.sft.examples import ExampleMaker, load_sft_data
-    from agentfly.sft_plan import example_settings, plan_sft, sft_topology
 
     hw = hardware or Hardware.detect()
     plan_rollout(cfg, sft_topology(cfg, hw))  # the cheap checks first, then a Hub id is resolved
@@ -95,63 +95,33 @@ def build(
     Raises:
         RunComplete: the checkpoint already holds every step (nothing is built).
     """
-    import lightning.pytorch as pl
     from omegaconf import OmegaConf
 
-    from agentfly.callbacks.config_record import ConfigRecord
     from agentfly.config.sft import sft_view, view_yaml
-    from agentfly.fit import (
-        ERROR_NOTE,
-        _error_note,
-        _finish_wandb,
-        _folders,
-        _is_rank_zero,
-        _remove_empty_folders,
-        build_callbacks,
-        build_loggers,
+    from agentfly.modules.sft_module import AgentSFTModule
+    from agentfly.run.build import (
+        build_trainer_of,
+        finish_wandb,
+        is_rank_zero,
+        open_run,
         resume_checkpoint,
     )
-    from agentfly.modules.sft_module import AgentSFTModule
-    from agentfly.modules.trainer import AgentflyTrainer, slurm_launched
-    from agentfly.resume import config_record
     from agentfly.sft.datamodule import SFTDataModule
 
     started = time.perf_counter()
     cfg, plan, data, tokenizer = prepare(cfg, hardware)
-    run_dir = Path(plan.run_dir)
     own = OmegaConf.create(sft_view(cfg))  # what a resume compares: agentfly sft's keys
     ckpt = resume_checkpoint(own, plan, ckpt_path)
-    existed = _folders(run_dir)
-    if _is_rank_zero():
+    open_run(plan, stack)
+    if is_rank_zero():
         for note in plan.notes:
             logger.warning("%s", note)
-        _say_data(run_dir, data)
-        (run_dir / ERROR_NOTE).unlink(missing_ok=True)
-        stack.push(_error_note(run_dir, "sft"))
-        stack.callback(_remove_empty_folders, run_dir, existed)
-    if plan.num_threads:
-        import torch
-
-        torch.set_num_threads(int(plan.num_threads))
-    pl.seed_everything(plan.seed, workers=True)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    if _is_rank_zero():
-        (run_dir / "config.yaml").write_text(view_yaml(cfg), encoding="utf-8")
-    settings = dict(plan.trainer)
-    if settings["strategy"] == "fsdp":
-        from agentfly.modules.fsdp import fsdp_strategy
-
-        settings["strategy"] = fsdp_strategy(plan.topology.world_size)
-    callbacks = [*build_callbacks(plan), ConfigRecord(config_record(own))]
-    if slurm_launched():  # requeue at a step boundary, not inside the signal handler
-        from lightning.fabric.plugins.environments import SLURMEnvironment
-
-        from agentfly.callbacks.requeue import SlurmRequeue
-
-        settings["plugins"] = [SLURMEnvironment(auto_requeue=False)]
-        callbacks.append(SlurmRequeue())
-    trainer = AgentflyTrainer(**plan.trainer_keys, **settings, callbacks=callbacks, logger=build_loggers(plan))
-    stack.callback(_finish_wandb, trainer)
+        _say_data(Path(plan.run_dir), data)
+    if is_rank_zero():  # before the trainer: error.txt points at it
+        Path(plan.run_dir).mkdir(parents=True, exist_ok=True)
+        (Path(plan.run_dir) / "config.yaml").write_text(view_yaml(cfg), encoding="utf-8")
+    trainer = build_trainer_of(plan, own)
+    stack.callback(finish_wandb, trainer)
     trainer.started_at = started
     module = AgentSFTModule(**plan.module)
     datamodule = SFTDataModule(data.train.kept, data.val.kept, tokenizer, counts=data.counts, **plan.datamodule)
@@ -162,15 +132,15 @@ def run(plan: Any, trainer: Any, module: Any, datamodule: Any, ckpt: str | None)
     """Validate before training (``trainer.val_before_train``, on a fresh run), train, validate
     at the end unless the last step was just validated (or ``trainer.test_freq=-1``); returns the
     last logged metrics."""
-    from agentfly.fit import _validate
+    from agentfly.run.build import validate_all
 
     has_val = bool(datamodule.val)
     if has_val and plan.val_before_train and ckpt is None:
-        _validate(trainer, module, datamodule, plan.val_limit)
+        validate_all(trainer, module, datamodule, plan.val_limit)
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt)
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     if has_val and plan.test_freq != -1 and module.validated_at != module.iteration:
-        _validate(trainer, module, datamodule, plan.val_limit)
+        validate_all(trainer, module, datamodule, plan.val_limit)
         metrics.update({k: float(v) for k, v in trainer.callback_metrics.items()})
     return metrics
 
@@ -178,9 +148,9 @@ def run(plan: Any, trainer: Any, module: Any, datamodule: Any, ckpt: str | None)
 def main(argv: list[str]) -> int:
     """``agentfly sft`` (see :data:`USAGE`); returns the exit status."""
     from agentfly.config.sft import parse_sft_config, sft_parser, view_yaml
-    from agentfly.core.errors import ConfigError
+    from agentfly.core.errors import ConfigError, InputError
     from agentfly.core.shutdown import sigterm_exits
-    from agentfly.resume import RunComplete
+    from agentfly.run.resume import RunComplete
 
     flags = argparse.ArgumentParser(prog="agentfly sft", add_help=False)
     flags.add_argument("-h", "--help", action="store_true")
@@ -199,8 +169,6 @@ def main(argv: list[str]) -> int:
         print(view_yaml(cfg))
         if args.print_config:
             return 0
-    from agentfly.rollout.data import DataError
-
     try:
         with sigterm_exits(), contextlib.ExitStack() as stack:
             plan, trainer, module, datamodule, ckpt = build(cfg, stack, ckpt_path=args.ckpt_path)
@@ -211,7 +179,7 @@ def main(argv: list[str]) -> int:
     except ConfigError as e:
         print(f"agentfly: config error: {e}", file=sys.stderr)
         return 2
-    except (DataError, ValueError, FileNotFoundError, KeyError) as e:
+    except InputError as e:  # a bad data file, checkpoint or plugin; anything else is a bug: its traceback
         print(f"agentfly: {e}", file=sys.stderr)
         return 2
     shown = {k: round(v, 4) for k, v in sorted(metrics.items()) if k in ("train/loss", "val/loss")}

@@ -1,11 +1,11 @@
 """The one reader of ``agentfly sft``'s config: what each component of the run receives.
 
-As :mod:`agentfly.plan` for ``agentfly fit``, and through its functions where the two stages
-share a part: the ranks (:func:`~agentfly.topology.resolve_topology`, with no engine), the agent,
-tools and template the examples are laid out with (:func:`~agentfly.plan.plan_rollout`, the
+As :mod:`agentfly.run.plan` for ``agentfly fit``, and through :mod:`agentfly.run.job` where the two stages
+share a part: the ranks (:func:`~agentfly.run.topology.resolve_topology`, with no engine), the agent,
+tools and template the examples are laid out with (:func:`~agentfly.run.plan.plan_rollout`, the
 rollout side ``agentfly fit`` would build from the same keys), the policy model and optimizer
-(:mod:`agentfly.module_plan`), the Trainer and loggers (:func:`~agentfly.plan.plan_trainer`,
-:func:`~agentfly.plan.plan_loggers`) and the iteration schedule (stop, checkpoint every
+(:mod:`agentfly.run.module_plan`), the Trainer and loggers (:func:`~agentfly.run.job.plan_trainer`,
+:func:`~agentfly.run.job.plan_loggers`) and the iteration schedule (stop, checkpoint every
 ``trainer.save_freq`` steps, export to ``<run>/hf_actor``). One iteration is one optimizer step
 on ``data.train_batch_size`` examples.
 """
@@ -19,63 +19,33 @@ from typing import Any
 from agentfly.config.keys import plain
 from agentfly.core.errors import ConfigError
 from agentfly.models.paths import check_model_paths
-from agentfly.module_plan import fsdp_settings, model_settings, optimizer_settings
 from agentfly.modules.settings import UpdateSettings
-from agentfly.plan import plan_loggers, plan_rollout, plan_trainer
-from agentfly.rollout.rollout_plan import RolloutPlan
-from agentfly.topology import Hardware, Topology, resolve_topology
+from agentfly.run.job import JobPlan, job_fields, plan_trainer
+from agentfly.run.module_plan import fsdp_settings, model_settings, optimizer_settings
+from agentfly.run.plan import plan_rollout
+from agentfly.run.topology import Hardware, Topology, resolve_topology
 
 
-@dataclass
-class SFTPlan:
-    """Everything an ``agentfly sft`` run builds, as keyword arguments (the attributes named as
-    :class:`agentfly.plan.RunPlan`'s where they mean the same, so that resume and the builders
-    of :mod:`agentfly.fit` read either).
+@dataclass(kw_only=True)
+class SFTPlan(JobPlan):
+    """Everything an ``agentfly sft`` run builds: :class:`~agentfly.run.job.JobPlan`'s fields
+    (``module``: :class:`~agentfly.modules.sft_module.AgentSFTModule`'s keyword arguments;
+    ``datamodule``: :class:`~agentfly.sft.datamodule.SFTDataModule`'s, the examples and tokenizer
+    aside; ``rollout``: the agent type, tools and template the examples are laid out with), and
+    the examples' own part.
 
     Attributes:
-        topology: the training ranks on this machine.
-        iterations: optimizer steps of the run.
-        run_dir: the run directory.
-        module: :class:`~agentfly.modules.sft_module.AgentSFTModule` keyword arguments.
-        datamodule: :class:`~agentfly.sft.datamodule.SFTDataModule` keyword arguments (the
-            examples and tokenizer aside).
         examples: :class:`~agentfly.sft.examples.ExampleMaker` keyword arguments (the renderer
             aside).
-        rollout: the agent type, tools and template the examples are laid out with.
-        callbacks: ``(name, kwargs)`` of agentfly's callbacks.
-        user_callbacks: ``trainer.callbacks`` specs.
-        loggers: ``(kind, kwargs)`` per logger.
-        trainer: ``lightning.pytorch.Trainer`` keyword arguments.
         train_files: the training files.
         val_files: the validation files.
         bad_rows: ``error`` or ``skip``.
     """
 
-    topology: Topology
-    iterations: int
-    run_dir: str
-    module: dict[str, Any]
-    datamodule: dict[str, Any]
     examples: dict[str, Any]
-    rollout: RolloutPlan
-    callbacks: list[tuple[str, dict[str, Any]]]
-    user_callbacks: list[Any]
-    loggers: list[tuple[str, dict[str, Any]]]
-    trainer: dict[str, Any]
     train_files: list[str] = field(default_factory=list)
     val_files: list[str] = field(default_factory=list)
     bad_rows: str = "error"
-    seed: int = 0
-    num_threads: int | None = None
-    resume_mode: str = "auto"
-    resume_from_path: str | None = None
-    resume_changed_config: bool = False
-    notes: list[str] = field(default_factory=list)
-    trainer_keys: dict[str, Any] = field(default_factory=dict)
-    val_before_train: bool = True
-    test_freq: int = -1
-    val_limit: int | float = 1.0
-    console: bool = False
     stage: str = "sft"
 
 
@@ -160,9 +130,9 @@ def plan_sft(cfg: Any, train_examples: int, hardware: Hardware | None = None) ->
     if console:
         callbacks.append(("IterationProgressBar", {"total_iterations": iterations}))
     return SFTPlan(
+        **job_fields(cfg, topology, trainer_keys=_trainer_keys()),
         topology=topology,
         iterations=iterations,
-        run_dir=str(run_dir),
         module=dict(
             model=model_settings(model),
             update=update,
@@ -178,30 +148,16 @@ def plan_sft(cfg: Any, train_examples: int, hardware: Hardware | None = None) ->
         examples=example_settings(cfg),
         rollout=plan_rollout(cfg, topology),
         callbacks=callbacks,
-        user_callbacks=list(plain(trainer.callbacks) or []),
-        loggers=plan_loggers(cfg, run_dir),
         trainer=plan_trainer(cfg, topology, needs_critic=False),
         train_files=[str(f) for f in data.train_files],
         val_files=[str(f) for f in data.val_files],
         bad_rows=str(data.bad_rows),
-        seed=int(trainer.seed),
         num_threads=None if trainer.num_threads is None else int(trainer.num_threads),
-        resume_mode=str(trainer.resume_mode),
-        resume_from_path=trainer.resume_from_path,
-        resume_changed_config=bool(trainer.resume_changed_config),
-        notes=list(topology.notes),
-        trainer_keys={
-            k: v for k, v in plain(trainer).items()
-            if k not in ("logger", "callbacks", "lightning") and f"trainer.{k}" in _trainer_keys()
-        },
-        val_before_train=bool(trainer.val_before_train),
-        test_freq=int(trainer.test_freq),
-        val_limit=(plain(trainer.lightning) or {}).get("limit_val_batches", 1.0),
-        console=console,
     )
 
 
 def _trainer_keys() -> set[str]:
+    """The ``trainer.*`` names ``agentfly sft`` accepts."""
     from agentfly.config.schema_sft import sft_key_table
 
-    return {k for k in sft_key_table()[0] if k.startswith("trainer.")}
+    return {k.removeprefix("trainer.") for k in sft_key_table()[0] if k.startswith("trainer.")}

@@ -546,7 +546,7 @@ def test_mini_batch_must_divide_the_rollout() -> None:
 
 
 def test_mini_batch_must_split_over_the_ranks_that_run_and_micro_must_divide_it() -> None:
-    from agentfly.topology import Hardware, check_batches, resolve_topology
+    from agentfly.run.topology import Hardware, check_batches, resolve_topology
 
     def ranks_error(args: list[str], hw: Hardware) -> str:
         cfg = load_quiet(args)

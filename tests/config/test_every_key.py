@@ -1,5 +1,5 @@
 """A setting is a promise: every key of the schema, one by one, changes what a component of the run
-receives (the run's plan, :func:`agentfly.plan.plan_run`: the module's, data module's, engines',
+receives (the run's plan, :func:`agentfly.run.plan.plan_run`: the module's, data module's, engines',
 agent loop's, callbacks', loggers' and Trainer's arguments), or is refused at compose time with the
 reason. A key set where another setting turns it off is named in a warning
 (:mod:`agentfly.config.inactive`), never dropped in silence.
@@ -21,8 +21,8 @@ from agentfly.cli import load_config
 from agentfly.config import ConfigError, canonical_key
 from agentfly.config.inactive import RULES
 from agentfly.config.keys import verl_key_table
-from agentfly.plan import plan_run
-from agentfly.topology import Hardware
+from agentfly.run.plan import plan_run
+from agentfly.run.topology import Hardware
 from tests.config.plans import base, compose, write_plan_data
 
 TWO_GPUS = Hardware(gpus=2, cpus=8)
@@ -67,6 +67,12 @@ CHANGES: dict[str, tuple[str, list[str]]] = {
     "agent.run_config.workers.memory_mb": ("1024", []),
     "agent.run_config.workers.start_timeout": ("10", []),
     "agent.run_config.workers.queue_timeout": ("30", []),
+    "agent.run_config.workers.lend_after": ("0.5", []),
+    "agent.run_config.workers.max_lent": ("8", []),
+    "agent.run_config.workers.memory_budget_mb": ("8192", []),
+    "agent.run_config.tool_breaker.first_calls": ("3", []),
+    "agent.run_config.tool_breaker.window": ("20", []),
+    "agent.run_config.tool_breaker.failure_rate": ("0.5", []),
     "agent.run_config.max_turns": ("5", []),
     "agent.run_config.num_chains": ("2", []),
     "agent.run_config.max_concurrent_chains": ("4", []),
@@ -137,6 +143,7 @@ CHANGES: dict[str, tuple[str, list[str]]] = {
     "actor_rollout_ref.rollout.dtype": ("float16", []),
     "actor_rollout_ref.rollout.enforce_eager": ("true", VLLM),
     "actor_rollout_ref.rollout.enable_prefix_caching": ("false", []),
+    "actor_rollout_ref.rollout.prefix_cache_max_gib": ("0.5", []),
     "actor_rollout_ref.rollout.val_kwargs.temperature": ("0.5", []),
     "actor_rollout_ref.rollout.val_kwargs.top_p": ("0.5", []),
     "actor_rollout_ref.rollout.val_kwargs.top_k": ("5", []),
@@ -232,6 +239,7 @@ RECEIVES = {
     "actor_rollout_ref.rollout.dtype": "rollout.engine_kwargs.dtype",
     "actor_rollout_ref.rollout.enforce_eager": "rollout.engine_kwargs.enforce_eager",
     "actor_rollout_ref.rollout.enable_prefix_caching": "rollout.engine_kwargs.enable_prefix_caching",
+    "actor_rollout_ref.rollout.prefix_cache_max_gib": "rollout.engine_kwargs.prefix_cache_max_gib",
     "actor_rollout_ref.rollout.gpu_memory_utilization": "rollout.engine_kwargs.gpu_memory_utilization",
     "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": "module.actor.forward_micro_batch_size",
     "actor_rollout_ref.rollout.name": "rollout.engine",
@@ -256,6 +264,12 @@ RECEIVES = {
     "agent.run_config.workers.memory_mb": "rollout.workers.memory_mb",
     "agent.run_config.workers.start_timeout": "rollout.workers.start_timeout",
     "agent.run_config.workers.queue_timeout": "rollout.workers.queue_timeout",
+    "agent.run_config.workers.lend_after": "rollout.workers.lend_after",
+    "agent.run_config.workers.max_lent": "rollout.workers.max_lent",
+    "agent.run_config.workers.memory_budget_mb": "rollout.workers.memory_budget_mb",
+    "agent.run_config.tool_breaker.first_calls": "rollout.loop.tool_breaker.first_calls",
+    "agent.run_config.tool_breaker.window": "rollout.loop.tool_breaker.window",
+    "agent.run_config.tool_breaker.failure_rate": "rollout.loop.tool_breaker.failure_rate",
     "agent.init_config.system_prompt": "rollout.system_prompt",
     "agent.init_config.template": "rollout.template",
     "agent.init_config.tool_config": "rollout.tool_config.calculator",
@@ -450,8 +464,8 @@ def test_print_config_prints_the_config(data, capsys, monkeypatch):
 
     from agentfly import cli
 
-    monkeypatch.setattr("agentfly.fit.begin_run", lambda *a, **k: (None, SimpleNamespace(fit=None), None, None, None))
-    monkeypatch.setattr("agentfly.fit.run_stage", lambda *a, **k: {})
+    monkeypatch.setattr("agentfly.run.fit.begin_run", lambda *a, **k: (None, SimpleNamespace(fit=None), None, None, None))
+    monkeypatch.setattr("agentfly.run.fit.run_stage", lambda *a, **k: {})
     assert cli.main(["fit", *base(data)]) == 0
     assert "adv_estimator: gae" not in capsys.readouterr().out
     assert cli.main(["fit", *base(data), "trainer.print_config=true"]) == 0
@@ -459,7 +473,7 @@ def test_print_config_prints_the_config(data, capsys, monkeypatch):
 
 
 def test_val_before_train_decides_the_first_validation(data):
-    from agentfly import fit
+    from agentfly.run import fit
 
     calls: list[str] = []
 
@@ -507,6 +521,9 @@ INACTIVE = [
     ("actor_rollout_ref.actor.fsdp_config.fsdp_size=1", []),
     ("actor_rollout_ref.rollout.gpu_memory_utilization=0.8", []),
     ("actor_rollout_ref.rollout.enable_prefix_caching=false", ["actor_rollout_ref.rollout.name=scripted"]),
+    ("actor_rollout_ref.rollout.prefix_cache_max_gib=0.5", VLLM),
+    ("actor_rollout_ref.rollout.prefix_cache_max_gib=0.5",
+     ["actor_rollout_ref.rollout.enable_prefix_caching=false"]),
     ("actor_rollout_ref.rollout.val_kwargs.top_p=0.5", ["actor_rollout_ref.rollout.val_kwargs.do_sample=false"]),
     ("data.val_batch_size=4", ["data.val_files=[]"]),
     ("trainer.total_epochs=2", []),

@@ -12,7 +12,7 @@ import pytest
 
 from agentfly.cli import load_config
 from agentfly.config import ConfigError
-from agentfly.topology import Hardware
+from agentfly.run.topology import Hardware
 
 CPU = Hardware(gpus=0, cpus=2)
 
@@ -49,12 +49,12 @@ def nothing_may_start(monkeypatch):
         raise AssertionError("something started before the bad input was refused")
 
     monkeypatch.setattr("agentfly.rollout.runner.build_rollout", started)
-    monkeypatch.setattr("agentfly.fit.build_module", started)
-    monkeypatch.setattr("agentfly.fit.build_datamodule", started)
+    monkeypatch.setattr("agentfly.run.fit.build_module", started)
+    monkeypatch.setattr("agentfly.run.fit.build_datamodule", started)
 
 
 def build(cfg):
-    from agentfly.fit import build_trainer
+    from agentfly.run.fit import build_trainer
 
     return build_trainer(cfg, hardware=CPU)
 
@@ -228,7 +228,7 @@ def test_a_cached_hub_id_is_resolved_to_its_snapshot_before_anything_starts(task
 
     import huggingface_hub.constants as constants
 
-    from agentfly.fit import make_plan
+    from agentfly.run.fit import make_plan
 
     snapshot = cached(hub, "agentfly-test/tiny", tiny_model_dir)
     if mode == "HF_HUB_OFFLINE=1":

@@ -10,8 +10,8 @@ import pytest
 
 from agentfly.config import ConfigError
 from agentfly.modules.settings import LoraSettings
-from agentfly.plan import plan_run
-from agentfly.topology import Hardware
+from agentfly.run.plan import plan_run
+from agentfly.run.topology import Hardware
 from tests.config.plans import base, compose, write_plan_data
 
 # AgentFly's SWE script (examples/train_scripts/swe/train_swe_r2e_gym_tools.slurm), its LoRA

@@ -14,7 +14,7 @@ import torch
 from safetensors.torch import load_file
 
 from agentfly.cli import main
-from agentfly.report import write_run_report
+from agentfly.run.report import write_run_report
 from tests.probes import assert_updates_follow_the_advantages, read_records
 
 ROOT = Path(__file__).resolve().parents[2]

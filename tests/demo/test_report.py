@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from agentfly.report import write_run_report
+from agentfly.run.report import write_run_report
 
 pytest.importorskip("matplotlib")
 

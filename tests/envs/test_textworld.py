@@ -50,18 +50,57 @@ def test_commands_that_skip_the_last_step_score_less_and_do_not_win(textworld_ga
         env.close()
 
 
+def textworld_states(game_file: str, commands: list[str]) -> list:
+    """TextWorld's own states of the game (its API, not agentfly's env): at the start, then after
+    each of ``commands``."""
+    import textworld
+
+    infos = textworld.EnvInfos(admissible_commands=True, policy_commands=True, score=True, max_score=True, won=True)
+    game = textworld.start(game_file, request_infos=infos)
+    try:
+        return [game.reset()] + [game.step(c)[0] for c in commands]
+    finally:
+        game.close()
+
+
+def test_the_env_reports_textworlds_own_commands_and_score_after_every_step(textworld_game):
+    walkthrough = textworld_game["walkthrough"]
+    states = textworld_states(textworld_game["game_file"], walkthrough)
+    env = tw.TextWorldEnv(max_steps=None)
+    try:
+        _, start = env.reset(textworld_game)
+        infos = [start] + [env.step(c).info for c in walkthrough]
+        # the key lies in the drawer, closed at the start (the opening says so): not takeable yet
+        assert walkthrough[1] == "take old key from chest drawer" and walkthrough[1] not in start["admissible_actions"]
+        # at the start and after each step, what TextWorld itself says of the same game
+        assert [sorted(i["admissible_actions"]) for i in infos] == [sorted(s["admissible_commands"]) for s in states]
+        assert [(i["score"], i["won"]) for i in infos] == [(s["score"], s["won"]) for s in states]
+        assert all(c in i["admissible_actions"] for c, i in zip(walkthrough, infos, strict=False))
+        assert infos[-1]["won"] and infos[-1]["score"] == start["max_score"] == states[0]["max_score"]
+        assert start["walkthrough"] == walkthrough == states[0]["policy_commands"]
+        # a second episode of the game starts again from the start's commands
+        assert env.reset(textworld_game)[1]["admissible_actions"] == start["admissible_actions"]
+    finally:
+        env.close()
+
+
 def test_a_walkthrough_becomes_a_chat_in_the_action_agents_format(textworld_game):
     (chat,) = tw.walkthrough_conversations([textworld_game])
     messages = chat["messages"]
-    walkthrough = ["open chest drawer", "take old key from chest drawer", "unlock wooden door with old key",
-                   "open wooden door", "go east", "open refrigerator", "take apple from refrigerator",
-                   "put apple on stove"]  # the game's eight-step quest, as its objective states it
+    actions = [m["content"] for m in messages if m["role"] == "assistant"]
+    commands = [a.removeprefix("<action>").removesuffix("</action>") for a in actions]
+    assert actions == [f"<action>{c}</action>" for c in commands]
+    states = textworld_states(textworld_game["game_file"], commands)
+    # the chat plays TextWorld's own winning commands of the game (the eight steps its objective
+    # states), each admissible where it is played, the last one winning with the full score
+    assert commands == states[0]["policy_commands"] and len(commands) == 8
+    assert all(c in s["admissible_commands"] for c, s in zip(commands, states, strict=False))
+    assert states[-1]["won"] and not any(s["won"] for s in states[:-1])
+    assert chat["score"] == chat["max_score"] == states[-1]["score"] == states[0]["max_score"]
     assert [m["role"] for m in messages[:2]] == ["system", "user"] and messages[1]["content"] == textworld_game["question"]
-    assert [m["content"] for m in messages if m["role"] == "assistant"] == [f"<action>{c}</action>" for c in walkthrough]
-    # each action but the winning last one is answered by the game, as a tool message
+    # each action but the winning last one is answered by the game's own text, as a tool message
     assert [m["role"] for m in messages[2:]] == ["assistant", "tool"] * 7 + ["assistant"]
-    assert "You open the chest drawer" in messages[3]["content"]
-    assert chat["score"] == chat["max_score"] == textworld_game["max_score"]
+    assert [m["content"] for m in messages if m["role"] == "tool"] == [s.feedback for s in states[1:-1]]
 
 
 def test_a_walkthrough_chat_is_the_chain_the_action_agent_plays(textworld_game, tiny_model_dir):

@@ -5,16 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agentfly.callbacks import (
-    AdvantageCallback,
-    KLRewardCallback,
-    RolloutBatchCallback,
-    apply_rollout_callbacks,
-    compute_advantages,
-    shape_rewards,
-)
+from agentfly.callbacks import AdvantageCallback, KLRewardCallback, RolloutBatchCallback
 from agentfly.core.batch import RolloutBatch
 from agentfly.estimators import get_estimator, kl_penalty
+from agentfly.modules.batch_hooks import apply_rollout_callbacks, compute_advantages, shape_rewards
 
 
 def make_batch():

@@ -12,7 +12,9 @@ tool, or scored another chain, never fails. The cases run at once, in processes 
 
 - ``tool_hang``, ``tool_exit``: the tool hangs / ends its process on 30 % of calls;
 - ``reward_hang``: the reward hangs on 30 % of calls;
-- ``beside_hung``: a healthy tool, and a tool that always hangs called by 30 % of the chains.
+- ``beside_hung``: a healthy tool, and a tool that always hangs called by 30 % of the chains
+  (its breaker turned off: by default such a tool stops the run, :mod:`tests.faults.test_hung_tool`;
+  here what it costs the other chains is counted).
 
 ``tool_exit`` trains 10 iterations (the default ``resample`` keeps every group it can).
 """
@@ -43,6 +45,7 @@ class Case:
     reward: str = "exact_answer"
     prompts: int = 8  # data.train_batch_size: 64 chains in flight
     iterations: int = 1
+    overrides: tuple[str, ...] = ()
 
 
 WORKERS = 2
@@ -50,7 +53,14 @@ CASES = {
     "tool_hang": Case("flaky_hang", "tool_timeout"),
     "tool_exit": Case("flaky_exit", "tool_worker_died", prompts=4, iterations=10),
     "reward_hang": Case("plus_one", "reward_timeout", reward="flaky_reward"),
-    "beside_hung": Case("plus_one|always_hang", "tool_timeout"),
+    "beside_hung": Case(
+        "plus_one|always_hang",
+        "tool_timeout",
+        overrides=(
+            "agent.run_config.tool_breaker.first_calls=0",
+            "agent.run_config.tool_breaker.window=0",
+        ),
+    ),
 }
 
 
@@ -78,6 +88,7 @@ def fit_command(case: Case, run: Path) -> list[str]:
         "trainer.save_freq=-1",
         "trainer.logger=[csv]",
         f"trainer.default_local_dir={run}",
+        *case.overrides,
     ]
 
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import tempfile
 import threading
 
+import psutil
 import pytest
 from safetensors.torch import load_file
 
@@ -177,6 +179,8 @@ def test_ray_pool_spreads_requests_and_updates_every_actor(model_dirs):
         assert all(len(r) == len(prompts) for r in results)
         stats = pool.stats()
         assert len({s["pid"] for s in stats}) == 2
+        # the engines get the cores as the trainer does (not Ray's background niceness, 15)
+        assert [psutil.Process(s["pid"]).nice() for s in stats] == [os.nice(0)] * 2
         assert all(s["requests"] > 0 for s in stats), stats  # both actors served requests
 
         async def on_each(sampling):

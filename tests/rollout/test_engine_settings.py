@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from agentfly.cli import load_config
-from agentfly.plan import plan_rollout
-from agentfly.topology import Hardware, resolve_topology
+from agentfly.run.plan import plan_rollout
+from agentfly.run.topology import Hardware, resolve_topology
 
 ONE_GPU = Hardware(gpus=1, cpus=8)
 

@@ -195,11 +195,12 @@ def test_a_small_budget_evicts_and_keeps_outputs_exact(model_dir, uncached_run):
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     block_bytes = config.num_hidden_layers * 2 * config.num_key_value_heads * BLOCK * head_dim * 4
     budget = 5 * block_bytes  # a few blocks of the ~40 the chains leave
-    small = engine_of(model_dir, prefix_cache_bytes=budget)
+    small = engine_of(model_dir, prefix_cache_max_gib=budget / 2**30)
     prompts = first_prompts(small.tokenizer)
     calls = run_chains(small, prompts, SAMPLING, turns=3)
     assert_same_calls(calls, uncached_run[1])
-    assert small._prefix_cache.bytes <= budget and len(small._prefix_cache) == 5
+    stats = small.stats()
+    assert stats["prefix_cache_bytes"] <= budget and stats["prefix_cache_blocks"] == 5
     assert small.prefill_stats.reused_tokens > 0
 
 
@@ -217,8 +218,9 @@ def test_a_prompt_cached_whole_still_prefills_its_last_block(model_dir):
     assert again.logprobs == pytest.approx(first.logprobs, abs=ATOL)
 
 
-def test_a_sliding_window_model_reuses_nothing(tmp_path):
-    """Its cache layers keep a window, not every position: the engine keeps no prefixes."""
+def test_a_sliding_window_model_reuses_nothing_and_says_why_once(tmp_path, caplog):
+    """Its cache layers keep a window, not every position: the engine keeps no prefixes, and a
+    warning (once, however many calls) and its stats name the layers."""
     import json
 
     path = build_tiny_model(tmp_path / "sliding", initializer_range=0.2)
@@ -226,10 +228,59 @@ def test_a_sliding_window_model_reuses_nothing(tmp_path):
     config.update(use_sliding_window=True, sliding_window=8, max_window_layers=0,
                   layer_types=["sliding_attention"] * config["num_hidden_layers"])
     (path / "config.json").write_text(json.dumps(config))
-    engine = engine_of(path)
-    run_chains(engine, first_prompts(engine.tokenizer), SAMPLING, turns=2)
+    with caplog.at_level("WARNING", logger="agentfly.rollout.engines.prefix_reuse"):
+        engine = engine_of(path)
+        run_chains(engine, first_prompts(engine.tokenizer), SAMPLING, turns=2)
     assert engine.prefill_stats.prefilled_tokens > 0
     assert engine.prefill_stats.reused_tokens == 0
+    said = [r.getMessage() for r in caplog.records if "prefix caching is off" in r.getMessage()]
+    assert len(said) == 1 and "DynamicSlidingWindowLayer" in said[0]
+    assert "DynamicSlidingWindowLayer" in engine.stats()["prefix_cache_off"]
+    assert engine.stats()["prefix_cache_bytes"] == 0
+
+
+def test_prefix_caching_turned_off_by_hand_is_said_in_the_stats_without_a_warning(
+    model_dir, caplog
+):
+    with caplog.at_level("WARNING", logger="agentfly.rollout.engines.prefix_reuse"):
+        engine = engine_of(model_dir, enable_prefix_caching=False)
+    assert engine.stats()["prefix_cache_off"] == "enable_prefix_caching=False"
+    assert not caplog.records
+    assert engine_of(model_dir).stats()["prefix_cache_off"] is None
+
+
+def test_freeing_the_store_empties_it_and_later_calls_stay_exact_and_fill_it_again(
+    model_dir, uncached_run
+):
+    """What the update does to an in-process engine's store (:meth:`free_prefix_cache`): every
+    block goes, the bytes freed are what the blocks took (each block: layers x K and V x kv_heads x
+    16 tokens x head_dim float32s), and the engine serves the next turns as an engine without the
+    cache, reusing its own K/V again from the turn after."""
+    uncached, _ = uncached_run
+    config = uncached.model.config
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    block_bytes = config.num_hidden_layers * 2 * config.num_key_value_heads * BLOCK * head_dim * 4
+    engine = engine_of(model_dir)
+    greedy = SamplingParams(n=1, temperature=0, max_tokens=10, ignore_eos=True)
+    prompts = first_prompts(engine.tokenizer)
+    turn_two = run_chains(engine, prompts, [greedy] * len(prompts), turns=2)[-1][0]
+    held = engine.stats()
+    assert held["prefix_cache_blocks"] > 0
+    assert held["prefix_cache_bytes"] == held["prefix_cache_blocks"] * block_bytes
+
+    assert engine.free_prefix_cache() == held["prefix_cache_bytes"]
+    assert engine.stats()["prefix_cache_bytes"] == 0 and engine.stats()["prefix_cache_blocks"] == 0
+    reused = engine.prefill_stats.reused_tokens
+    greedy = [greedy] * len(turn_two)
+    outputs = engine.generate(turn_two, greedy)
+    assert engine.prefill_stats.reused_tokens == reused  # nothing was left to reuse
+    assert_same(outputs, uncached.generate(turn_two, greedy))
+    turn_three = [
+        p + outs[0].token_ids + engine.tokenizer.encode("\nobservation")
+        for p, outs in zip(turn_two, outputs, strict=True)
+    ]
+    assert_same(engine.generate(turn_three, greedy), uncached.generate(turn_three, greedy))
+    assert engine.prefill_stats.reused_tokens > reused  # the store filled again
 
 
 # -- the store alone, on stand-in K/V (layers=1, 2, heads=1, T, dim=1: the value is the position)

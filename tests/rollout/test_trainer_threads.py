@@ -9,10 +9,10 @@ import pytest
 import torch
 from torch import nn
 
-from agentfly.plan import plan_run
 from agentfly.rollout.producer import Produced, RolloutProducer
 from agentfly.rollout.trainer_threads import TrainerThreads
-from agentfly.topology import Hardware
+from agentfly.run.plan import plan_run
+from agentfly.run.topology import Hardware
 from tests.config.plans import base, compose, write_plan_data
 
 

@@ -57,6 +57,15 @@ def _status(field: str) -> int:
     raise KeyError(field)
 
 
+def _wait_started(pool: WorkerPool, workers: int) -> None:
+    """Start ``pool`` and wait until ``workers`` of its workers are up and idle."""
+    pool.start()
+    deadline = time.monotonic() + 60
+    while sum(w.state == "idle" for w in pool._workers) < workers:
+        assert time.monotonic() < deadline, f"{workers} workers did not start within 60 s"
+        time.sleep(0.05)
+
+
 @tool(name="test_workers_hangs", timeout=1.0)
 def _hangs() -> str:
     """Never returns."""
@@ -136,9 +145,9 @@ def _huge_extra(prediction: str) -> dict:
 
 def test_hung_tools_time_out_at_their_deadline_and_later_calls_run():
     """4 calls of a tool that never returns on 2 workers: each is a timeout after running its
-    own 1 s (two waves: waiting for a worker is not counted in a call's deadline), the
-    rollout's ``asyncio.run`` returns, a fast call afterwards runs in a (new) worker, and
-    closing the pool leaves no process."""
+    own 1 s (one wave: a call idle on the CPU lends its place, so the other two start beside
+    the first two), the rollout's ``asyncio.run`` returns, a fast call afterwards runs in a
+    (new) worker, and closing the pool leaves no process."""
     others = set(_children())  # other pools' workers (the default pool of earlier tests)
     pool = WorkerPool(2, start_timeout=30)
 
@@ -150,7 +159,7 @@ def test_hung_tools_time_out_at_their_deadline_and_later_calls_run():
     start = time.monotonic()
     results = asyncio.run(rollout())
     elapsed = time.monotonic() - start
-    assert 2 * 1.0 <= elapsed < 2 * 1.0 + 3.0  # asyncio.run waited on nothing stuck
+    assert 1.0 <= elapsed < 1.0 + 3.0  # asyncio.run waited on nothing stuck
     for result in results:
         assert not result.ok and result.error == "timeout", result
     assert pool.stats["timed_out"] == 4  # every one ran, and had its worker killed
@@ -166,13 +175,12 @@ def test_a_tool_whose_calls_hang_never_keeps_another_tool_from_running():
     """2 hanging calls hold both workers of the pool for 4 s; calls of another tool submitted
     meanwhile run on a worker beyond the two and are done before the hung calls end. (Each side
     starts its workers itself, so a slow machine delays both alike.) Both workers are up before
-    the hung calls come, so that both hung calls run at once however slowly workers start."""
-    with WorkerPool(2) as pool:
-        pool.start()
-        deadline = time.monotonic() + 60
-        while sum(w.state == "idle" for w in pool._workers) < 2:
-            assert time.monotonic() < deadline, "the pool's two workers did not start within 60 s"
-            time.sleep(0.05)
+    the hung calls come, so that both hung calls run at once however slowly workers start; they
+    have this module imported (as a run's workers have its plug-ins), so that no worker's
+    first call imports it. No place is lent (``max_lent=0``): the fair queue alone holds for
+    calls that hang computing, which lend nothing."""
+    with WorkerPool(2, preload=[_pid.fn.__module__], max_lent=0) as pool:
+        _wait_started(pool, 2)
 
         async def hung() -> tuple[float, object]:
             result = await run_tool_call("test_workers_hangs_long", {}, workers=pool)
@@ -323,22 +331,26 @@ def test_a_worker_that_cannot_start_names_what_failed(tmp_path):
     assert "broken_plugin.py" in str(err.value) and "ValueError" in str(err.value)
 
 
-def test_a_worker_that_does_not_start_in_time_names_the_deadline(tmp_path):
+def test_a_worker_that_never_starts_is_tried_three_times_then_names_the_deadline(tmp_path):
+    """A plug-in whose import never ends: starts with deadlines of 0.5, 1 and 2 s (each late
+    start tried again with twice the deadline), then the pool gives up, saying so; 3.5 s of
+    deadlines in all."""
     slow = tmp_path / "slow_plugin.py"
     slow.write_text("import time\ntime.sleep(30)\n")
     with WorkerPool(1, plugins=[str(slow)], start_timeout=0.5) as pool:
         start = time.monotonic()
         future = pool.submit(os.getpid, timeout=30)
-        with pytest.raises(WorkerStartError, match=r"within 0\.5 s"):
+        with pytest.raises(WorkerStartError, match=r"within 2 s \(3 late or dead starts in a row"):
             future.result(30)
-        assert time.monotonic() - start < 0.5 + 1.5
+        assert 0.5 + 1 + 2 <= time.monotonic() - start < 0.5 + 1 + 2 + 3.0
         with pytest.raises(WorkerStartError):  # said again, not waited for again
             pool.submit(os.getpid, timeout=30).result(1)
 
 
 def test_a_queued_call_s_deadline_starts_when_a_worker_takes_it():
-    """A 0.5 s call queued behind a 1 s one waits 1 s for the worker, then runs and succeeds."""
-    with WorkerPool(1) as pool:
+    """A 0.5 s call queued behind a 1 s one waits 1 s for the worker, then runs and succeeds
+    (no place lent: the sleeping call keeps its worker)."""
+    with WorkerPool(1, max_lent=0) as pool:
         pool.submit(time.sleep, (1.0,), timeout=10)
         short = pool.submit(os.getpid, timeout=0.5)
         assert short.result(10) in pool.pids()
@@ -347,8 +359,10 @@ def test_a_queued_call_s_deadline_starts_when_a_worker_takes_it():
 
 def test_a_call_that_waits_past_the_queue_bound_fails_as_the_pool_too_small():
     """One worker, a queue bound of 0.3 s: the second call of a hanging tool never runs and
-    fails as ``queue_timeout`` at 0.3 s, naming the pool's size; a reward likewise."""
-    with WorkerPool(1, queue_timeout=0.3) as pool:
+    fails as ``queue_timeout`` at 0.3 s, naming the pool's size; a reward likewise (no place
+    lent: the hanging call keeps its worker)."""
+    with WorkerPool(1, queue_timeout=0.3, max_lent=0) as pool:
+        _wait_started(pool, 1)  # no call waits for a start
 
         async def calls() -> list:
             return await asyncio.gather(
@@ -370,23 +384,41 @@ def test_a_call_that_waits_past_the_queue_bound_fails_as_the_pool_too_small():
         assert kinds == ["queue_timeout", "timeout"]
 
 
-def test_a_started_pool_keeps_a_spare_so_a_dead_worker_is_not_waited_for(tmp_path):
-    """Workers that take 3 s to start: after a call kills its worker, the next call runs on
-    the spare at once, and the dead worker's replacement is started at once."""
-    slow = tmp_path / "slow_start_plugin.py"
-    slow.write_text("import time\ntime.sleep(3.0)\n")
-    with WorkerPool(1, spares=1, plugins=[str(slow)]) as pool:
-        pool.start()
-        assert pool.submit(os.getpid, timeout=30).result(30)
-        time.sleep(2.5)  # the spare, started beside the first worker, is up too
-        assert pool.stats["started"] == 2
+def test_a_started_pool_keeps_a_spare_so_a_dead_worker_is_not_waited_for():
+    """One worker and one spare: a started pool runs both, idle; after a call kills its worker,
+    the next call runs on a worker that was already running (the spare), and the dead one's
+    replacement is started at once (3 started in all)."""
+    with WorkerPool(1, spares=1) as pool:
+        _wait_started(pool, 1)
+        time.sleep(0.5)  # the spare is forked beside the first worker: up by now
+        assert len(pool.pids()) == 2 and pool.stats["started"] == 2
+        running = set(pool.pids())
         died = pool.submit(os._exit, (3,), timeout=30)
         with pytest.raises(Exception, match="died"):
             died.result(30)
-        start = time.monotonic()
-        assert pool.submit(os.getpid, timeout=30).result(30)
-        assert time.monotonic() - start < 2.0  # a worker starting now would take 3 s
+        assert pool.submit(os.getpid, timeout=30).result(30) in running
         assert pool.stats["started"] == 3
+
+
+def test_a_late_start_is_tried_again_and_the_pool_goes_on(tmp_path, caplog):
+    """A plug-in whose first import takes 3 s (a loaded machine), start_timeout 1 s: the first
+    start misses its deadline and is tried again with 2 s, which the second import (quick)
+    meets; the call runs, and the warning says so."""
+    marker = tmp_path / "imported_once"
+    slow = tmp_path / "slow_once_plugin.py"
+    slow.write_text(
+        "import pathlib, time\n"
+        f"marker = pathlib.Path({str(marker)!r})\n"
+        "if not marker.exists():\n"
+        "    marker.touch()\n"
+        "    time.sleep(3)\n"
+    )
+    with caplog.at_level("WARNING"), WorkerPool(1, plugins=[str(slow)], start_timeout=1.0) as pool:
+        assert pool.submit(os.getpid, timeout=30).result(60) in pool.pids()
+    assert any(
+        "did not report ready within 1 s); trying again with a 2 s deadline" in r.getMessage()
+        for r in caplog.records
+    )
 
 
 def test_the_default_pool_size_follows_the_cores_or_the_calls_in_flight():

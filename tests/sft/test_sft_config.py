@@ -1,5 +1,5 @@
 """``agentfly sft``'s keys keep the promise ``agentfly fit``'s do: each key changes what a component
-of the run receives (its plan, :func:`agentfly.sft_plan.plan_sft`) or is refused with the reason;
+of the run receives (its plan, :func:`agentfly.run.sft_plan.plan_sft`) or is refused with the reason;
 a key of ``agentfly fit`` that supervised training does not read is refused, saying why; verl's
 SFT spellings land on the keys they name; ``--print_config`` reads back."""
 
@@ -16,8 +16,8 @@ from agentfly.config.keys import verl_key_table
 from agentfly.config.schema_sft import sft_key_table
 from agentfly.config.sft import load_sft_config, view_yaml
 from agentfly.core.errors import ConfigError
-from agentfly.sft_plan import check_sft_batches, plan_sft
-from agentfly.topology import Hardware
+from agentfly.run.sft_plan import check_sft_batches, plan_sft
+from agentfly.run.topology import Hardware
 from tests.config.plans import PLUGIN
 
 TWO_GPUS = Hardware(gpus=2, cpus=8)
@@ -241,8 +241,8 @@ def test_print_config_reads_back(data, tmp_path, capsys):
 def test_print_config_as_a_key_prints_before_the_run(data, capsys, monkeypatch):
     from agentfly.cli import main
 
-    monkeypatch.setattr("agentfly.sft_run.build", lambda *a, **k: (None, None, None, None, None))
-    monkeypatch.setattr("agentfly.sft_run.run", lambda *a, **k: {})
+    monkeypatch.setattr("agentfly.run.sft.build", lambda *a, **k: (None, None, None, None, None))
+    monkeypatch.setattr("agentfly.run.sft.run", lambda *a, **k: {})
     assert main(["sft", *base(data)]) == 0
     assert "train_batch_size: 8" not in capsys.readouterr().out
     assert main(["sft", *base(data), "trainer.print_config=true"]) == 0

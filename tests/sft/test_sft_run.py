@@ -116,7 +116,7 @@ def test_a_copy_resumes_where_it_stopped_and_a_finished_run_says_so(sft_run, tmp
 
 
 def test_a_fit_does_not_resume_from_an_sft_checkpoint(sft_run):
-    from agentfly.resume import check_resume
+    from agentfly.run.resume import check_resume
 
     _, run, _ = sft_run
     with pytest.raises(ConfigError, match="agentfly sft wrote it, and this is agentfly fit"):

@@ -143,6 +143,16 @@ class Engine(ABC):
     def wake_up(self) -> None:  # noqa: B027
         """Undo :meth:`sleep`."""
 
+    def free_prefix_cache(self) -> int:
+        """Drop the K/V kept for prompt prefixes in memory of the engine's own; returns the bytes
+        freed. 0 here: an engine that keeps none, or keeps them in memory reserved either way
+        (vLLM's prefix cache lives in its KV cache, sized by ``gpu_memory_utilization``)."""
+        return 0
+
+    def stats(self) -> dict[str, Any]:
+        """The engine's own figures (the prefix cache's size...), added to the pool's stats."""
+        return {}
+
     def close(self) -> None:  # noqa: B027
         """Release what the engine holds outside this process (shared memory, workers)."""
 

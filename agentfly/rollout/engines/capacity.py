@@ -19,6 +19,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from agentfly.core.errors import InputError
+
 # Ray accounts resources in steps of 1e-4; a looser tolerance keeps 3 x 0.3333 on 1 CPU.
 _EPS = 1e-4
 CONFIG_KEYS = (
@@ -28,7 +30,7 @@ CONFIG_KEYS = (
 )
 
 
-class EngineCapacityError(ValueError):
+class EngineCapacityError(InputError):
     """The Ray cluster cannot hold the engines asked for; the message names both sides."""
 
 

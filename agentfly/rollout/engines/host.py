@@ -73,6 +73,11 @@ class EngineHost:
         with self._lock:
             self.engine.wake_up()
 
+    def free_prefix_cache(self) -> int:
+        """Drop the engine's prefix cache once its running batch ends; returns the bytes freed."""
+        with self._lock:
+            return self.engine.free_prefix_cache()
+
     def close(self) -> None:
         self.engine.close()
 
@@ -85,6 +90,7 @@ class EngineHost:
             "requests": self.requests,
             "weights_version": self.weights_version,
             "max_model_len": self.engine.max_model_len,
+            **self.engine.stats(),
         }
 
 
@@ -98,8 +104,15 @@ def _quiet_token_default(record: logging.LogRecord) -> bool:
     return not record.getMessage().startswith("Token authentication is enabled for this Ray cluster")
 
 
+#: the nice value of the worker processes of a Ray started here (Ray's default, 15, is for
+#: background work): the engine actors are the run's compute, and at 15 an engine that shares
+#: the cores with other work gets next to none of them (importing torch took minutes).
+RAY_WORKER_NICENESS = 0
+
+
 def ensure_ray(num_cpus: int | None = None, temp_dir: str | None = None, **kwargs: Any) -> bool:
-    """Initialise Ray if it is not: join ``RAY_ADDRESS`` when set, else start a local instance.
+    """Initialise Ray if it is not: join ``RAY_ADDRESS`` when set, else start a local instance,
+    whose workers (the engine and resource actors) run at ``RAY_WORKER_NICENESS``, as the trainer.
 
     Returns:
         True when this call started (or joined) Ray, False when it was already initialised.
@@ -115,6 +128,8 @@ def ensure_ray(num_cpus: int | None = None, temp_dir: str | None = None, **kwarg
             ray.init(address=os.environ["RAY_ADDRESS"], **kwargs)
         else:
             kwargs.setdefault("include_dashboard", False)
+            system = {"worker_niceness": RAY_WORKER_NICENESS, **kwargs.get("_system_config", {})}
+            kwargs["_system_config"] = system
             logging.getLogger(RAY_AUTH_LOGGER).addFilter(_quiet_token_default)
             ray.init(num_cpus=num_cpus, _temp_dir=temp_dir, **kwargs)
     return True

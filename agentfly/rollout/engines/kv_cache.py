@@ -28,11 +28,64 @@ def growing_cache(model: Any, reserve: int) -> Any:
 
 def plain_cache_layers(model: Any) -> bool:
     """Whether ``model``'s cache is transformers' plain ``DynamicLayer`` for every layer."""
+    return not other_cache_layers(model)
+
+
+def other_cache_layers(model: Any) -> list[str]:
+    """The class names of ``model``'s cache layers that are not transformers' plain
+    ``DynamicLayer`` (sliding windows, linear attention...), each once; empty when all are."""
     from transformers import DynamicCache
     from transformers.cache_utils import DynamicLayer
 
     layers = DynamicCache(config=model.config).layers
-    return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
+    if not layers:
+        return ["none (the cache builds no layers from the model's config)"]
+    return sorted({type(layer).__name__ for layer in layers if type(layer) is not DynamicLayer})
+
+
+def fill_left_padded(cache: Any, parts: list[Any], width: int) -> Any:
+    """Write ``parts`` into the empty ``cache``, one row each, left-padded to ``width`` positions.
+
+    Args:
+        cache: a batch KV cache with no positions yet.
+        parts: per row, K/V of shape (layers, 2, kv_heads, n, head_dim) with ``n <= width``, or
+            None (the row's positions are all padding); at least one is a tensor.
+
+    Returns:
+        The mask of the written positions, (rows, width): 1 on a row's last ``n``, else 0.
+    """
+    import torch
+
+    kv = next(part for part in parts if part is not None)  # (layers, 2, H, n, D)
+    layers, _, heads, _, dim = kv.shape
+    batch_kv = kv.new_zeros((layers, 2, len(parts), heads, width, dim))
+    mask = kv.new_zeros((len(parts), width), dtype=torch.long)
+    for u, part in enumerate(parts):
+        if part is not None:
+            n = part.shape[-2]
+            batch_kv[:, :, u, :, width - n :, :] = part
+            mask[u, width - n :] = 1
+    for layer, layer_kv in zip(cache.layers, batch_kv, strict=True):
+        layer.update(layer_kv[0], layer_kv[1])  # (U, H, C, D) each
+    return mask
+
+
+def row_kv(cache: Any, row: int, positions: Any) -> Any:
+    """Keys and values of one row of ``cache`` at ``positions`` (a 1-D index tensor), every layer
+    stacked: (layers, 2, kv_heads, len(positions), head_dim)."""
+    import torch
+
+    return torch.stack(
+        [
+            torch.stack(
+                (
+                    layer.keys[row].index_select(1, positions),
+                    layer.values[row].index_select(1, positions),
+                )
+            )
+            for layer in cache.layers
+        ]
+    )
 
 
 def uniform_layers(cache: Any) -> bool:

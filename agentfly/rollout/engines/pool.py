@@ -234,8 +234,22 @@ class EnginePool:
     def wake_up(self) -> None:
         self._broadcast("wake_up")
 
+    def shares_device(self, device: Any) -> bool:
+        """Whether an engine of the pool computes in this process on ``device``: the in-process
+        engine on the trainer's device, where memory it keeps is memory the trainer lacks (a Ray
+        engine has a process of its own)."""
+        if self._ray is not None:
+            return False
+        engine_device = getattr(self._hosts[0].engine, "device", None)
+        return engine_device is not None and _same_device(engine_device, device)
+
+    def free_prefix_cache(self) -> None:
+        """Every engine drops its prefix cache (:meth:`Engine.free_prefix_cache`)."""
+        self._broadcast("free_prefix_cache")
+
     def stats(self) -> list[dict[str, Any]]:
-        """Per engine in the pool: process id, requests served, weights version, max_model_len."""
+        """Per engine in the pool: process id, requests served, weights version, max_model_len,
+        and the engine's own figures (:meth:`Engine.stats`: the prefix cache's size...)."""
         if self._ray is None:
             return [self._hosts[0].stats()]
         return self._ray.call_all("stats")
@@ -303,6 +317,22 @@ class EnginePool:
             getattr(self._hosts[0], method)()
             return
         self._ray.call_all(method)
+
+
+def _same_device(a: Any, b: Any) -> bool:
+    """Whether two torch devices (or their names) are one: ``cuda`` is the current CUDA device,
+    and the CPU is one device whatever its index."""
+    import torch
+
+    def resolved(d: Any) -> tuple[str, int | None]:
+        d = torch.device(d)
+        if d.type == "cpu":
+            return d.type, None
+        if d.type == "cuda" and d.index is None:
+            return d.type, torch.cuda.current_device()
+        return d.type, d.index
+
+    return resolved(a) == resolved(b)
 
 
 def _ray_is_initialized() -> bool:

@@ -6,7 +6,8 @@ attention mask (cumulative sum − 1) so padding does not shift positions. Ident
 request's ``n`` rows, GRPO's chains of one task) are prefilled once and their KV cache gathered
 to every row; a row that finishes leaves the batch (and the cache) at once, so the steps after it
 compute only the rows still generating. A finished row's K/V go to a prefix cache
-(:mod:`agentfly.rollout.engines.prefix_cache`): a later prompt that begins with its sequence (a
+(:mod:`agentfly.rollout.engines.prefix_cache`, used through
+:mod:`agentfly.rollout.engines.prefix_reuse`): a later prompt that begins with its sequence (a
 chain's next turn) prefills only the rest. A hand-written loop rather than
 ``model.generate`` gives the exact log-probabilities defined in
 :mod:`agentfly.rollout.engines.base` and stop strings that keep the completing token.
@@ -29,7 +30,8 @@ from agentfly.rollout.engines.base import (
     check_request,
     register_engine,
 )
-from agentfly.rollout.engines.prefix_cache import PrefillStats, PrefixCache
+from agentfly.rollout.engines.prefix_cache import PrefillStats
+from agentfly.rollout.engines.prefix_reuse import PrefixReuse
 from agentfly.rollout.engines.sampling import draw_uniforms, sample_tokens
 from agentfly.rollout.engines.weights import read_weights
 
@@ -59,11 +61,11 @@ class TransformersEngine(Engine):
         trust_remote_code: let transformers run model and tokenizer code shipped with the
             checkpoint.
         enable_prefix_caching: keep the K/V of generated sequences so that a prompt extending
-            one prefills only its new tokens (vLLM's name). Cleared by :meth:`load_weights` and
-            :meth:`sleep`; off by itself for models whose cache is not transformers' plain
-            ``DynamicLayer`` (sliding windows...).
-        prefix_cache_bytes: the most the kept K/V may take (least recently used go first); the
-            default holds ~45k tokens of SmolLM2-135M in float32 (46 kB a token).
+            one prefills only its new tokens (vLLM's name). Cleared by :meth:`load_weights`,
+            :meth:`sleep` and :meth:`free_prefix_cache`; off, with a warning, for models whose
+            cache is not transformers' plain ``DynamicLayer`` (sliding windows...).
+        prefix_cache_max_gib: the most the kept K/V may take, in GiB (least recently used go
+            first); the default holds ~45k tokens of SmolLM2-135M in float32 (46 kB a token).
 
     Attributes:
         prefill_stats: prompt tokens prefilled and reused from the prefix cache so far.
@@ -84,7 +86,7 @@ class TransformersEngine(Engine):
         attn_implementation: str | None = None,
         trust_remote_code: bool = False,
         enable_prefix_caching: bool = True,
-        prefix_cache_bytes: int = 2 * 2**30,
+        prefix_cache_max_gib: float = 2.0,
     ) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -112,10 +114,8 @@ class TransformersEngine(Engine):
         self._sleeping = False
         self._adapter_config: dict[str, Any] | None = None  # the LoRA adapter served, if any
         self.prefill_stats = PrefillStats()
-        self._prefix_cache = (
-            PrefixCache(prefix_cache_bytes)
-            if enable_prefix_caching and kv_cache.plain_cache_layers(self.model)
-            else None
+        self._prefixes = PrefixReuse(
+            self.model, enabled=enable_prefix_caching, max_gib=prefix_cache_max_gib
         )
 
     @property
@@ -150,7 +150,7 @@ class TransformersEngine(Engine):
     def load_weights(self, weights: Weights | LoraAdapter) -> None:
         import torch
 
-        self._clear_prefix_cache()  # its K/V were computed with the old weights
+        self._prefixes.free()  # its K/V were computed with the old weights
         if isinstance(weights, LoraAdapter):
             self._load_adapter(weights)
             return
@@ -198,7 +198,7 @@ class TransformersEngine(Engine):
         """Drop the prefix cache; on CUDA, move the model to CPU and free the CUDA cache."""
         import torch
 
-        self._clear_prefix_cache()
+        self._prefixes.free()
         if self.device.type == "cuda" and not self._sleeping:
             self.model.to("cpu")
             torch.cuda.empty_cache()
@@ -209,9 +209,18 @@ class TransformersEngine(Engine):
             self.model.to(self.device)
             self._sleeping = False
 
-    def _clear_prefix_cache(self) -> None:
-        if self._prefix_cache is not None:
-            self._prefix_cache.clear()
+    def free_prefix_cache(self) -> int:
+        """Drop the prefix cache's K/V (the next prompts prefill whole); returns the bytes freed.
+
+        In this process the memory goes back to torch's allocator, for a trainer on the same
+        device to reuse; the allocator keeps it (no ``empty_cache``).
+        """
+        return self._prefixes.free()
+
+    def stats(self) -> dict[str, Any]:
+        """The prefix cache's bytes, blocks, budget and why it is off (None while on), and the
+        prompt tokens prefilled and reused so far."""
+        return {**self._prefixes.stats(), **vars(self.prefill_stats)}
 
     # -- the sampling loop ----------------------------------------------------------------
 
@@ -271,7 +280,7 @@ class TransformersEngine(Engine):
                 keep = self._append_step(
                     rows, active, chosen.tolist(), chosen_logprobs.tolist(), stop_ids, limits, step
                 )
-                if self._prefix_cache is not None and len(keep) < len(active):
+                if self._prefixes.store is not None and len(keep) < len(active):
                     self._remember(rows, active, keep, cache, attention_mask)
                 if not keep:
                     break
@@ -318,8 +327,7 @@ class TransformersEngine(Engine):
             input ids (U, S), attention mask (U, C + S), position ids (U, S), and the cache,
             with room for ``decode_steps`` more positions.
         """
-        store = self._prefix_cache
-        reused = [store.lookup(p, len(p) - 1) if store else (0, None) for p in prompts]
+        reused = self._prefixes.lookup(prompts)
         width = max(n for n, _ in reused)  # C
         suffixes = [p[n:] for p, (n, _) in zip(prompts, reused, strict=True)]
         input_ids, attention_mask = self._left_padded(suffixes, torch)  # (U, S) each
@@ -328,16 +336,8 @@ class TransformersEngine(Engine):
         reserve = decode_steps + (input_ids.shape[1] if width else 0)
         cache = kv_cache.growing_cache(self.model, reserve=reserve)
         if width:
-            kv = next(part for n, part in reused if n)  # (layers, 2, H, C_u, D)
-            layers, _, heads, _, dim = kv.shape
-            batch_kv = kv.new_zeros((layers, 2, len(prompts), heads, width, dim))
-            cached_mask = attention_mask.new_zeros((len(prompts), width))
-            for u, (n, part) in enumerate(reused):
-                if n:
-                    batch_kv[:, :, u, :, width - n :, :] = part
-                    cached_mask[u, width - n :] = 1
-            for layer, layer_kv in zip(cache.layers, batch_kv, strict=True):
-                layer.update(layer_kv[0], layer_kv[1])  # (U, H, C, D) each
+            parts = [part for _, part in reused]
+            cached_mask = kv_cache.fill_left_padded(cache, parts, width)  # (U, C)
             attention_mask = torch.cat([cached_mask, attention_mask], -1)  # (U, C + S)
         position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)[:, width:]
         return input_ids, attention_mask, position_ids, cache
@@ -350,30 +350,13 @@ class TransformersEngine(Engine):
 
         Shapes: attention_mask (A, cache length), one row per entry of ``active``.
         """
-        import torch
-
-        if not kv_cache.uniform_layers(cache):  # the store's blocks stack every layer's K/V
-            self._prefix_cache = None
-            return
         going_on = set(keep)
-        for j, i in enumerate(active):
-            if j in going_on:
-                continue
-            row = rows[i]
-            columns = attention_mask[j].nonzero().squeeze(-1)  # the row's tokens, in order
-
-            def kv_of(start: int, end: int, j: int = j, columns: Any = columns) -> Any:
-                index = columns[start:end]
-                return torch.stack(
-                    [
-                        torch.stack(
-                            (layer.keys[j].index_select(1, index), layer.values[j].index_select(1, index))
-                        )
-                        for layer in cache.layers
-                    ]
-                )  # (layers, 2, H, end - start, D)
-
-            self._prefix_cache.insert(row.prompt + row.tokens[:-1], kv_of)
+        finished = [
+            (j, rows[i].prompt + rows[i].tokens[:-1])
+            for j, i in enumerate(active)
+            if j not in going_on
+        ]
+        self._prefixes.remember(finished, cache, attention_mask)
 
     def _left_padded(self, prompts: list[tuple[int, ...]], torch: Any) -> tuple[Any, Any]:
         """``prompts`` left-padded on the device: input ids and attention mask, (U, L) each."""

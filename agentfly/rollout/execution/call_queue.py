@@ -11,6 +11,12 @@ group whose oldest call has waited longest); within a group, first come first se
 ``num_workers`` calls run at once, except that a group with no call running may start one
 beyond that (``num_workers`` such extra calls at most): a tool whose calls all hang holds the
 workers it took until their deadlines, but cannot keep another tool or the reward from running.
+
+A running call may be *lent* (:meth:`CallQueue.lend`): its worker is idle on the CPU (the call
+waits on a sleep, a socket, a lock), so it stops counting against ``num_workers`` and another
+call may start beside it; it still counts for its group's share. A lent call that computes
+again is reclaimed (:meth:`CallQueue.reclaim`) and counts again (the queue then starts nothing
+until the running calls are back under the bound).
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ class Call:
         submitted: ``time.monotonic()`` at submission.
         queue_deadline: a worker must have taken it by then.
         deadline: set when a worker takes it (that time + ``timeout``); infinite until then.
+        lent: its worker lent its place (:meth:`CallQueue.lend`).
     """
 
     future: concurrent.futures.Future[Any]
@@ -44,6 +51,7 @@ class Call:
     submitted: float
     queue_deadline: float
     deadline: float = math.inf
+    lent: bool = False
 
 
 class CallQueue:
@@ -56,7 +64,8 @@ class CallQueue:
     def __init__(self, num_workers: int) -> None:
         self.num_workers = num_workers
         self._waiting: dict[str, collections.deque[Call]] = {}
-        self._running: collections.Counter[str] = collections.Counter()
+        self._running: collections.Counter[str] = collections.Counter()  # lent calls included
+        self._lent = 0
 
     def __len__(self) -> int:
         return sum(map(len, self._waiting.values()))
@@ -67,8 +76,25 @@ class CallQueue:
 
     @property
     def running(self) -> int:
-        """Calls taken by a worker and not finished."""
-        return self._running.total()
+        """Calls taken by a worker, not finished and not lent: those the bound counts."""
+        return self._running.total() - self._lent
+
+    @property
+    def lent(self) -> int:
+        """Running calls that lent their place (:meth:`lend`)."""
+        return self._lent
+
+    def lend(self, call: Call) -> None:
+        """``call``, running, waits idle: it no longer counts against ``num_workers``."""
+        if not call.lent:
+            call.lent = True
+            self._lent += 1
+
+    def reclaim(self, call: Call) -> None:
+        """``call``, lent, computes again: it counts against ``num_workers`` again."""
+        if call.lent:
+            call.lent = False
+            self._lent -= 1
 
     def push(self, call: Call) -> None:
         self._waiting.setdefault(call.label, collections.deque()).append(call)
@@ -108,6 +134,7 @@ class CallQueue:
 
     def finished(self, call: Call) -> None:
         """``call``, taken by :meth:`pop`, no longer runs (it ended, or was cancelled)."""
+        self.reclaim(call)
         self._running[call.label] -= 1
         if self._running[call.label] <= 0:
             del self._running[call.label]

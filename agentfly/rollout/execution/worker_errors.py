@@ -8,10 +8,23 @@ from agentfly.rollout.execution.worker_main import RemoteError
 class WorkerTimeout(TimeoutError):
     """A call ran past its deadline (counted from when a worker took it); its worker was killed."""
 
+    @classmethod
+    def of(cls, label: str, timeout: float) -> WorkerTimeout:
+        return cls(f"{label} did not finish within {timeout:g} s of starting; its worker was killed")
+
 
 class WorkerQueueTimeout(RuntimeError):
     """A call waited past the pool's ``queue_timeout`` for a worker and never ran: the pool is
     too small for the calls in flight (not a verdict on the call)."""
+
+    @classmethod
+    def of(cls, label: str, waited: float, running: int, num_workers: int) -> WorkerQueueTimeout:
+        return cls(
+            f"{label} waited {waited:g} s for a worker process and never started ({running} "
+            f"calls were running, num_workers={num_workers}): the pool is too small for the "
+            "calls in flight; raise agent.run_config.workers.num_workers (or "
+            "workers.queue_timeout)"
+        )
 
 
 class WorkerDied(RuntimeError):

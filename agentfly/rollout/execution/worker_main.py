@@ -149,14 +149,21 @@ def _run(frame: bytes, cap: int, loaded: set[str]) -> bytes:
 
 def main(argv: list[str]) -> int:
     parent, memory_mb, cap = int(argv[1]), int(argv[2]), int(argv[3])
-    imports = json.loads(argv[4])
+    return run_worker(parent, memory_mb, cap, json.loads(argv[4]), set())
+
+
+def run_worker(
+    parent: int, memory_mb: int, cap: int, imports: dict[str, list[str]], loaded: set[str]
+) -> int:
+    """The worker's life on file descriptors 0 (requests) and 1 (replies): imports, limits,
+    ``ready``, then one call per request until the pipe closes. ``loaded``: the plugins already
+    imported (a worker forked by :mod:`~agentfly.rollout.execution.forkserver_main`)."""
     requests, replies = os.dup(0), os.dup(1)  # not inherited by what user code starts
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.dup2(2, 1)
     os.close(null)
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
-    loaded: set[str] = set()
     try:
         if os.getppid() != parent:
             return 1

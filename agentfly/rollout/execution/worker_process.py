@@ -15,9 +15,10 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from agentfly.rollout.execution.call_queue import Call
-from agentfly.rollout.execution.worker_main import RemoteError
+from agentfly.rollout.execution.worker_main import HEADER, RemoteError, ReplyTooLarge
 
 logger = logging.getLogger("agentfly.rollout.execution.workers")
 
@@ -27,7 +28,10 @@ STDERR_FORWARD_BYTES = 64 * 1024  # a worker's stderr passed on per call at most
 
 @dataclass
 class Worker:
-    proc: subprocess.Popen[bytes]
+    """A worker process: started from scratch (``proc`` a ``Popen``), or forked by the fork
+    server (a :class:`~agentfly.rollout.execution.forkserver.ForkedProcess`)."""
+
+    proc: Any
     start_deadline: float
     state: str = "starting"  # starting | idle | busy
     job: Call | None = None
@@ -35,10 +39,18 @@ class Worker:
     outbox: memoryview | None = None
     stderr_tail: collections.deque[bytes] = field(default_factory=collections.deque)
     forwarded: int = 0
+    #: (when, CPU seconds of its process tree then): the last look of :mod:`.lending`
+    mark: tuple[float, float] | None = None
+    #: resident MiB of its process tree when last looked at (counted while its call is lent)
+    rss_mb: float = 0.0
 
     @property
     def pid(self) -> int:
         return self.proc.pid
+
+    @property
+    def forked(self) -> bool:
+        return not isinstance(self.proc, subprocess.Popen)
 
 
 def nonblocking(fd: int) -> None:
@@ -53,10 +65,15 @@ def drain(fd: int) -> None:
         pass
 
 
-def kill(w: Worker) -> None:
+def kill_group(pid: int) -> None:
+    """SIGKILL the process group ``pid`` leads, and ``pid`` itself."""
     for signal_to in (os.killpg, os.kill):
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            signal_to(w.pid, signal.SIGKILL)
+            signal_to(pid, signal.SIGKILL)
+
+
+def kill(w: Worker) -> None:
+    kill_group(w.pid)
     for stream in (w.proc.stdin, w.proc.stdout, w.proc.stderr):
         with contextlib.suppress(OSError):
             stream.close()  # type: ignore[union-attr]
@@ -76,6 +93,14 @@ def exit_description(code: int) -> str:
         except ValueError:
             return f"killed by signal {-code}"
     return f"exit code {code}"
+
+
+def how_it_ended(w: Worker) -> str:
+    """How a worker whose reply pipe closed ended (waiting up to 0.2 s for its exit status)."""
+    try:
+        return exit_description(w.proc.wait(timeout=0.2))
+    except subprocess.TimeoutExpired:
+        return "it closed its reply pipe"
 
 
 def spawn(
@@ -121,6 +146,52 @@ def read_stderr(w: Worker) -> bool:
         with contextlib.suppress(Exception):
             sys.stderr.write(text)
     return True
+
+
+def read_last_stderr(w: Worker) -> None:
+    """What a worker that failed to start wrote last, waiting up to 0.1 s for it."""
+    for _ in range(20):
+        if not read_stderr(w):
+            time.sleep(0.005)
+
+
+def send_request(w: Worker) -> None:
+    """Write what the pipe takes of ``w``'s pending request."""
+    try:
+        sent = os.write(w.proc.stdin.fileno(), w.outbox)
+        w.outbox = w.outbox[sent:] if sent < len(w.outbox) else None
+    except BlockingIOError:
+        pass
+    except OSError:  # the worker is gone; its stdout says so next
+        w.outbox = None
+
+
+def read_replies(w: Worker, max_reply_bytes: int) -> list[bytes] | None:
+    """The whole reply frames ``w`` has sent (none yet: []); None at end of file (it died).
+
+    Raises:
+        ReplyTooLarge: a frame announces more than the cap (the worker enforces it; a frame
+            past it is never read).
+    """
+    try:
+        data = os.read(w.proc.stdout.fileno(), 1 << 20)
+    except BlockingIOError:
+        return []
+    except OSError:
+        data = b""
+    if not data:
+        return None
+    w.inbox += data
+    frames = []
+    while len(w.inbox) >= HEADER.size:
+        (size,) = HEADER.unpack_from(w.inbox)
+        if size > max_reply_bytes + 4096:
+            raise ReplyTooLarge(size, max_reply_bytes)
+        if len(w.inbox) < HEADER.size + size:
+            break
+        frames.append(bytes(w.inbox[HEADER.size : HEADER.size + size]))
+        del w.inbox[: HEADER.size + size]
+    return frames
 
 
 def decode_reply(frame: bytes) -> tuple:

@@ -9,9 +9,10 @@ it (past that it fails with :class:`WorkerTimeout` and its worker's whole proces
 killed). Waiting calls are shared out by what they call (each tool, the reward), so a tool whose
 calls hang never keeps another's from running. A worker that dies mid-call (``os._exit``, a
 signal, a segfault) fails its call with :class:`WorkerDied`; the trainer never sees more than
-the failure. A condemned worker (killed or dead) is replaced at once, and a started pool keeps
-spare workers ready, so a replacement's start is never what a waiting call waits for. Each
-worker has an address-space limit (``RLIMIT_AS``), so an allocation past it is a
+the failure. A condemned worker (killed or dead) is replaced at once (forked in milliseconds:
+:mod:`.worker_starts`), and a started pool keeps spare workers ready. A call idle on the CPU
+lends its place (:mod:`.lending`), within the pool's memory budget (:mod:`.memory_budget`).
+Each worker has an address-space limit (``RLIMIT_AS``), so an allocation past it is a
 ``MemoryError`` in the worker, and a cap on the size of a reply, applied in the worker before
 anything crosses the pipe. Workers kill themselves (and their process group) when the process
 that started them is gone, however it ended.
@@ -33,8 +34,6 @@ import logging
 import os
 import pickle
 import select
-import subprocess
-import sys
 import threading
 import time
 import weakref
@@ -44,8 +43,14 @@ from typing import Any
 import cloudpickle
 
 from agentfly.core.plugins import plugin_files
+from agentfly.rollout.execution import memory_budget
 from agentfly.rollout.execution.call_queue import Call, CallQueue
-from agentfly.rollout.execution.sizing import default_num_workers, default_spares
+from agentfly.rollout.execution.lending import Lender
+from agentfly.rollout.execution.sizing import (
+    IO_BOUND_MAX_WORKERS,
+    default_num_workers,
+    default_spares,
+)
 from agentfly.rollout.execution.waiting import result_of, settle, wait_call
 from agentfly.rollout.execution.worker_errors import (
     NotPicklable,
@@ -61,14 +66,16 @@ from agentfly.rollout.execution.worker_process import (
     Worker,
     decode_reply,
     drain,
-    exit_description,
+    how_it_ended,
     kill,
     nonblocking,
+    read_replies,
     read_stderr,
     reap,
     reply_error,
-    spawn,
+    send_request,
 )
+from agentfly.rollout.execution.worker_starts import Starter
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +83,7 @@ DEFAULT_MEMORY_MB = 4096
 DEFAULT_START_TIMEOUT_S = 60.0
 DEFAULT_QUEUE_TIMEOUT_S = 600.0
 DEFAULT_MAX_REPLY_BYTES = 16 * 1024 * 1024
+DEFAULT_LEND_AFTER_S = 0.1
 _TICK_S = 0.25  # the manager's longest sleep with nothing due
 
 __all__ = [  # the exceptions, sizes and waits of a call live in their own modules
@@ -109,6 +117,9 @@ class WorkerPool:
         spares: idle workers a started pool (:meth:`start`) keeps ready beyond the busy ones,
             so that a killed or dead worker's replacement is already running (None:
             :func:`default_spares`).
+        lend_after: seconds a call runs idle on the CPU before it lends its place (:mod:`.lending`).
+        max_lent: calls lent at once at most (None: 64; 0: none).
+        memory_budget_mb: MiB the workers may claim together (None: the machine's; :mod:`.memory_budget`).
     """
 
     def __init__(
@@ -122,18 +133,23 @@ class WorkerPool:
         max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
         queue_timeout: float = DEFAULT_QUEUE_TIMEOUT_S,
         spares: int | None = None,
+        lend_after: float = DEFAULT_LEND_AFTER_S,
+        max_lent: int | None = None,
+        memory_budget_mb: int | None = None,
     ) -> None:
         size = default_num_workers() if num_workers is None else int(num_workers)
-        if size < 1:
-            raise ValueError(f"num_workers must be >= 1, got {num_workers!r}")
-        if not queue_timeout > 0:
-            raise ValueError(f"queue_timeout must be positive, got {queue_timeout!r}")
-        if spares is not None and spares < 0:
-            raise ValueError(f"spares must be >= 0, got {spares!r}")
-        if memory_mb < 0:
-            raise ValueError(f"memory_mb must be >= 0 (0: no limit), got {memory_mb!r}")
-        if not start_timeout > 0:
-            raise ValueError(f"start_timeout must be positive, got {start_timeout!r}")
+        for name, value, ok, rule in (
+            ("num_workers", num_workers, size >= 1, ">= 1"),
+            ("spares", spares, spares is None or spares >= 0, ">= 0"),
+            ("max_lent", max_lent, max_lent is None or max_lent >= 0, ">= 0"),
+            ("memory_mb", memory_mb, memory_mb >= 0, ">= 0 (0: no limit)"),
+            *((n, v, v > 0, "positive") for n, v in (
+                ("queue_timeout", queue_timeout), ("start_timeout", start_timeout),
+                ("lend_after", lend_after),
+            )),
+        ):
+            if not ok:
+                raise ValueError(f"{name} must be {rule}, got {value!r}")
         self.num_workers = size
         self.memory_mb = int(memory_mb)
         self.start_timeout = float(start_timeout)
@@ -142,17 +158,19 @@ class WorkerPool:
         self.max_reply_bytes = int(max_reply_bytes)
         self.queue_timeout = float(queue_timeout)
         self.spares = default_spares(size) if spares is None else int(spares)
-        #: processes at most: the calls that may run (:mod:`.call_queue`) and the spares
-        self.max_processes = 2 * size + self.spares
+        self.lend_after = float(lend_after)
+        self.max_lent = IO_BOUND_MAX_WORKERS if max_lent is None else int(max_lent)
+        self.memory_budget_mb = int(memory_budget_mb or memory_budget.machine_memory_mb())
+        #: processes at most (the fork server aside): the calls that may run, the spares and
+        #: the lent calls (:mod:`.call_queue`); fewer within the memory budget
+        self.max_processes = 2 * size + self.spares + self.max_lent
+        memory_budget.warn_over_budget(size, self.memory_mb, self.memory_budget_mb)
         #: since the pool was made: workers started, killed at a deadline, died mid-call; calls
         #: that waited past ``queue_timeout``; the longest wait of a call for a worker
-        self.stats = {
-            "started": 0, "timed_out": 0, "died": 0, "queue_timed_out": 0,
-            "longest_wait_s": 0.0, "largest_reply_bytes": 0,
-        }
+        self.stats = dict.fromkeys(("started", "timed_out", "died", "queue_timed_out"), 0)
+        self.stats.update(longest_wait_s=0.0, largest_reply_bytes=0)
         self._lock = threading.Lock()
         self._closed = False
-        self._start_error: WorkerStartError | None = None
         self._reset()
         _POOLS.add(self)
 
@@ -160,6 +178,9 @@ class WorkerPool:
         self._pid = os.getpid()
         self._queue = CallQueue(self.num_workers)
         self._workers: list[Worker] = []
+        self._starter = Starter(self.memory_mb, self.max_reply_bytes, self.plugins, self.preload,
+                                self.start_timeout)
+        self._lender = Lender(self.lend_after, self.max_lent)
         self._thread: threading.Thread | None = None
         self._warm = False  # keep num_workers and the spares running (start() was called)
         self._wake_r, self._wake_w = os.pipe()
@@ -211,8 +232,8 @@ class WorkerPool:
                 raise PoolClosed("the worker pool is closed")
             if self._pid != os.getpid():  # a forked child: the parent's workers are not ours
                 self._reset()
-            if self._start_error is not None:
-                future.set_exception(self._start_error)
+            if self._starter.error is not None:
+                future.set_exception(self._starter.error)
                 return future
             self._queue.push(job)
             self._ensure_thread()
@@ -222,7 +243,7 @@ class WorkerPool:
     def start(self) -> None:
         """Start every worker now, in the background (their imports overlap other work)."""
         with self._lock:
-            if self._closed or self._start_error is not None:
+            if self._closed or self._starter.error is not None:
                 return
             if self._pid != os.getpid():
                 self._reset()
@@ -251,6 +272,7 @@ class WorkerPool:
             workers, self._workers = self._workers, []
             jobs = [*self._queue.drain(), *(w.job for w in workers if w.job is not None)]
             mine = self._pid == os.getpid()
+            starter = self._starter
         for job in jobs:
             settle(job.future, error=PoolClosed(f"{job.label}: the worker pool was closed"))
         if mine:
@@ -260,6 +282,7 @@ class WorkerPool:
             deadline = time.monotonic() + 1.0
             for w in workers:
                 reap(w, max(0.0, deadline - time.monotonic()))
+            starter.close()
         _POOLS.discard(self)
 
     def __enter__(self) -> WorkerPool:
@@ -303,10 +326,10 @@ class WorkerPool:
             self.close()
 
     def _interest(self) -> tuple[list[int], list[int], float]:
-        reads, writes = [self._wake_r], []
+        reads, writes = [self._wake_r, *self._starter.fds()], []
         due = [w.start_deadline for w in self._workers if w.state == "starting"]
         due += [w.job.deadline for w in self._workers if w.job is not None]
-        due.append(self._queue.next_deadline())
+        due += [self._queue.next_deadline(), self._lender.next_look(self._workers)]
         for w in self._workers:
             reads += [w.proc.stdout.fileno(), w.proc.stderr.fileno()]  # type: ignore[union-attr]
             if w.outbox is not None:
@@ -317,28 +340,30 @@ class WorkerPool:
     def _step(self, settled: list[tuple[Call, Any, BaseException | None]]) -> None:
         """Deadlines, then dispatch: waiting calls to idle workers, new workers as needed."""
         now = time.monotonic()
+        self._starter.step(now)
         for w in list(self._workers):
             if w.state == "starting" and now >= w.start_deadline:
-                self._start_failed(
-                    w, f"it did not report ready within {self.start_timeout:g} s", settled
-                )
+                self._start_failed(w, f"it did not report ready within "
+                                   f"{self._starter.attempts.timeout:g} s", settled)
             elif w.job is not None and now >= w.job.deadline:
                 job = self._condemn(w)
                 self.stats["timed_out"] += 1
-                settled.append((job, None, WorkerTimeout(
-                    f"{job.label} did not finish within {job.timeout:g} s of starting; its "
-                    "worker was killed"
-                )))
+                settled.append((job, None, WorkerTimeout.of(job.label, job.timeout)))
         for job in self._queue.expired(now):
             self.stats["queue_timed_out"] += 1
-            settled.append((job, None, WorkerQueueTimeout(
-                f"{job.label} waited {self.queue_timeout:g} s for a worker process and never "
-                f"started ({self._queue.running} calls were running, num_workers="
-                f"{self.num_workers}): the pool is too small for the calls in flight; raise "
-                "agent.run_config.workers.num_workers (or workers.queue_timeout)"
+            settled.append((job, None, WorkerQueueTimeout.of(
+                job.label, self.queue_timeout, self._queue.running, self.num_workers
             )))
-        if self._start_error is not None:
+        if self._starter.error is not None:
+            settled += [(job, None, self._starter.error) for job in self._queue.drain()]
             return
+        self._lender.step(self._workers, self._queue, now)
+        busy = sum(1 for w in self._workers if w.job is not None)
+        wanted = busy + self._queue.startable()  # workers the running and startable calls need
+        if self._warm:  # spares: a condemned worker's replacement is already running
+            wanted = max(wanted + self.spares, self.num_workers + self.spares)
+        for w in memory_budget.surplus(self._workers, wanted, self.memory_mb, self.memory_budget_mb, self.num_workers):
+            self._discard(w)  # idle, and not needed or past the memory budget
         idle = [w for w in self._workers if w.state == "idle"]
         while idle and (job := self._queue.pop()) is not None:
             if not job.future.set_running_or_notify_cancel():
@@ -349,23 +374,22 @@ class WorkerPool:
             waited = started - job.submitted
             self.stats["longest_wait_s"] = max(self.stats["longest_wait_s"], waited)
             w.state, w.job, w.outbox, w.forwarded = "busy", job, memoryview(job.frame), 0
-        busy = sum(1 for w in self._workers if w.job is not None)
-        wanted = busy + self._queue.startable()
-        if self._warm:  # spares: a condemned worker's replacement is already running
-            wanted = max(wanted + self.spares, self.num_workers + self.spares)
-        while len(self._workers) < min(wanted, self.max_processes):
-            self._spawn()
-
-    def _spawn(self) -> None:
-        self._workers.append(spawn(
-            self.memory_mb, self.max_reply_bytes, self.plugins, self.preload, self.start_timeout
-        ))
-        self.stats["started"] += 1
+            w.mark = None  # the lender's first look comes next
+        while (
+            len(self._workers) < min(wanted, self.max_processes)
+            and memory_budget.may_start(
+                self._workers, self.memory_mb, self.memory_budget_mb, self.num_workers
+            )
+            and self._starter.ready()
+        ):
+            self._workers.append(self._starter.spawn())
+            self.stats["started"] += 1
 
     def _io(
         self, readable: list[int], writable: list[int],
         settled: list[tuple[Call, Any, BaseException | None]],
     ) -> None:
+        self._starter.io(readable)
         for w in list(self._workers):
             if w not in self._workers:
                 continue
@@ -373,39 +397,22 @@ class WorkerPool:
             if err_fd in readable:
                 read_stderr(w)
             if w.outbox is not None and w.proc.stdin.fileno() in writable:  # type: ignore[union-attr]
-                try:
-                    sent = os.write(w.proc.stdin.fileno(), w.outbox)  # type: ignore[union-attr]
-                    w.outbox = w.outbox[sent:] if sent < len(w.outbox) else None
-                except BlockingIOError:
-                    pass
-                except OSError:  # the worker is gone; its stdout says so next
-                    w.outbox = None
+                send_request(w)
             if out_fd in readable:
                 self._replies(w, settled)
 
     def _replies(self, w: Worker, settled: list[tuple[Call, Any, BaseException | None]]) -> None:
         try:
-            data = os.read(w.proc.stdout.fileno(), 1 << 20)  # type: ignore[union-attr]
-        except BlockingIOError:
+            frames = read_replies(w, self.max_reply_bytes)
+        except ReplyTooLarge as too_large:
+            if (job := self._condemn(w)) is not None:
+                settled.append((job, None, too_large))
             return
-        except OSError:
-            data = b""
-        if not data:
+        if frames is None:
             self._gone(w, settled)
-            return
-        w.inbox += data
-        while len(w.inbox) >= HEADER.size:
-            (size,) = HEADER.unpack_from(w.inbox)
-            if size > self.max_reply_bytes + 4096:  # the worker enforces the cap; never trust it
-                job = self._condemn(w)
-                if job is not None:
-                    settled.append((job, None, ReplyTooLarge(size, self.max_reply_bytes)))
-                return
-            if len(w.inbox) < HEADER.size + size:
-                return
-            frame = bytes(w.inbox[HEADER.size : HEADER.size + size])
-            del w.inbox[: HEADER.size + size]
-            self.stats["largest_reply_bytes"] = max(self.stats["largest_reply_bytes"], size)
+        for frame in frames or ():
+            largest = max(self.stats["largest_reply_bytes"], len(frame))
+            self.stats["largest_reply_bytes"] = largest
             self._reply(w, frame, settled)
 
     def _reply(
@@ -415,8 +422,9 @@ class WorkerPool:
         if w.state == "starting":
             if reply[0] == "ready":
                 w.state = "idle"
+                self._starter.started()
             else:
-                self._start_failed(w, f"it raised while starting: {reply[1]}", settled)
+                self._start_failed(w, f"it raised while starting: {reply[1]}", settled, raised=True)
             return
         job, w.job, w.state = w.job, None, "idle"
         if job is None:
@@ -426,11 +434,7 @@ class WorkerPool:
 
     def _gone(self, w: Worker, settled: list[tuple[Call, Any, BaseException | None]]) -> None:
         """The worker closed its reply pipe: it died (or closed the pipe; it is killed then)."""
-        try:
-            code = w.proc.wait(timeout=0.2)
-            how = exit_description(code)
-        except subprocess.TimeoutExpired:
-            how = "it closed its reply pipe"
+        how = how_it_ended(w)
         if w.state == "starting":
             self._start_failed(w, f"it exited ({how})", settled)
             return
@@ -442,20 +446,14 @@ class WorkerPool:
         settled.append((job, None, WorkerDied(job.label, how)))
 
     def _start_failed(
-        self, w: Worker, why: str, settled: list[tuple[Call, Any, BaseException | None]]
+        self, w: Worker, why: str, settled: list[tuple[Call, Any, BaseException | None]],
+        raised: bool = False,
     ) -> None:
-        for _ in range(20):  # what the worker wrote last, up to 0.1 s
-            if not read_stderr(w):
-                time.sleep(0.005)
+        """``w`` did not start: an import raised, or it was late or died (:mod:`.worker_starts`)."""
         self._discard(w)
-        tail = b"".join(w.stderr_tail).decode("utf-8", "replace").strip()
-        plugins = f" (plugins: {', '.join(self.plugins)})" if self.plugins else ""
-        self._start_error = WorkerStartError(
-            f"a tool/reward worker process ({sys.executable} -m agentfly.rollout.execution.worker_main)"
-            f"{plugins} failed to start: {why}."
-            + (f" Its stderr ended with:\n{tail}" if tail else " It wrote nothing to stderr.")
-        )
-        settled += [(job, None, self._start_error) for job in self._queue.drain()]
+        self._starter.worker_failed(w, why, raised)
+        if self._starter.error is not None:
+            settled += [(job, None, self._starter.error) for job in self._queue.drain()]
 
     def _condemn(self, w: Worker) -> Call | None:
         """Discard ``w`` (killed at a deadline, dead, or not to be trusted); its call, if any,
@@ -467,10 +465,12 @@ class WorkerPool:
         return job
 
     def _discard(self, w: Worker) -> None:
-        """Kill ``w``'s process group and forget it (reaped now if already dead, else later)."""
+        """Kill ``w``'s process group and forget it (reaped now if already dead, else later; a
+        forked worker by the fork server)."""
         kill(w)
         self._workers.remove(w)
-        reap(w, 0.2)
+        if not w.forked:
+            reap(w, 0.2)
 
 
 _POOLS: weakref.WeakSet[WorkerPool] = weakref.WeakSet()

@@ -23,10 +23,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from agentfly.core.errors import InputError
+
 Message = Mapping[str, Any]
 
 
-class TemplateNotPrefixPreservingError(ValueError):
+class TemplateNotPrefixPreservingError(InputError):
     """The template renders earlier turns differently once a turn is added."""
 
 

@@ -19,6 +19,10 @@ Where a call runs:
 - an async tool: awaited on the event loop under ``asyncio.wait_for``. It must not block the
   loop (no ``time.sleep``, no blocking I/O): a blocked loop stalls every chain, and
   ``wait_for`` cannot interrupt it.
+
+Given the run's :class:`~agentfly.rollout.tools.breaker.ToolBreakers`, every call's outcome is
+counted there, and a tool whose calls keep failing raises
+:class:`~agentfly.rollout.tools.breaker.ToolBroken` instead of answering: the run stops.
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ from agentfly.rollout.tools.base import (
     ToolUnavailableError,
     get_tool,
 )
+from agentfly.rollout.tools.breaker import ToolBreakers
 from agentfly.rollout.tools.schema import validate_arguments
 
 logger = logging.getLogger(__name__)
@@ -233,6 +238,7 @@ async def run_tool_call(
     *,
     resource: Any = None,
     workers: WorkerPool | None = None,
+    breakers: ToolBreakers | None = None,
 ) -> ToolResult:
     """Run the tool ``name`` on ``arguments``; every failure becomes an error observation.
 
@@ -243,6 +249,7 @@ async def run_tool_call(
         resource: for a stateful tool, its per-chain resource, or a ``ChainResources`` to take
             it from. Without one, a throwaway resource is made for this call and closed after.
         workers: the worker pool of sync stateless tools (None: the process's default pool).
+        breakers: the run's tool breakers, which count the call (None: not counted).
 
     Returns:
         The ``ToolResult``; never raises (except ``asyncio.CancelledError``).
@@ -250,6 +257,7 @@ async def run_tool_call(
     Raises:
         WorkerStartError: the worker pool cannot start a worker (a setup error: every call
             would fail alike).
+        ToolBroken: the tool's breaker has tripped, before this call or with it.
     """
     tool = _tool_or_failure(name)
     if isinstance(tool, ToolResult):
@@ -257,6 +265,22 @@ async def run_tool_call(
     kwargs = _arguments_or_failure(tool, arguments)
     if isinstance(kwargs, ToolResult):
         return kwargs
+    if breakers is None:
+        return await _run(tool, kwargs, resource, workers)
+    call = breakers.start(tool.name)
+    try:
+        result = await _run(tool, kwargs, resource, workers)
+    except BaseException:  # cancelled, or the pool cannot start: no verdict on the tool
+        breakers.cancel(tool.name, call)
+        raise
+    breakers.record(tool.name, call, None if result.ok else result.error, result.observation)
+    return result
+
+
+async def _run(
+    tool: Tool, kwargs: dict[str, Any], resource: Any, workers: WorkerPool | None
+) -> ToolResult:
+    """The call, its failure as an error observation, its throwaway resource closed."""
     throwaway = None
     try:
         if tool.stateful:

@@ -30,6 +30,8 @@ from collections.abc import Callable, Mapping
 from pathlib import PurePath
 from typing import Any, Literal, Protocol, TypeVar, Union
 
+from agentfly.core.errors import InputError
+
 
 class ConfigurableTool(Protocol):
     """What binding settings reads of a tool: a :class:`~agentfly.rollout.tools.base.Tool`
@@ -49,7 +51,7 @@ COMMON_SETTINGS: dict[str, Any] = {"timeout": float, "max_output_chars": int}
 STATEFUL_SETTINGS: dict[str, Any] = {"max_resources": int}
 
 
-class ToolSettingsError(ValueError):
+class ToolSettingsError(InputError):
     """Settings a tool does not accept, of the wrong type, or refused by its settings class."""
 
 
