@@ -21,6 +21,7 @@ from agentfly.rollout.execution.memory_budget import (
 )
 from agentfly.rollout.execution.worker_process import Worker
 from agentfly.rollout.execution.workers import WorkerPool
+from tests.rollout.test_workers import _wait_started
 
 
 class FakeProc:
@@ -124,14 +125,6 @@ def test_the_default_budget_is_the_machine_s_memory():
 
 # The calls below are made inside the tests, so that they reach a worker by value: by
 # reference, a worker's first call would import this module (and pytest), which is not idle.
-
-
-def _wait_started(pool: WorkerPool, workers: int) -> None:
-    pool.start()
-    deadline = time.monotonic() + 60
-    while sum(w.state == "idle" for w in pool._workers) < workers:
-        assert time.monotonic() < deadline, f"{workers} workers did not start within 60 s"
-        time.sleep(0.05)
 
 
 @pytest.mark.serial
