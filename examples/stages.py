@@ -52,6 +52,20 @@ def agentfly(*words: str) -> None:
     subprocess.run(command, cwd=REPO, check=True)
 
 
+def machine_precision() -> list[str]:
+    """``trainer.precision=32-true`` where the configs' bf16 would be emulated (a CPU without bf16
+    instructions, about 25x slower: :func:`agentfly.modules.trainer.cpu_bf16_is_native`), else
+    nothing. It goes before the user's words, which may set another."""
+    import torch
+
+    from agentfly.modules.trainer import cpu_bf16_is_native
+
+    if torch.cuda.is_available() or cpu_bf16_is_native():
+        return []
+    print("this CPU has no bf16 instructions: the stages train in fp32 (trainer.precision=32-true)", flush=True)
+    return ["trainer.precision=32-true"]
+
+
 def run(example: Example, out: Path, extra: list[str], sft_extra: list[str], rl_extra: list[str],
         held_out: int | None, data_options: Sequence[str] = ()) -> dict[str, float]:
     """The stages, each timed; returns their seconds. ``held_out``: how many of the held-out rows
@@ -61,6 +75,7 @@ def run(example: Example, out: Path, extra: list[str], sft_extra: list[str], rl_
 
     here = example.folder
     base = prepare_smollm2()
+    extra = [*machine_precision(), *extra]
     seconds: dict[str, float] = {}
     for stage in ("base", "sft", "rl"):
         shutil.rmtree(out / stage, ignore_errors=True)

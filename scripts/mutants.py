@@ -138,7 +138,7 @@ MUTATIONS = [
     ),
     Mutation(
         "batch hooks in reverse stage order",
-        "agentfly/modules/batch_hooks.py",
+        "agentfly/core/batch_hooks.py",
         "sorted(callbacks, key=lambda cb: cb.stage)",
         "sorted(callbacks, key=lambda cb: -cb.stage)",
         ("tests/estimators/test_callbacks.py::test_hooks_of_one_phase_run_in_stage_order",),

@@ -79,18 +79,25 @@ def test_a_field_with_other_rows_is_refused_by_name():
 
 
 def test_layers_import_one_way():
-    """estimators <- callbacks <- module; the module loads no rollout module."""
-    code = (
+    """estimators <- callbacks; the module loads no callback and no rollout module (it knows its
+    hooks by their protocol, ``core/batch_hooks.py``), and the callbacks load no module."""
+    callbacks = (
         "import sys\n"
         "def loaded(prefix): return sorted(m for m in sys.modules if m.startswith(prefix))\n"
         "import agentfly.estimators\n"
         "assert not loaded('agentfly.callbacks') and not loaded('agentfly.modules'), loaded('agentfly.')\n"
         "import agentfly.callbacks, agentfly.callbacks.iterations, agentfly.callbacks.weight_sync\n"
         "import agentfly.callbacks.requeue, agentfly.callbacks.progress\n"
-        "import agentfly.callbacks.trajectory_table\n"
+        "import agentfly.callbacks.trajectory_table, agentfly.callbacks.advantage\n"
         "assert not loaded('agentfly.modules'), loaded('agentfly.modules')\n"
+    )
+    module = (
+        "import sys\n"
+        "def loaded(prefix): return sorted(m for m in sys.modules if m.startswith(prefix))\n"
         "import agentfly.modules.rl_module\n"
         "assert not loaded('agentfly.rollout'), loaded('agentfly.rollout')\n"
+        "assert not loaded('agentfly.callbacks'), loaded('agentfly.callbacks')\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr[-2000:]
+    for code in (callbacks, module):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr[-2000:]

@@ -2,7 +2,7 @@
 
 The swappable algorithm pieces are :class:`RolloutBatchCallback` subclasses: each joins the
 module's ``rollout_callbacks`` when the trainer sets up, and the module applies them to each
-training batch (:mod:`agentfly.modules.batch_hooks`; :mod:`agentfly.callbacks.batch_hooks` is
+training batch (:mod:`agentfly.core.batch_hooks`; :mod:`agentfly.callbacks.batch_hooks` is
 the one hook for a user's own); their math stays in :mod:`agentfly.estimators`.
 """
 

@@ -6,9 +6,9 @@ from typing import Any
 
 from agentfly.callbacks.batch_hooks import RolloutBatchCallback, to_float
 from agentfly.core.batch import RolloutBatch
+from agentfly.core.batch_hooks import ADVANTAGE_STAGE
 from agentfly.core.reductions import masked_mean
 from agentfly.estimators.base import AdvantageInput, get_estimator
-from agentfly.modules.batch_hooks import ADVANTAGE_STAGE
 
 
 class AdvantageCallback(RolloutBatchCallback):

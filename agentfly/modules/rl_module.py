@@ -5,7 +5,7 @@ log-probabilities (only when a KL term is on), critic values (only when the esti
 critic), old log-probabilities (only when an update reuses the rollout: several PPO epochs or
 mini-batches, or a KL penalty in the reward; or when ``rollout_rs`` rejects), then the
 rollout-batch callbacks (the module's ``rollout_callbacks``: the reward's shaping, then the
-advantages; :mod:`agentfly.modules.batch_hooks`), then the updates.
+advantages; :mod:`agentfly.core.batch_hooks`), then the updates.
 One loop (:meth:`AgentRLModule._update`) serves the critic and the actor: ``epochs`` passes over
 mini-batches, accumulating micro-batches, one optimizer step per mini-batch. The actor's loss is
 the clipped policy loss + ``kl_loss_coef`` × KL − ``entropy_coeff`` × entropy; the critic
@@ -32,11 +32,11 @@ import torch
 
 from agentfly.core import metric_sums
 from agentfly.core.batch import RolloutBatch
+from agentfly.core.batch_hooks import RolloutBatchHook, compute_advantages, shape_rewards
 from agentfly.core.reductions import masked_mean
 from agentfly.core.step_metrics import StepMetrics
 from agentfly.estimators.kl import full_kl_from_logits, kl_penalty
 from agentfly.modules import off_policy
-from agentfly.modules.batch_hooks import RolloutBatchHook, compute_advantages, shape_rewards
 from agentfly.modules.fsdp import total_norm
 from agentfly.modules.lora import drop_frozen_base, reference_of, restore_frozen_base
 from agentfly.modules.losses import (
@@ -244,14 +244,14 @@ class AgentRLModule(pl.LightningModule):
 
         1. the no-grad passes it needs: old and reference log-probabilities, critic values;
         2. the reward: the rollout's scores, shaped by the rollout-batch hooks before the
-           advantages (:func:`~agentfly.modules.batch_hooks.shape_rewards`: the KL penalty of
+           advantages (:func:`~agentfly.core.batch_hooks.shape_rewards`: the KL penalty of
            ``KLRewardCallback`` and its controller);
         3. the advantages, written by the estimator's hook
-           (:func:`~agentfly.modules.batch_hooks.compute_advantages`: ``AdvantageCallback``);
+           (:func:`~agentfly.core.batch_hooks.compute_advantages`: ``AdvantageCallback``);
         4. the updates: the critic's, then the actor's (:meth:`_update_models`).
 
         The hooks of 2 and 3 are ``rollout_callbacks``
-        (:class:`~agentfly.modules.batch_hooks.RolloutBatchHook` s, which the trainer's callbacks
+        (:class:`~agentfly.core.batch_hooks.RolloutBatchHook` s, which the trainer's callbacks
         join); a user's own is one more in ``trainer.callbacks`` (its ``stage`` says where it runs).
         """
         metrics = self._no_grad_passes(batch)

@@ -16,10 +16,13 @@ import contextlib
 import logging
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, Literal
 
 import lightning.pytorch as pl
+import torch
 from jsonargparse.typing import NonNegativeInt, PositiveInt
+from lightning.pytorch.accelerators import CPUAccelerator
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger
 from lightning.pytorch.utilities.warnings import PossibleUserWarning
@@ -85,6 +88,32 @@ def slurm_launched() -> bool:
 
     with unactionable_warnings_silenced():
         return SLURMEnvironment.detect()
+
+
+def cpu_bf16_is_native() -> bool:
+    """Whether this CPU computes bf16 in hardware (AVX512-BF16 or AMX, what oneDNN's bf16
+    kernels need). Without it torch emulates bf16 matrix products: a SmolLM2-135M update step
+    (batch 3 x 256 tokens, 2 cores, an AMD EPYC without AVX512) took 193 s under bf16 autocast
+    and 7.8 s in fp32."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):  # a torch without oneDNN: read the CPU's flags
+        try:
+            flags = Path("/proc/cpuinfo").read_text().split()
+        except OSError:
+            return False
+        return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def warn_if_bf16_is_emulated(precision: Any, on_cpu: bool) -> None:
+    """Warn when a bf16 ``trainer.precision`` trains on a CPU that emulates bf16 (the run goes
+    on: the numbers are bf16's, only slower)."""
+    if on_cpu and str(precision).startswith("bf16") and not cpu_bf16_is_native():
+        warnings.warn(
+            f"trainer.precision={precision} on a CPU without bf16 instructions (AVX512-BF16/AMX): "
+            "torch emulates them (an update step measured 25x slower than with trainer.precision=32-true)",
+            stacklevel=2,
+        )
 
 
 class AgentflyTrainer(pl.Trainer):
@@ -170,6 +199,7 @@ class AgentflyTrainer(pl.Trainer):
             )
         with unactionable_warnings_silenced():
             super().__init__(logger=list(logger or []) or False, callbacks=callbacks, **kwargs)
+        warn_if_bf16_is_emulated(self.precision, isinstance(self.accelerator, CPUAccelerator))
 
     def fit(self, *args: Any, **kwargs: Any) -> None:
         with unactionable_warnings_silenced():

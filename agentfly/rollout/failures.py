@@ -85,15 +85,11 @@ from typing import Literal, NamedTuple
 
 from agentfly.core.trajectory import Trajectory
 from agentfly.rollout.engines.errors import EngineLostError, EngineStartError, EngineTimeoutError
+from agentfly.rollout.tools.base import INFRA_TOOL_ERRORS
 
 FailedChains = Literal["resample", "drop", "keep"]
 POLICIES: tuple[str, ...] = ("resample", "drop", "keep")
 
-#: tool error kinds that fail the chain (the harness's verdicts on the tool, not on the call)
-INFRA_TOOL_ERRORS = frozenset(
-    {"timeout", "queue_timeout", "worker_died", "malformed_output", "unavailable"}
-    | {f"env_{kind}" for kind in ("timeout", "crashed", "raised", "closed", "unavailable", "error")}
-)
 #: exceptions out of a chain that are the engine's
 ENGINE_ERRORS = frozenset(e.__name__ for e in (EngineLostError, EngineTimeoutError, EngineStartError))
 

@@ -7,8 +7,8 @@ import torch
 
 from agentfly.callbacks import AdvantageCallback, KLRewardCallback, RolloutBatchCallback
 from agentfly.core.batch import RolloutBatch
+from agentfly.core.batch_hooks import apply_rollout_callbacks, compute_advantages, shape_rewards
 from agentfly.estimators import get_estimator, kl_penalty
-from agentfly.modules.batch_hooks import apply_rollout_callbacks, compute_advantages, shape_rewards
 
 
 def make_batch():

@@ -61,6 +61,11 @@ MALFORMED_OUTPUT = "malformed_output"
 WORKER_DIED = "worker_died"
 OUTPUT_TOO_LARGE = "output_too_large"
 UNAVAILABLE = "unavailable"
+#: tool error kinds that fail the chain (the harness's verdicts on the tool, not on the call)
+INFRA_TOOL_ERRORS = frozenset(
+    {TIMEOUT, QUEUE_TIMEOUT, WORKER_DIED, MALFORMED_OUTPUT, UNAVAILABLE}
+    | {f"env_{kind}" for kind in ("timeout", "crashed", "raised", "closed", "unavailable", "error")}
+)
 
 RUNS_IN = ("process", "thread")
 """Where a sync stateless tool runs: a worker process (default) or a daemon thread."""

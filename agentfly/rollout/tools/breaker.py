@@ -3,7 +3,7 @@
 A tool that hangs, dies or is unreachable on every call would otherwise fail every chain, one
 timeout at a time, for as long as the run lasts, and re-sampling would roll them all out again.
 So each tool's calls are counted as the harness judges them (:func:`record`): *failed* for the
-infrastructure (the kinds of :data:`agentfly.rollout.failures.INFRA_TOOL_ERRORS`: ``timeout``,
+infrastructure (the kinds of :data:`agentfly.rollout.tools.base.INFRA_TOOL_ERRORS`: ``timeout``,
 ``queue_timeout``, ``worker_died``, ``malformed_output``, ``unavailable``, an environment's
 failure) or *answered* (a result, or an exception the tool raised: a tool refuses the model's
 input by raising, so a raise says nothing about the tool). A call that never reached the tool
@@ -33,7 +33,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from agentfly.rollout.failures import INFRA_TOOL_ERRORS
+from agentfly.rollout.tools.base import INFRA_TOOL_ERRORS
 
 logger = logging.getLogger(__name__)
 

@@ -1,4 +1,7 @@
-"""The module's side of the rollout-batch hooks: what a hook is, and running them in order.
+"""The rollout-batch hooks: what a hook is, and running them in order.
+
+The module (:mod:`agentfly.modules.rl_module`) and the callbacks both import this file; neither
+imports the other.
 
 ``AgentRLModule.training_step`` holds a list of hooks (``rollout_callbacks``) and runs them twice
 per iteration, after it has filled in the batch's no-grad passes (``old_log_probs``,
