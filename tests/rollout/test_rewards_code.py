@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from agentfly.rollout.rewards import code_reward, code_rewards, compute_reward
+from agentfly.rollout.rewards import code_reward, code_reward_test, code_rewards, compute_reward
 from agentfly.rollout.rewards.code_rewards import extract_code, outputs_match
 
 
@@ -151,3 +151,27 @@ def test_call_based_cases_are_refused(sandbox):
     io = {"fn_name": "f", "inputs": [[1]], "outputs": [[1]]}
     result = compute_reward("code_reward", "def f(x): return x", row={"input_output": io})
     assert result.failed and "fn_name" in result.error
+
+
+@pytest.mark.parametrize(
+    ("prediction", "expected"),
+    [
+        ("print('Hello, World!')", 1.0),  # AgentFly's own test case
+        ("print('Hello World'", 0.0),  # a syntax error
+        ("import sys\nsys.exit(3)", 0.0),  # a non-zero exit
+        ("Here:\n```python\nx = 1\nprint(x)\n```", 1.0),  # the fenced block is run
+    ],
+)
+def test_code_reward_test_scores_a_clean_run(sandbox, prediction, expected):
+    result = compute_reward("code_reward_test", prediction, row={})
+    assert not result.failed, result.error
+    assert result.reward == expected
+
+
+def test_code_reward_test_times_out_a_hanging_program(sandbox, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(code_rewards, "CASE_TIMEOUT_S", 1.0)
+    assert code_reward_test(prediction="while True:\n    pass") == 0.0
+
+
+def test_code_reward_test_declares_its_sandbox():
+    assert code_reward_test.sandbox_isolation == "bwrap"  # refused at compose where it cannot run

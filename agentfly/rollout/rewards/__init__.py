@@ -3,8 +3,10 @@
 Register one with ``@reward(name=...)``; the agent loop scores chains with ``compute_reward`` /
 ``acompute_reward`` (or ``score_trajectory``), which never raise for a failing reward. Importing
 this package registers the built-ins: ``math_equal_reward``, ``math_equal_reward_tool``,
-``math_reward_string_equal``, ``math_reward_format``, ``qa_f1_reward``, ``qa_em_reward``,
-``code_reward``, and the environments' (:mod:`agentfly.rollout.rewards.env_rewards`):
+``math_equal_reward_think``, ``math_reward_thought_with_tool``, ``math_string_equal_reward_tool``,
+``math_reward_string_equal``, ``math_reward_format``, ``qa_f1_reward``, ``qa_f1_reward_tool``,
+``qa_em_reward``, ``qa_em_format_reward``, ``qa_em_reward_tool_call``, ``code_reward``,
+``code_reward_test``, and the environments' (:mod:`agentfly.rollout.rewards.env_rewards`):
 ``webshop_reward``, ``scienceworld_reward``, ``alfworld_episode_reward``, ``chess_puzzle_reward``,
 ``chess_puzzle_reward_simple``, ``textworld_reward``.
 """
@@ -23,7 +25,7 @@ from agentfly.rollout.rewards.base import (
     reward,
     score_trajectory,
 )
-from agentfly.rollout.rewards.code_rewards import code_reward
+from agentfly.rollout.rewards.code_rewards import code_reward, code_reward_test
 from agentfly.rollout.rewards.env_rewards import (
     alfworld_episode_reward,
     chess_puzzle_reward,
@@ -34,11 +36,20 @@ from agentfly.rollout.rewards.env_rewards import (
 )
 from agentfly.rollout.rewards.math_rewards import (
     math_equal_reward,
+    math_equal_reward_think,
     math_equal_reward_tool,
     math_reward_format,
     math_reward_string_equal,
+    math_reward_thought_with_tool,
+    math_string_equal_reward_tool,
 )
-from agentfly.rollout.rewards.qa_rewards import qa_em_reward, qa_f1_reward
+from agentfly.rollout.rewards.qa_rewards import (
+    qa_em_format_reward,
+    qa_em_reward,
+    qa_em_reward_tool_call,
+    qa_f1_reward,
+    qa_f1_reward_tool,
+)
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -53,14 +64,21 @@ __all__ = [
     "chess_puzzle_reward",
     "chess_puzzle_reward_simple",
     "code_reward",
+    "code_reward_test",
     "compute_reward",
     "get_reward",
     "math_equal_reward",
+    "math_equal_reward_think",
     "math_equal_reward_tool",
     "math_reward_format",
     "math_reward_string_equal",
+    "math_reward_thought_with_tool",
+    "math_string_equal_reward_tool",
+    "qa_em_format_reward",
     "qa_em_reward",
+    "qa_em_reward_tool_call",
     "qa_f1_reward",
+    "qa_f1_reward_tool",
     "reward",
     "scienceworld_reward",
     "score_trajectory",

@@ -19,6 +19,11 @@ config is refused when composed and a call raises ``SandboxUnavailableError`` (a
 never a silent 0). ``code_reward_unsafe_rlimits_only`` is the same reward under the explicit
 opt-in ``isolation="unsafe_rlimits_only"`` (resource limits only; it warns what is not
 contained). The reward's ``sandbox_isolation`` attribute says which.
+
+``code_reward_test`` (AgentFly's ``code_reward.py``) has no test cases: it scores 1.0 when the
+predicted program runs to completion (exit 0 within ``CASE_TIMEOUT_S``) in the bubblewrap
+sandbox, 0.0 when it fails. That is AgentFly's documented rule; its code scores an erroring
+program 1.0 too, since its sandbox client returns the error text instead of raising.
 """
 
 from __future__ import annotations
@@ -235,3 +240,19 @@ code_reward_unsafe_rlimits_only = reward(
 )(_code_reward("unsafe_rlimits_only"))
 #: the setting that opts a run's code reward out of containment
 REWARD_OPT_IN_KEY = "agent.init_config.reward_name=code_reward_unsafe_rlimits_only"
+
+
+@reward(name="code_reward_test", timeout=CODE_TIMEOUT_S, runs_in="thread")
+def code_reward_test(prediction: str) -> float:
+    """1.0 when the predicted program runs without error in the sandbox, else 0.0.
+
+    The program is :func:`extract_code`'s (the whole prediction when it has no fenced block).
+
+    Raises:
+        SandboxUnavailableError: bubblewrap cannot run here.
+    """
+    use_bwrap("bwrap")
+    return float(run_test_case(CodeTestCase(extract_code(prediction))))
+
+
+code_reward_test.sandbox_isolation = "bwrap"

@@ -11,8 +11,11 @@ Departures from AgentFly's ``math_reward.py``: equivalence is math-verify only (
 ``parse_latex`` fallback), with math-verify's signal-based timeouts off because rewards run in a
 worker thread (``base.py`` times the whole call out instead). ``math_reward_string_equal`` is
 not AgentFly's tutorial function (last integer, gated on a tool call); it compares the
-extracted answer as a string, without tool gating. ``math_reward_format`` is not in the AgentFly
-sources we could find; its definition here is ours (see its docstring).
+extracted answer as a string, without tool gating; AgentFly's function is
+``math_string_equal_reward_tool``. ``math_reward_format`` is not in the AgentFly sources we could
+find; its definition here is ours (see its docstring). The gated rewards (``*_tool``,
+``*_think``, ``*_thought_*``) report ``acc`` as the answer's correctness even where the gate
+zeroes the reward (AgentFly's ``math_equal_reward_think`` reports 0 there).
 """
 
 from __future__ import annotations
@@ -22,9 +25,10 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from agentfly.rollout.rewards.base import reward
+from agentfly.rollout.rewards.chain import assistant_texts, used_tool
 
 if TYPE_CHECKING:
-    from agentfly.core.trajectory import Trajectory
+    from agentfly.rollout.rewards.chain import Chain
 
 MATH_TIMEOUT_S = 20.0
 _PRELOAD = ("math_verify",)  # what the rewards import on first use: worker processes at start
@@ -138,13 +142,9 @@ def is_correct(prediction: str, answer: Any) -> bool:
     return is_equivalent(gold_answer(answer), extract_answer(prediction))
 
 
-def used_tool(trajectory: Trajectory | None) -> bool:
-    """Whether the chain called any tool (a recorded tool call, or a ``tool`` message)."""
-    if trajectory is None:
-        return False
-    if trajectory.tool_calls:
-        return True
-    return any(m.get("role") == "tool" for m in trajectory.messages if isinstance(m, dict))
+def _gated(acc: float, gate: bool) -> float:
+    """AgentFly's gated score: 0 when the gate fails, else 1 if right and 0.1 if wrong."""
+    return (1.0 if acc else 0.1) if gate else 0.0
 
 
 @reward(
@@ -167,7 +167,7 @@ def math_equal_reward(prediction: str, answer: Any) -> dict[str, float]:
     preload=_PRELOAD,
 )
 def math_equal_reward_tool(
-    prediction: str, answer: Any, trajectory: Trajectory | None = None
+    prediction: str, answer: Any, trajectory: Chain = None
 ) -> dict[str, float]:
     """Correctness gated on tool use: 0 without a tool call, 0.1 with one but wrong, 1 right.
 
@@ -176,8 +176,7 @@ def math_equal_reward_tool(
     """
     acc = float(is_correct(prediction, answer))
     tool = used_tool(trajectory)
-    value = (1.0 if acc else 0.1) if tool else 0.0
-    return {"reward": value, "acc": acc, "used_tool": float(tool)}
+    return {"reward": _gated(acc, tool), "acc": acc, "used_tool": float(tool)}
 
 
 @reward(name="math_reward_string_equal", timeout=MATH_TIMEOUT_S)
@@ -212,3 +211,69 @@ def math_reward_format(prediction: str, answer: Any) -> dict[str, float]:
     if boxed is None:
         return {"reward": 0.0, "acc": acc, "format": 0.0}
     return {"reward": 1.0 if acc else 0.1, "acc": acc, "format": 1.0}
+
+
+@reward(name="math_reward_thought_with_tool", timeout=MATH_TIMEOUT_S, preload=_PRELOAD)
+def math_reward_thought_with_tool(
+    prediction: str, answer: Any, trajectory: Chain = None
+) -> dict[str, float]:
+    """Correctness gated on a tool call and on every assistant turn opening with "Thought".
+
+    The ReAct format: each assistant turn, stripped and lowercased, starts with "thought".
+    0 when the chain called no tool or a turn breaks the format, else 1 if right, 0.1 if wrong.
+
+    Returns:
+        ``{"reward": ..., "acc": 1.0 if right else 0.0, "used_tool", "thought": 1.0 or 0.0}``.
+    """
+    acc = float(is_correct(prediction, answer))
+    tool = used_tool(trajectory)
+    thought = all(t.strip().lower().startswith("thought") for t in assistant_texts(trajectory))
+    return {
+        "reward": _gated(acc, tool and thought),
+        "acc": acc,
+        "used_tool": float(tool),
+        "thought": float(thought),
+    }
+
+
+@reward(name="math_equal_reward_think", timeout=MATH_TIMEOUT_S, preload=_PRELOAD)
+def math_equal_reward_think(
+    prediction: str, answer: Any, trajectory: Chain = None
+) -> dict[str, float]:
+    """Correctness gated on a tool call and on every assistant turn closing a ``<think>`` block.
+
+    A turn thinks when it holds ``</think>`` (AgentFly reads ``<think>...</think>``, or text up
+    to ``</think>`` when the template opened the block). 0 when the chain called no tool or a
+    turn does not think, else 1 if right, 0.1 if wrong.
+
+    Returns:
+        ``{"reward": ..., "acc": 1.0 if right else 0.0, "used_tool", "think": 1.0 or 0.0}``.
+    """
+    acc = float(is_correct(prediction, answer))
+    tool = used_tool(trajectory)
+    think = all("</think>" in t for t in assistant_texts(trajectory))
+    return {
+        "reward": _gated(acc, tool and think),
+        "acc": acc,
+        "used_tool": float(tool),
+        "think": float(think),
+    }
+
+
+@reward(name="math_string_equal_reward_tool", timeout=MATH_TIMEOUT_S)
+def math_string_equal_reward_tool(
+    prediction: str, answer: Any, trajectory: Chain = None
+) -> dict[str, float]:
+    """The prediction's last run of digits equal to ``answer`` as a string, gated on a tool call.
+
+    No normalisation: "-3" reads as "3" and "2.5" as "5", as in AgentFly. 0 without a tool call,
+    else 1 if equal, 0.1 if not. ``answer`` is compared as ``str(answer).strip()`` (AgentFly
+    compares the raw value, so an integer gold never matches there).
+
+    Returns:
+        ``{"reward": ..., "acc": 1.0 if equal else 0.0, "used_tool": 1.0 or 0.0}``.
+    """
+    digits = re.findall(r"\d+", prediction)
+    acc = float(bool(digits) and digits[-1] == str(answer).strip())
+    tool = used_tool(trajectory)
+    return {"reward": _gated(acc, tool), "acc": acc, "used_tool": float(tool)}

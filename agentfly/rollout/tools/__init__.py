@@ -1,10 +1,10 @@
 """Tools the model can call: the ``@tool`` registry, the runner and the built-in tools.
 
-Importing this package registers the built-ins: ``calculator``, ``answer``,
-``code_interpreter`` (alias ``python_executor``), ``search`` (alias ``google_search``),
-``summarize``, and the environment tools with AgentFly's names (``webshop_browser_action``,
-``webshop_browser``, ``scienceworld_explorer``, ``alfworld_step``, ``alfworld_reset``,
-``alfworld_get_admissible_commands``, ``alfworld_get_task_objective``, ``chess_move``,
+Importing this package registers the built-ins: ``calculator``, ``answer`` (and AgentFly's
+``answer_math`` and ``answer_qa``), ``code_interpreter`` (alias ``python_executor``), ``search``
+(alias ``google_search``), ``summarize``, and the environment tools with AgentFly's names
+(``webshop_browser_action``, ``webshop_browser``, ``scienceworld_explorer``, ``alfworld_step``,
+``alfworld_reset``, ``alfworld_get_admissible_commands``, ``alfworld_get_task_objective``, ``chess_move``,
 ``chess_get_state``, ``chess_get_legal_moves``) and ``textworld_step``
 (:mod:`agentfly.rollout.tools.environment`). Heavy dependencies (sympy, bm25s, an environment's
 package) are imported only when a tool first needs them. A tool's
