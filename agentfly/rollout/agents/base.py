@@ -48,6 +48,9 @@ class Agent:
     name = "base"
     #: pass the tools' JSON schemas to the chat template (hermes-style tool blocks)
     tools_in_template = False
+    #: read turns with :meth:`parse` even when ``get_agent`` is given another ``parser``
+    #: (AgentFly's ``searchr1`` never consults the ``tool_parser_name`` its script names)
+    keeps_own_parser = False
 
     def __init__(self, tools: list[Any], system_prompt: str | None = None) -> None:
         self.tools = list(tools)
@@ -140,7 +143,8 @@ def get_agent(
         tools: the tools it may call.
         system_prompt: replaces the type's default system prompt.
         parser: another registered agent type (or alias, e.g. ``hermes``) whose parser reads the
-            model's turns instead of the type's own (``agent.init_config.tool_parser_name``).
+            model's turns instead of the type's own (``agent.init_config.tool_parser_name``);
+            ignored by a type that keeps its own parser (``keeps_own_parser``: ``searchr1``).
     """
     if name == "gui":
         raise ValueError(
@@ -148,6 +152,8 @@ def get_agent(
             f"available agent types: {', '.join(AGENTS.names())}"
         )
     agent = AGENTS.get(name)(tools, system_prompt)
-    if parser is not None and AGENTS.get(parser) is not type(agent):
-        agent.parse = AGENTS.get(parser)(tools, system_prompt).parse  # type: ignore[method-assign]
+    if parser is not None:
+        reader = AGENTS.get(parser)  # an unknown name is refused even where it is ignored
+        if not agent.keeps_own_parser and reader is not type(agent):
+            agent.parse = reader(tools, system_prompt).parse  # type: ignore[method-assign]
     return agent
