@@ -4,7 +4,12 @@
 model's own one. Importing this package registers every built-in template.
 """
 
-from agentfly.rollout.templates import action, qwen  # noqa: F401  (registers the templates)
+from agentfly.rollout.templates import (  # noqa: F401  (registers the templates)
+    action,
+    agentfly_registry,
+    library,
+    qwen,
+)
 from agentfly.rollout.templates.base import ChatTemplate, TemplateNotPrefixPreservingError
 from agentfly.rollout.templates.format import FormatTemplate
 from agentfly.rollout.templates.model import ModelTemplate

@@ -1,12 +1,24 @@
 """Templates written as format strings, one per turn kind (the named templates).
 
-The text layout follows AgentFly's ``Template`` (system / user / assistant / observation pieces
-concatenated in order), which is prefix-preserving by construction, so the text between turns is built directly
-instead of by diffing renders.
+The text layout follows AgentFly's ``Template`` (chat-bricks' ``Template``: an optional global
+prefix, then system / user / assistant / observation pieces concatenated in order), which only
+appends when a turn is added, so the text between turns is built directly instead of by diffing
+renders.
+
+Two departures from plain concatenation, both declared per template and reported by
+:attr:`FormatTemplate.prefix_preserving`:
+
+- ``assistant_prefix``: a finished assistant turn may open with less than the generation prompt
+  (GLM-4.5's prompt ends ``<think></think>\\n``, a finished turn renders ``<think></think>{content}``).
+- ``strip_earlier_thinking``: Qwen3 drops ``<think>...</think>`` from earlier assistant turns.
+
+Either way the trajectory keeps the tokens the model sampled after the generation prompt; only a
+re-render of the whole conversation differs from them.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +30,9 @@ from agentfly.rollout.templates.base import (
     last_assistant_index,
 )
 
+_PLACEHOLDER = re.compile(r"\{(system|tools|content|observations|observation)\}")
+_THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
+
 
 @dataclass(frozen=True, repr=False)
 class FormatTemplate(ChatTemplate):
@@ -25,38 +40,81 @@ class FormatTemplate(ChatTemplate):
 
     Args:
         name: registry name.
-        system_template: a system turn; ``{system}`` is the system text.
+        system_template: a system turn; ``{system}`` is the system text, an optional ``{tools}``
+            receives the tool block (else the block is appended to the system text).
         default_system: system text used when the conversation has no system message; None
-            renders no system turn then.
-        tools_template: appended to the system text when tools are given; ``{tools}`` is the
-            formatted catalogue. None: the template does not show tools (the agent describes them
-            itself, e.g. in its system prompt).
+            renders no system turn then (unless tools are passed, as chat-bricks does).
+        default_system_template: the system turn used for ``default_system`` (Kimi-K2 ends only
+            that one with a newline); None uses ``system_template``.
+        system_processor: rewrites the system text, given it and whether tools are passed
+            (Llama-3.2's date header, Qwen3's blank line before the tools).
+        tools_template: the tool block; ``{tools}`` is the formatted catalogue. None (and no
+            ``system_template_with_tools``): the template does not show tools (the agent
+            describes them itself, e.g. in its system prompt).
+        system_template_with_tools: a whole system turn used instead when tools are passed;
+            ``{system}`` and ``{tools}`` (the catalogue, not wrapped by ``tools_template``).
         user_template: a user turn; ``{content}``.
-        generation_prompt: opens an assistant turn.
-        end_of_turn: closes an assistant turn; the engine's stop string.
+        user_template_with_tools: the first user turn when tools are passed; ``{content}`` and
+            ``{tools}`` (the catalogue); Llama-3.2 puts the tools there.
+        generation_prompt: opens an assistant turn for the model to continue.
+        assistant_prefix: opens a finished assistant turn in :meth:`render`; None: the
+            generation prompt. Set when the generation prompt ends with text the template does
+            not re-render (the template is then not prefix-preserving).
+        end_of_turn_marker: closes an assistant turn; the engine's stop string. Empty for
+            templates whose turns end with the next turn's role marker (GLM): that marker, when
+            sampled, is not written again by :meth:`between_turns`.
         turn_suffix: written after ``end_of_turn`` (not sampled by the model).
+        stop_words: the engine's stop strings when they are not just ``end_of_turn_marker``.
         observations_template: one turn holding consecutive tool messages; ``{observations}``.
         observation_template: one tool message inside it; ``{observation}``.
         observation_separator: between two tool messages of the same turn.
         format_tools: tool schemas to the ``{tools}`` text.
+        prefix: written before everything (a BOS the template spells out, ``[gMASK]<sop>``).
+        strip_earlier_thinking: :meth:`render` drops ``<think>...</think>`` from every assistant
+            turn but a final one (Qwen3).
     """
 
     name: str
     system_template: str = "<|im_start|>system\n{system}<|im_end|>\n"
     default_system: str | None = None
+    default_system_template: str | None = None
+    system_processor: Callable[[str, bool], str] | None = None
     tools_template: str | None = None
+    system_template_with_tools: str | None = None
     user_template: str = "<|im_start|>user\n{content}<|im_end|>\n"
+    user_template_with_tools: str | None = None
     generation_prompt: str = "<|im_start|>assistant\n"
+    assistant_prefix: str | None = None
     end_of_turn_marker: str = "<|im_end|>"
     turn_suffix: str = "\n"
+    stop_words: tuple[str, ...] = ()
     observations_template: str = "<|im_start|>user{observations}<|im_end|>\n"
     observation_template: str = "\n<tool_response>\n{observation}\n</tool_response>"
     observation_separator: str = ""
     format_tools: Callable[[Sequence[Any]], str] = format_tools_json_lines
+    prefix: str = ""
+    strip_earlier_thinking: bool = False
 
     @property
     def end_of_turn(self) -> str:
         return self.end_of_turn_marker
+
+    @property
+    def stop(self) -> list[str]:
+        return list(self.stop_words) if self.stop_words else [self.end_of_turn]
+
+    @property
+    def prefix_preserving(self) -> bool:
+        """Whether rendering one more turn only appends text (:meth:`render` of a whole
+        conversation equals the prompt, the sampled turns and the texts between turns)."""
+        opener = self.generation_prompt if self.assistant_prefix is None else self.assistant_prefix
+        return opener == self.generation_prompt and not self.strip_earlier_thinking
+
+    def split_turn(self, sampled_text: str) -> tuple[str, bool]:
+        for stop in sorted({self.end_of_turn, *self.stop_words} - {""}, key=len, reverse=True):
+            if sampled_text.endswith(stop):
+                return sampled_text[: -len(stop)], True
+        return sampled_text, False
 
     def render(
         self,
@@ -64,9 +122,12 @@ class FormatTemplate(ChatTemplate):
         tools: Sequence[Any] | None = None,
         add_generation_prompt: bool = False,
     ) -> str:
-        parts = [self._system(messages, tools)]
+        parts = [self.prefix, self._system(messages, tools)]
         body = messages[1:] if messages and messages[0]["role"] == "system" else messages
-        parts.append(self._turns(body))
+        first_user_tools = None
+        if tools and self.user_template_with_tools is not None:
+            first_user_tools = self.format_tools(tools)
+        parts.append(self._turns(body, first_user_tools, final=not add_generation_prompt))
         if add_generation_prompt:
             parts.append(self.generation_prompt)
         return "".join(parts)
@@ -80,37 +141,67 @@ class FormatTemplate(ChatTemplate):
     ) -> str:
         last = last_assistant_index(messages)
         close = "" if closed else self.end_of_turn
-        return close + self.turn_suffix + self._turns(messages[last + 1 :]) + self.generation_prompt
+        after = self._turns(messages[last + 1 :]) + self.generation_prompt
+        if closed and not self.end_of_turn:  # the sampled stop string opens the next turn
+            after = next((after[len(s) :] for s in self.stop if after.startswith(s)), after)
+        return close + self.turn_suffix + after
 
     def _system(self, messages: Sequence[Message], tools: Sequence[Any] | None) -> str:
-        system = self.default_system
-        if messages and messages[0]["role"] == "system":
-            system = _text(messages[0]["content"])
-        if tools and self.tools_template is not None:
-            catalogue = self.tools_template.replace("{tools}", self.format_tools(tools))
-            system = (system or "") + catalogue
+        given = bool(messages) and messages[0]["role"] == "system"
+        system = _text(messages[0]["content"]) if given else self.default_system
         if system is None:
-            return ""
-        return self.system_template.replace("{system}", system)
+            if not tools:
+                return ""
+            system = ""  # chat-bricks renders the system turn whenever tools are passed
+        if self.system_processor is not None:
+            system = self.system_processor(system, bool(tools))
+        catalogue = self.format_tools(tools) if tools else ""
+        if tools and self.system_template_with_tools is not None:
+            return _fill(self.system_template_with_tools, system=system, tools=catalogue)
+        block = _fill(self.tools_template, tools=catalogue) if tools and self.tools_template else ""
+        template = self.system_template
+        if not given and self.default_system_template is not None:
+            template = self.default_system_template
+        if "{tools}" not in template:
+            system, block = system + block, ""
+        return _fill(template, system=system, tools=block)
 
-    def _turns(self, messages: Sequence[Message]) -> str:
-        """Every message but a leading system one; consecutive tool messages share a turn."""
+    def _turns(
+        self,
+        messages: Sequence[Message],
+        first_user_tools: str | None = None,
+        final: bool = False,
+    ) -> str:
+        """Every message but a leading system one; consecutive tool messages share a turn.
+
+        Args:
+            first_user_tools: the catalogue for ``user_template_with_tools`` (first user turn).
+            final: the last message ends the conversation (no generation prompt follows).
+        """
+        opener = self.generation_prompt if self.assistant_prefix is None else self.assistant_prefix
         parts: list[str] = []
         pending: list[str] = []  # observations of the current tool turn
-        for message in messages:
+        for i, message in enumerate(messages):
             role, content = message["role"], _text(message["content"])
             if role == "tool":
-                pending.append(self.observation_template.replace("{observation}", content))
+                pending.append(_fill(self.observation_template, observation=content))
                 continue
             if pending:
                 parts.append(self._observations(pending))
                 pending = []
-            if role == "user":
-                parts.append(self.user_template.replace("{content}", content))
+            if role == "user" and first_user_tools is not None:
+                parts.append(
+                    _fill(self.user_template_with_tools, content=content, tools=first_user_tools)
+                )
+                first_user_tools = None
+            elif role == "user":
+                parts.append(_fill(self.user_template, content=content))
             elif role == "assistant":
-                parts.append(self.generation_prompt + content + self.end_of_turn + self.turn_suffix)
+                if self.strip_earlier_thinking and not (final and i == len(messages) - 1):
+                    content = _THINK.sub("", content)
+                parts.append(opener + content + self.end_of_turn + self.turn_suffix)
             elif role == "system":
-                parts.append(self.system_template.replace("{system}", content))
+                parts.append(_fill(self.system_template, system=content, tools=""))
             else:
                 raise ValueError(f"unknown message role {role!r} (template {self.name!r})")
         if pending:
@@ -119,7 +210,13 @@ class FormatTemplate(ChatTemplate):
 
     def _observations(self, observations: list[str]) -> str:
         joined = self.observation_separator.join(observations)
-        return self.observations_template.replace("{observations}", joined)
+        return _fill(self.observations_template, observations=joined)
+
+
+def _fill(template: str, **values: str) -> str:
+    """``template`` with each ``{name}`` of ``values`` replaced in one pass (a value is never
+    scanned for placeholders, so content holding ``{content}`` stays as it is)."""
+    return _PLACEHOLDER.sub(lambda m: values.get(m[1], m[0]), template)
 
 
 def _text(content: Any) -> str:
