@@ -54,6 +54,13 @@ ALIASES: dict[str, str] = {
     "agent.init_args": "agent.init_config",
     "agent.backend_config.backend": "agent.init_config.backend",
     "agent.init_config.backend_config.backend": "agent.init_config.backend",
+    # newer verl's spellings: rollout.n is the samples per prompt (two spellings with different
+    # values are refused, agentfly.config.verl_args), rollout.prompt_length the prompt limit that
+    # verl's rollout.yaml takes from data.max_prompt_length, critic.fsdp the critic's FSDP engine
+    # config of AgentFly's verl (critic.model.fsdp_config in verl's older workers)
+    "actor_rollout_ref.rollout.n": "agent.run_config.num_chains",
+    "actor_rollout_ref.rollout.prompt_length": "data.max_prompt_length",
+    "critic.fsdp": "critic.model.fsdp_config",
     # verl's FSDP spellings of the LoRA keys (its Megatron spellings are the canonical ones)
     "actor_rollout_ref.model.lora_rank": "actor_rollout_ref.model.lora.rank",
     "actor_rollout_ref.model.lora_alpha": "actor_rollout_ref.model.lora.alpha",

@@ -24,13 +24,18 @@ Cond = Callable[[Any], str | None]  # the reason the key is inactive, or None wh
 
 @dataclass(frozen=True)
 class Rule:
-    """Keys under ``prefixes`` are inactive when ``why(cfg)`` gives a reason."""
+    """Keys under ``prefixes`` (but those under ``exempt``) are inactive when ``why(cfg)`` gives
+    a reason."""
 
     prefixes: tuple[str, ...]
     why: Cond
+    exempt: tuple[str, ...] = ()
 
     def covers(self, key: str) -> bool:
-        return any(key == p or key.startswith(p + ".") for p in self.prefixes)
+        def under(prefixes: tuple[str, ...]) -> bool:
+            return any(key == p or key.startswith(p + ".") for p in prefixes)
+
+        return under(self.prefixes) and not under(self.exempt)
 
 
 def _estimator(cfg: Any) -> Any:
@@ -49,6 +54,21 @@ def _no_reference(cfg: Any) -> str | None:
     if cfg.actor_rollout_ref.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward:
         return None
     return "no KL term (use_kl_loss and use_kl_in_reward are off), so no reference model is loaded"
+
+
+def _lora_on(cfg: Any) -> str | None:
+    if not cfg.actor_rollout_ref.model.lora.rank:
+        return None
+    return (
+        "actor_rollout_ref.model.lora.rank>0: the reference is the actor's base with the adapter "
+        "off, in actor_rollout_ref.actor.fsdp_config.model_dtype"
+    )
+
+
+def _weights_in_place(cfg: Any) -> str | None:
+    if cfg.actor_rollout_ref.rollout.num_engines != 0:
+        return None
+    return "actor_rollout_ref.rollout.num_engines=0: the engine takes the weights in place, nothing is sent"
 
 
 def _lora_off(cfg: Any) -> str | None:
@@ -196,13 +216,19 @@ def _compatibility(cfg: Any) -> str | None:
 A = "actor_rollout_ref."
 RULES: tuple[Rule, ...] = (
     Rule(("agent.use_agent", "agent.init_config.backend"), _compatibility),
-    Rule(("critic",), _no_critic),
+    Rule(("critic",), _no_critic, exempt=("critic.enable",)),  # it agrees with the estimator or is refused
     Rule(("trainer.critic_warmup",), _no_critic),
     Rule(("algorithm.kl_ctrl", "algorithm.kl_penalty"), _unless("algorithm.use_kl_in_reward", True)),
     Rule((A + "actor.kl_loss_coef", A + "actor.kl_loss_type"), _unless(A + "actor.use_kl_loss", True)),
     Rule((A + "ref",), _no_reference),
+    Rule((A + "ref.fsdp_config.model_dtype",), _lora_on),
     Rule(tuple(A + "model.lora." + k for k in ("alpha", "target_modules", "merge", "export")), _lora_off),
-    Rule((A + "actor.fsdp_config", A + "ref.fsdp_config", "critic.model.fsdp_config"), _unless(A + "actor.strategy", "fsdp")),
+    Rule(
+        (A + "actor.fsdp_config", A + "ref.fsdp_config", "critic.model.fsdp_config"),
+        _unless(A + "actor.strategy", "fsdp"),
+        exempt=tuple(p + ".model_dtype" for p in (A + "actor.fsdp_config", A + "ref.fsdp_config", "critic.model.fsdp_config")),
+    ),  # model_dtype: under every strategy
+    Rule((A + "rollout.checkpoint_engine",), _weights_in_place),
     Rule((A + "rollout.gpu_memory_utilization", A + "rollout.enforce_eager"), _unless(A + "rollout.name", "vllm")),
     Rule((A + "rollout.enable_prefix_caching",), _no_prefix_caching),
     Rule((A + "rollout.prefix_cache_max_gib",), _no_prefix_cache_budget),

@@ -52,8 +52,8 @@ class AgentInitConfig:
     """How the agent is built (canonical home of ``agent.tools``, ``agent.template``...).
 
     Attributes:
-        agent_type: agent class by registry name (``hermes``, ``react``, ``code``, ``action``...;
-            AgentFly's ``hf`` is ``hermes``) or ``module:attr``.
+        agent_type: agent class by registry name (``hermes``, ``react``, ``code``, ``action``,
+            ``searchr1``...; AgentFly's ``hf`` is ``hermes``) or ``module:attr``.
         template: chat template name; ``None`` = the tokenizer's own template.
         tools: tool names available to the agent.
         reward_name: registered reward function.
@@ -61,7 +61,9 @@ class AgentInitConfig:
             which names agentfly's asynchronous engine pool: any other value is refused.
             ``agent.init_config.backend_config.backend`` is the same node.
         tool_parser_name: the agent type whose parser reads the model's turns (``hermes``,
-            ``react``, ``code``, ``action``); ``None`` = the agent type's own.
+            ``react``, ``code``, ``action``); ``None`` = the agent type's own. An agent type
+            that keeps its own parser (``searchr1``, as AgentFly's) reads its turns itself
+            whatever this names; the name is still checked.
         max_model_len: longest conversation in tokens a chain may reach; ``None`` = the model's.
         system_prompt: replaces the agent type's default system prompt.
         tool_config: per-tool settings by tool name (e.g.

@@ -69,21 +69,36 @@ class OptimConfig:
     num_cycles: NonNegativeFloat = OptimizerSettings.num_cycles
 
 
+#: verl's ``fsdp_config.model_dtype`` words (its ``PrecisionType``) → torch's dtype names
+MODEL_DTYPES = {
+    "fp32": "float32", "float32": "float32",
+    "bf16": "bfloat16", "bfloat16": "bfloat16",
+    "fp16": "float16", "float16": "float16",
+}
+
+
 @dataclass
 class FSDPConfig:
-    """FSDP sharding and offloading (used when the strategy is ``fsdp``).
+    """FSDP sharding and offloading (used when the strategy is ``fsdp``), and the model's dtype.
 
     Attributes:
         param_offload: keep parameters on CPU between uses.
         optimizer_offload: keep optimizer state on CPU.
         reshard_after_forward: free gathered parameters after the forward pass.
         fsdp_size: shard group size; ``-1`` = all ranks.
+        model_dtype: the dtype this model's parameters are loaded (and, for the actor and the
+            critic, trained and kept in optimizer state) in: ``fp32``, ``bf16`` or ``fp16``
+            (torch's names too); ``None`` = ``fp32``, verl's default. Under every strategy, not
+            only ``fsdp`` (verl's FSDP workers' ``from_pretrained(torch_dtype=...)``). A
+            ``*-true`` ``trainer.precision`` converts every model to its own dtype after
+            loading, so a different ``model_dtype`` beside it is refused.
     """
 
     param_offload: bool = FSDPSettings.offload
     optimizer_offload: bool = FSDPSettings.offload
     reshard_after_forward: bool = FSDPSettings.reshard_after_forward
     fsdp_size: int = FSDPSettings.size
+    model_dtype: Literal[tuple(MODEL_DTYPES)] | None = None  # type: ignore[valid-type]
 
 
 @dataclass
@@ -230,6 +245,22 @@ PREFIX_CACHING_ENGINES = ("transformers", "vllm")
 
 
 @dataclass
+class CheckpointEngineConfig:
+    """The weight sync from the trainer to the engines (verl's ``rollout.checkpoint_engine``).
+
+    Attributes:
+        update_weights_bucket_megabytes: the most MiB of weights one update request carries: the
+            actor's state is sent to engines in Ray actors in buckets of at most this size (a
+            tensor larger than a bucket goes alone), each put in Ray's object store and handed to
+            every engine before the next, and an engine loads the weights once the last bucket
+            is in. An engine in the training process (``num_engines=0``) takes the weights in
+            place, so nothing is sent.
+    """
+
+    update_weights_bucket_megabytes: PositiveInt = 2048
+
+
+@dataclass
 class RolloutConfig:
     """The generation engines.
 
@@ -247,7 +278,6 @@ class RolloutConfig:
         tensor_model_parallel_size: GPUs per engine.
         log_prob_micro_batch_size_per_gpu: trajectories per log-prob forward on one device;
             ``None`` = the actor's micro-batch.
-        n: samples per prompt in verl; must stay 1 with the agent loop (use ``num_chains``).
         num_engines: engines in the pool (Ray actors); 0 = one engine in the training process,
             no Ray; ``None`` resolves to what the machine holds: on GPUs
             ``max(1, n_gpus_per_node * nnodes // tensor_model_parallel_size)``; on the CPU 0
@@ -264,6 +294,10 @@ class RolloutConfig:
             shares the trainer's device and the rollout is ``sync``). vLLM's prefix cache lives
             in its KV cache, sized by ``gpu_memory_utilization``.
         val_kwargs: sampling during validation.
+        checkpoint_engine: how the actor's weights travel to the engines after an update.
+
+    verl's ``rollout.n`` (samples per prompt) is a spelling of ``agent.run_config.num_chains`` and
+    ``rollout.prompt_length`` one of ``data.max_prompt_length`` (:mod:`agentfly.config.aliases`).
     """
 
     name: str = "transformers"
@@ -274,13 +308,13 @@ class RolloutConfig:
     gpu_memory_utilization: UnitFraction = 0.5
     tensor_model_parallel_size: PositiveInt = 1
     log_prob_micro_batch_size_per_gpu: PositiveInt | None = None
-    n: int = 1
     num_engines: NonNegativeInt | None = None
     dtype: Literal["bfloat16", "float16", "float32", "auto"] = "bfloat16"
     enforce_eager: bool | None = None
     enable_prefix_caching: bool = True
     prefix_cache_max_gib: PositiveFiniteFloat = 2.0
     val_kwargs: SamplingConfig = field(default_factory=SamplingConfig)
+    checkpoint_engine: CheckpointEngineConfig = field(default_factory=CheckpointEngineConfig)
 
 
 @dataclass
@@ -323,7 +357,8 @@ class CriticModelConfig:
         enable_gradient_checkpointing: recompute activations in the backward pass.
         enable_activation_offload: keep the update's saved activations on the CPU (GPU runs).
         use_remove_padding: only ``False`` (see the actor model's).
-        fsdp_config: how FSDP shards the critic.
+        fsdp_config: how FSDP shards the critic, and its ``model_dtype`` (AgentFly's verl spells
+            it ``critic.fsdp``).
     """
 
     path: str | None = None
@@ -348,6 +383,9 @@ class CriticConfig:
         loss_agg_mode: loss aggregation (defaults to the actor's).
         loss_scale_factor: ``seq-mean-token-sum-norm``'s constant (defaults to the actor's).
         ulysses_sequence_parallel_size: sequence-parallel degree; only 1 (see the actor's).
+        enable: whether a critic is trained (verl's ``critic.enable``); ``None`` = when the
+            estimator needs one (``gae``). ``True`` beside an estimator that reads no values
+            (``grpo``...) and ``False`` beside one that does are refused: the estimator decides.
     """
 
     model: CriticModelConfig = field(default_factory=CriticModelConfig)
@@ -360,3 +398,4 @@ class CriticConfig:
     loss_agg_mode: LossAggMode | None = None
     loss_scale_factor: PositiveFloat | None = None
     ulysses_sequence_parallel_size: int = 1
+    enable: bool | None = None

@@ -3,10 +3,10 @@
 Each key's own type, range and choices are checked by LightningCLI when it parses (the types in
 :mod:`agentfly.config.schema`); what stays here needs more than one key, a registry or a reason:
 
-- ``ppo_mini_batch_size`` (actor and critic) counts *trajectories* over all ranks (AgentFly keeps
-  verl's ``rollout.n = 1`` and expands each prompt into ``agent.run_config.num_chains`` chains
-  itself; its WebShop script sets ``mini_batch_size = batch_size * num_chains`` for one update
-  per rollout), so it must divide ``data.train_batch_size * agent.run_config.num_chains``, and
+- ``ppo_mini_batch_size`` (actor and critic) counts *trajectories* over all ranks (each prompt
+  is expanded into ``agent.run_config.num_chains`` chains, verl's ``rollout.n``; AgentFly's
+  WebShop script sets ``mini_batch_size = batch_size * num_chains`` for one update per
+  rollout), so it must divide ``data.train_batch_size * agent.run_config.num_chains``, and
   ``ppo_micro_batch_size_per_gpu`` must divide it. The per-rank splits need the ranks that will
   actually run, so they are checked when a run starts (:func:`agentfly.run.topology.check_batches`).
 - Settings this build cannot honour are refused with the reason (:data:`UNSUPPORTED`); settings
@@ -102,8 +102,6 @@ UNSUPPORTED: tuple[tuple[str, Any, str], ...] = (
      "False"),
     ("actor_rollout_ref.ref.fsdp_config.optimizer_offload", False, "the reference model has no "
      "optimizer; use actor_rollout_ref.ref.fsdp_config.param_offload"),
-    ("actor_rollout_ref.rollout.n", 1, "the agent loop samples agent.run_config.num_chains chains "
-     "per prompt; set that instead and leave n at 1"),
 )
 
 
@@ -120,6 +118,59 @@ def _check_unsupported(get: Get, errors: list[str]) -> None:
                 f"{prefix}.param_offload={params} with {prefix}.optimizer_offload={optimizer} is "
                 "not supported: FSDP2 keeps the optimizer state where the parameters are, so both "
                 f"go to the CPU or neither does; set both to {params or optimizer}"
+            )
+
+
+def _check_critic_enable(get: Get, errors: list[str], estimator: Any | None) -> None:
+    """verl's ``critic.enable``: ``None`` lets the estimator decide; a value against it is refused."""
+    enable = get("critic.enable")
+    if enable is None or estimator is None or bool(enable) == bool(estimator.needs_critic):
+        return
+    name = get("algorithm.adv_estimator")
+    if enable:
+        why = (f"algorithm.adv_estimator={name!r} computes its advantages without values, so a "
+               "critic would train and nothing would read it (verl trains it anyway); use "
+               "adv_estimator=gae for a critic, or leave critic.enable unset (null)")
+    else:
+        why = (f"algorithm.adv_estimator={name!r} needs the critic's values (GAE's baseline and "
+               "bootstrap); choose an estimator without a critic (grpo, rloo, reinforce_plus_plus...) "
+               "or leave critic.enable unset (null)")
+    errors.append(f"critic.enable={enable} is not supported: {why}")
+
+
+#: the model_dtype keys, and whether the model trains (with the gradient scaler of ``16-mixed``)
+MODEL_DTYPE_KEYS = (
+    ("actor_rollout_ref.actor.fsdp_config.model_dtype", True),
+    ("actor_rollout_ref.ref.fsdp_config.model_dtype", False),
+    ("critic.model.fsdp_config.model_dtype", True),
+)
+#: ``trainer.precision`` values that convert every model to a dtype after ``configure_model``
+TRUE_PRECISIONS = {"bf16-true": "bfloat16", "16-true": "float16", "64-true": "float64", "64": "float64"}
+
+
+def _check_model_dtype(get: Get, errors: list[str]) -> None:
+    """``fsdp_config.model_dtype`` beside Lightning's ``trainer.precision`` (see the messages)."""
+    from agentfly.config.schema_actor_critic import MODEL_DTYPES
+
+    precision = get("trainer.lightning.precision")
+    precision = None if precision is None else str(precision)
+    for key, trains in MODEL_DTYPE_KEYS:
+        value = get(key)
+        if value is None:
+            continue
+        dtype = MODEL_DTYPES[str(value)]
+        converted = TRUE_PRECISIONS.get(precision or "")
+        if converted is not None and converted != dtype:
+            errors.append(
+                f"{key}={value} with trainer.precision={precision} is not supported: Lightning "
+                f"converts every model to {converted} after loading, so the model would not stay "
+                f"in {dtype}; give the same dtype, drop {key}, or use a -mixed precision"
+            )
+        elif trains and dtype == "float16" and precision in ("16-mixed", "16"):
+            errors.append(
+                f"{key}={value} with trainer.precision={precision} is not supported: the gradient "
+                "scaler of 16-mixed cannot unscale float16 gradients; use bf16 or fp32 parameters, "
+                "or another precision"
             )
 
 
@@ -219,7 +270,9 @@ def validate(cfg: Any, check_required: bool = True) -> None:
     _check_choices(get, errors)
     _check_unsupported(get, errors)
     _check_lora(get, errors)
+    _check_model_dtype(get, errors)
     estimator = _estimator(get, errors)
+    _check_critic_enable(get, errors, estimator)
     _check_contradictions(get, errors, estimator, check_required)
     if errors:
         raise ConfigError(errors)

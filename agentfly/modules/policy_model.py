@@ -15,8 +15,9 @@ from agentfly.modules.schedule import lr_multiplier
 from agentfly.modules.settings import CriticSettings, ModelSettings, OptimizerSettings
 
 
-def build_policy_model(settings: ModelSettings) -> Any:
-    """The causal LM at ``settings.path``, in ``settings.dtype``, with agentfly's attention.
+def build_policy_model(settings: ModelSettings, dtype: str | None = None) -> Any:
+    """The causal LM at ``settings.path``, in ``dtype`` (None: ``settings.dtype``, the actor's),
+    with agentfly's attention.
 
     Returns a ``transformers`` model in eval mode as ``from_pretrained`` leaves it; the caller
     puts it in train mode or freezes it.
@@ -25,7 +26,8 @@ def build_policy_model(settings: ModelSettings) -> Any:
 
     from agentfly.models.attention import use_grouped_sdpa
 
-    load = {"dtype": getattr(torch, settings.dtype), "trust_remote_code": settings.trust_remote_code}
+    torch_dtype = getattr(torch, dtype or settings.dtype)
+    load = {"dtype": torch_dtype, "trust_remote_code": settings.trust_remote_code}
     # sdpa -> agentfly_sdpa: the same attention, without copying grouped K/V on CPU
     return use_grouped_sdpa(AutoModelForCausalLM.from_pretrained(settings.path, **load))
 
@@ -49,7 +51,7 @@ def build_trainable_policy(settings: ModelSettings, gradient_checkpointing: bool
 
 def build_critic_model(critic: CriticSettings, policy: ModelSettings) -> Any:
     """The critic at ``critic.path``: a token-classification head with one label (the value) on
-    it, in train mode, in the policy's dtype, with agentfly's attention. No dropout on the value
+    it, in train mode, in ``critic.dtype``, with agentfly's attention. No dropout on the value
     head (transformers defaults it to 0.1), as in verl: values at rollout time and in the update
     are the same function of the weights."""
     from transformers import AutoConfig, AutoModelForTokenClassification
@@ -60,7 +62,7 @@ def build_critic_model(critic: CriticSettings, policy: ModelSettings) -> Any:
     config = AutoConfig.from_pretrained(critic.path, num_labels=1, trust_remote_code=remote)
     config.classifier_dropout = 0.0
     model = AutoModelForTokenClassification.from_pretrained(
-        critic.path, config=config, dtype=getattr(torch, policy.dtype), trust_remote_code=remote
+        critic.path, config=config, dtype=getattr(torch, critic.dtype), trust_remote_code=remote
     )
     model = use_grouped_sdpa(model).train()
     if critic.update.gradient_checkpointing:

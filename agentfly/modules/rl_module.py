@@ -155,7 +155,7 @@ class AgentRLModule(pl.LightningModule):
         m = self.model_settings
         self.actor = build_trainable_policy(m, self.actor_settings.gradient_checkpointing)
         if self.kl.needs_reference and not m.lora.enabled:  # with LoRA: the base, adapter off
-            self.reference = build_policy_model(m).eval()
+            self.reference = build_policy_model(m, m.reference_dtype).eval()
             self.reference.requires_grad_(False)
         if self.critic_settings is not None:
             self.critic = build_critic_model(self.critic_settings, m)

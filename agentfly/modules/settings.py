@@ -74,7 +74,10 @@ class ModelSettings:
     Attributes:
         path: its checkpoint (a Hugging Face id or a local folder).
         trust_remote_code: let Hugging Face run model code shipped with the checkpoints.
-        dtype: parameter dtype of every model.
+        dtype: the actor's parameter dtype as loaded (``float32``, ``bfloat16``, ``float16``;
+            ``actor_rollout_ref.actor.fsdp_config.model_dtype``).
+        reference_dtype: the reference's (``actor_rollout_ref.ref.fsdp_config.model_dtype``;
+            with LoRA the reference is the actor's base, in ``dtype``).
         temperature: the rollout temperature: log-probabilities, entropies and KLs are those of
             ``softmax(logits / temperature)``, the distribution the engines sampled from.
         lora: a LoRA adapter on the actor (off at rank 0); with one, the reference is the base
@@ -84,6 +87,7 @@ class ModelSettings:
     path: str
     trust_remote_code: bool = False
     dtype: str = "float32"
+    reference_dtype: str = "float32"
     temperature: float = 1.0
     lora: LoraSettings = LoraSettings()
 
@@ -256,6 +260,7 @@ class CriticSettings:
         optim: its optimizer.
         cliprange_value: how far a value may move from the rollout's before the loss clips it.
         warmup_iterations: iterations that update only the critic.
+        dtype: its parameter dtype as loaded (``critic.model.fsdp_config.model_dtype``).
     """
 
     path: str
@@ -263,6 +268,7 @@ class CriticSettings:
     optim: OptimizerSettings = field(default_factory=lambda: OptimizerSettings(lr=CRITIC_LR))
     cliprange_value: float = 0.5
     warmup_iterations: int = 0
+    dtype: str = "float32"
 
 
 @dataclass(frozen=True)

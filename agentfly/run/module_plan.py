@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentfly.config.inactive import bypass_mode
+from agentfly.config.schema_actor_critic import MODEL_DTYPES
 from agentfly.modules.settings import (
     CorrectionSettings,
     CriticSettings,
@@ -62,13 +63,23 @@ def lora_settings(lora: Any) -> LoraSettings:
     )
 
 
-def model_settings(model: Any, temperature: float = 1.0) -> ModelSettings:
+def model_dtype(fsdp: Any) -> str:
+    """One model's ``fsdp_config.model_dtype`` as torch's dtype name (None: verl's ``fp32``)."""
+    value = fsdp.model_dtype
+    return "float32" if value is None else MODEL_DTYPES[str(value)]
+
+
+def model_settings(
+    model: Any, temperature: float = 1.0, *, dtype: str = "float32", reference_dtype: str = "float32"
+) -> ModelSettings:
     """The policy model's settings from ``actor_rollout_ref.model``, for ``agentfly fit`` and
-    ``agentfly sft`` alike; ``temperature``: the rollout's (1.0 where nothing is sampled)."""
+    ``agentfly sft`` alike; ``temperature``: the rollout's (1.0 where nothing is sampled);
+    ``dtype``/``reference_dtype``: the actor's and the reference's parameter dtypes."""
     return ModelSettings(
         path=str(model.path),
         trust_remote_code=bool(model.trust_remote_code),
-        dtype="float32",
+        dtype=dtype,
+        reference_dtype=reference_dtype,
         temperature=temperature,
         lora=lora_settings(model.lora),
     )
@@ -138,9 +149,13 @@ def plan_module(cfg: Any, topology: Topology, iterations: int, estimator: Any) -
             optim=optimizer_settings(critic_cfg.optim, optimizer_steps(update, iterations, per_rank)),
             cliprange_value=float(critic_cfg.cliprange_value),
             warmup_iterations=int(cfg.trainer.critic_warmup),
+            dtype=model_dtype(critic_cfg.model.fsdp_config),
         )
     return dict(
-        model=model_settings(model, temperature=float(rollout.temperature or 1.0)),
+        model=model_settings(
+            model, temperature=float(rollout.temperature or 1.0),
+            dtype=model_dtype(actor_cfg.fsdp_config), reference_dtype=model_dtype(ref.fsdp_config),
+        ),
         actor=actor,
         actor_optim=optimizer_settings(actor_cfg.optim, optimizer_steps(actor, iterations, per_rank)),
         policy_loss=PolicyLossSettings(

@@ -233,7 +233,10 @@ def plan_rollout(
     engine_kwargs = _engine_kwargs(cfg, topology)
     loop = _loop_settings(cfg, training)
     name = str(rollout.name)
-    pool_kwargs: dict[str, Any] = {"num_gpus_per_engine": topology.gpus_per_engine}
+    pool_kwargs: dict[str, Any] = {
+        "num_gpus_per_engine": topology.gpus_per_engine,
+        "weight_bucket_mb": int(rollout.checkpoint_engine.update_weights_bucket_megabytes),
+    }
     threads = _engine_threads(cfg, topology, hw) if hw is not None and topology.num_engines else None
     if threads:
         pool_kwargs["num_threads"] = threads

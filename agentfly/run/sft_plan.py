@@ -21,7 +21,7 @@ from agentfly.core.errors import ConfigError
 from agentfly.models.paths import check_model_paths
 from agentfly.modules.settings import UpdateSettings
 from agentfly.run.job import JobPlan, job_fields, plan_trainer
-from agentfly.run.module_plan import fsdp_settings, model_settings, optimizer_settings
+from agentfly.run.module_plan import fsdp_settings, model_dtype, model_settings, optimizer_settings
 from agentfly.run.plan import plan_rollout
 from agentfly.run.topology import Hardware, Topology, resolve_topology
 
@@ -134,7 +134,7 @@ def plan_sft(cfg: Any, train_examples: int, hardware: Hardware | None = None) ->
         topology=topology,
         iterations=iterations,
         module=dict(
-            model=model_settings(model),
+            model=model_settings(model, dtype=model_dtype(actor.fsdp_config)),
             update=update,
             optim=optimizer_settings(actor.optim, iterations),
             fsdp=fsdp_settings(actor.fsdp_config),

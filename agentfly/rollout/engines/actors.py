@@ -48,7 +48,8 @@ class Deadlines:
 
     def of(self, method: str) -> tuple[float, str]:
         """The deadline of an engine method, and the name of the setting that holds it."""
-        key = {"generate": "generate_timeout_s", "load_weights": "weights_timeout_s"}.get(
+        weights = "weights_timeout_s"
+        key = {"generate": "generate_timeout_s", "load_weights": weights, "load_weights_bucket": weights}.get(
             method, "call_timeout_s"
         )
         return getattr(self, key), key

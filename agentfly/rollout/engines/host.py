@@ -45,6 +45,7 @@ class EngineHost:
         self._lock = threading.Lock()
         self.requests = 0
         self.weights_version = 0
+        self._pending: dict[str, Any] = {}  # the buckets of a push so far (load_weights_bucket)
 
     def generate(
         self, prompts: list[list[int]], sampling: SamplingParams | list[SamplingParams]
@@ -64,6 +65,22 @@ class EngineHost:
             self.engine.load_weights(weights)
             self.weights_version = self.weights_version + 1 if version is None else int(version)
             return self.weights_version
+
+    def load_weights_bucket(self, bucket: Any, version: int | None, last: bool) -> int | None:
+        """One bucket of a push in buckets (:meth:`EnginePool.update_weights`): a state dict, or a
+        :class:`~agentfly.core.weights.LoraAdapter` holding part of the adapter's tensors. Kept
+        until the ``last`` arrives; then the whole is loaded at once (:meth:`load_weights`), so
+        the engine never serves a mix of old and new weights. Returns the version then, else None.
+        """
+        from agentfly.core.weights import LoraAdapter
+        from agentfly.rollout.engines.weights import read_weights
+
+        adapter = isinstance(bucket, LoraAdapter)
+        self._pending.update(bucket.weights if adapter else read_weights(bucket))
+        if not last:
+            return None
+        state, self._pending = self._pending, {}
+        return self.load_weights(LoraAdapter(config=bucket.config, weights=state) if adapter else state, version)
 
     def sleep(self) -> None:
         with self._lock:

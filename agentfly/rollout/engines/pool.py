@@ -78,6 +78,8 @@ class EnginePool:
         shutdown_timeout_s: how long the engines may take to free their resources at shutdown
             before their actors are killed; and how long stopping a Ray this pool started may
             take before its processes are killed.
+        weight_bucket_mb: the most MiB of weights one update request to the engine actors
+            carries (``update_weights``; verl's ``update_weights_bucket_megabytes``).
     """
 
     def __init__(
@@ -99,9 +101,13 @@ class EnginePool:
         weights_timeout_s: float = 600.0,
         call_timeout_s: float = 120.0,
         shutdown_timeout_s: float = 30.0,
+        weight_bucket_mb: int = 2048,
     ) -> None:
         if num_engines < 0:
             raise ValueError(f"num_engines must be >= 0, got {num_engines}")
+        if weight_bucket_mb <= 0:
+            raise ValueError(f"weight_bucket_mb must be > 0, got {weight_bucket_mb}")
+        self.weight_bucket_bytes = int(weight_bucket_mb) << 20  # MiB, as verl counts them
         deadlines = Deadlines(
             resource_wait_s=resource_wait_s,
             engine_start_timeout_s=engine_start_timeout_s,
@@ -208,25 +214,35 @@ class EnginePool:
         ``version`` names them (the trainer's policy version); every sample generated with them
         carries it (:attr:`GenerationOutput.weights_version`). None: each engine counts loads.
 
-        A state dict (or a LoRA adapter, for engines that serve one) is put into the Ray object
-        store once and shared by all actors; a path is read by each actor (it must be visible to
-        every node). An engine that dies or passes
-        ``weights_timeout_s`` leaves the pool.
+        A state dict (or a LoRA adapter, for engines that serve one) travels in buckets of at
+        most ``weight_bucket_mb`` MiB (:func:`~agentfly.rollout.engines.weights.weight_buckets`):
+        each is copied to the CPU, put into the Ray object store once, shared by all actors and
+        released before the next, so the sender holds one bucket at a time; every engine loads
+        the whole once its last bucket is in (:meth:`EngineHost.load_weights_bucket`). A path is
+        read by each actor (it must be visible to every node). The in-process engine takes the
+        weights in place: nothing is sent. An engine that dies or passes ``weights_timeout_s``
+        leaves the pool.
         """
         if self._ray is None:
             self._hosts[0].load_weights(weights, version)
             return
+        if isinstance(weights, str | os.PathLike):
+            self._ray.call_all("load_weights", weights, version)
+            return
         import ray
 
-        if isinstance(weights, LoraAdapter):
-            cpu = {k: v.detach().to("cpu") for k, v in weights.weights.items()}
-            weights = ray.put(LoraAdapter(config=weights.config, weights=cpu))
-        elif not isinstance(weights, str | os.PathLike):
-            from agentfly.rollout.engines.weights import read_weights
+        from agentfly.rollout.engines.weights import read_weights, weight_buckets
 
-            cpu = {k: v.detach().to("cpu") for k, v in read_weights(weights).items()}
-            weights = ray.put(cpu)
-        self._ray.call_all("load_weights", weights, version)
+        adapter = weights if isinstance(weights, LoraAdapter) else None
+        state = adapter.weights if adapter is not None else read_weights(weights)  # type: ignore[arg-type]
+        buckets = weight_buckets(state, self.weight_bucket_bytes)
+        for i, bucket in enumerate(buckets):
+            cpu = {k: v.detach().to("cpu") for k, v in bucket.items()}
+            payload: Any = cpu if adapter is None else LoraAdapter(config=adapter.config, weights=cpu)
+            ref = ray.put(payload)
+            del cpu, payload
+            self._ray.call_all("load_weights_bucket", ref, version, i == len(buckets) - 1)
+            del ref  # the object store frees the bucket before the next is put
 
     def sleep(self) -> None:
         self._broadcast("sleep")

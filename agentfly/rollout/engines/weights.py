@@ -1,5 +1,7 @@
 """Reading weights handed to an engine: a state dict, ``(name, tensor)`` pairs, a ``.safetensors``
-file or a Hugging Face checkpoint directory (all its ``*.safetensors`` shards)."""
+file or a Hugging Face checkpoint directory (all its ``*.safetensors`` shards); and splitting a
+state dict into the buckets one weight update request carries
+(``actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes``)."""
 
 from __future__ import annotations
 
@@ -41,3 +43,25 @@ def _read_path(path: Path) -> dict[str, torch.Tensor]:
     for f in files:
         state.update(load_file(f))
     return state
+
+
+def weight_buckets(state: Mapping[str, torch.Tensor], max_bytes: int) -> list[dict[str, torch.Tensor]]:
+    """``state`` cut, in order, into dicts of at most ``max_bytes`` of tensor data each (verl's
+    checkpoint-engine buckets): a tensor that would overflow the current bucket starts the next;
+    one larger than ``max_bytes`` fills a bucket alone (verl refuses it). No tensor is copied.
+
+    Raises:
+        ValueError: ``max_bytes`` is not positive.
+    """
+    if max_bytes <= 0:
+        raise ValueError(f"a weight bucket must hold > 0 bytes, got {max_bytes}")
+    buckets: list[dict[str, torch.Tensor]] = []
+    size = 0
+    for name, tensor in state.items():
+        nbytes = tensor.numel() * tensor.element_size()
+        if not buckets or size + nbytes > max_bytes:
+            buckets.append({})
+            size = 0
+        buckets[-1][name] = tensor
+        size += nbytes
+    return buckets
