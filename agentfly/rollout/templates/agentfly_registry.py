@@ -53,6 +53,7 @@ XML_TOOLS_SYSTEM = (
 #: no role, and the next assistant turn follows.
 SEARCH_R1 = FormatTemplate(
     name="search-r1",
+    system_turn_for_tools=True,
     system_template=(
         "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n"
         "{system} Question: "
@@ -72,6 +73,7 @@ QWEN3_INSTRUCT_NO_TOOL = FormatTemplate(
 #: ``<think>`` and every turn keeps its reasoning.
 QWEN3_THINK_NO_TOOL = FormatTemplate(
     name="qwen3-think-no-tool",
+    system_turn_for_tools=True,
     default_system="",
     generation_prompt="<|im_start|>assistant\n<think>",
     **_AGENTFLY_OBSERVATIONS,
@@ -81,6 +83,7 @@ QWEN3_THINK_NO_TOOL = FormatTemplate(
 #: system text (no blank line between) when tools are passed, and no tool-call format line.
 QWEN3_THINK = FormatTemplate(
     name="qwen3-think",
+    system_turn_for_tools=True,
     default_system="",
     system_template_with_tools=(
         "<|im_start|>system\n{system}# Tools\n\nYou may call one or more functions to assist "
@@ -95,6 +98,7 @@ QWEN3_THINK = FormatTemplate(
 #: while a finished turn opens ``<|im_start|>assistant\n``: not prefix-preserving.
 QWEN3_MINISWE = FormatTemplate(
     name="qwen3-miniswe",
+    system_turn_for_tools=True,
     default_system="",
     generation_prompt="<|im_start|>assistant\n<think>\n",
     assistant_prefix="<|im_start|>assistant\n",
@@ -104,6 +108,7 @@ QWEN3_MINISWE = FormatTemplate(
 #: ``qwen-xml``: ChatML with the XML tool-call system prompt when tools are passed.
 QWEN_XML = FormatTemplate(
     name="qwen-xml",
+    system_turn_for_tools=True,
     default_system="",
     system_template_with_tools=XML_TOOLS_SYSTEM,
     **_AGENTFLY_OBSERVATIONS,
@@ -112,6 +117,7 @@ QWEN_XML = FormatTemplate(
 #: ``qwen-xml-think``: ``qwen-xml`` whose generation prompt opens ``<think>``.
 QWEN_XML_THINK = FormatTemplate(
     name="qwen-xml-think",
+    system_turn_for_tools=True,
     default_system="",
     system_template_with_tools=XML_TOOLS_SYSTEM,
     generation_prompt="<|im_start|>assistant\n<think>",

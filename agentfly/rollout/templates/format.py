@@ -43,7 +43,8 @@ class FormatTemplate(ChatTemplate):
         system_template: a system turn; ``{system}`` is the system text, an optional ``{tools}``
             receives the tool block (else the block is appended to the system text).
         default_system: system text used when the conversation has no system message; None
-            renders no system turn then (unless tools are passed, as chat-bricks does).
+            renders no system turn then (unless tools are passed and the system turn shows them, as
+            chat-bricks does).
         default_system_template: the system turn used for ``default_system`` (Kimi-K2 ends only
             that one with a newline); None uses ``system_template``.
         system_processor: rewrites the system text, given it and whether tools are passed
@@ -70,6 +71,8 @@ class FormatTemplate(ChatTemplate):
         observation_separator: between two tool messages of the same turn.
         format_tools: tool schemas to the ``{tools}`` text.
         prefix: written before everything (a BOS the template spells out, ``[gMASK]<sop>``).
+        system_turn_for_tools: with tools passed and no system text, render an empty system turn
+            even when it does not show the tools (chat-bricks' rule; the library's templates).
         strip_earlier_thinking: :meth:`render` drops ``<think>...</think>`` from every assistant
             turn but a final one (Qwen3).
     """
@@ -94,6 +97,7 @@ class FormatTemplate(ChatTemplate):
     format_tools: Callable[[Sequence[Any]], str] = format_tools_json_lines
     prefix: str = ""
     strip_earlier_thinking: bool = False
+    system_turn_for_tools: bool = False
 
     @property
     def end_of_turn(self) -> str:
@@ -150,9 +154,14 @@ class FormatTemplate(ChatTemplate):
         given = bool(messages) and messages[0]["role"] == "system"
         system = _text(messages[0]["content"]) if given else self.default_system
         if system is None:
-            if not tools:
+            shows_tools = self.system_turn_for_tools or (
+                self.tools_template is not None
+                or self.system_template_with_tools is not None
+                or "{tools}" in self.system_template
+            )
+            if not (tools and shows_tools):
                 return ""
-            system = ""  # chat-bricks renders the system turn whenever tools are passed
+            system = ""
         if self.system_processor is not None:
             system = self.system_processor(system, bool(tools))
         catalogue = self.format_tools(tools) if tools else ""

@@ -103,6 +103,7 @@ def llama32(date: str = LLAMA_DEFAULT_DATE, name: str = "llama-3.2") -> FormatTe
 
     return FormatTemplate(
         name=name,
+        system_turn_for_tools=True,
         system_template=(
             "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n{tools}{system}"
             "<|eot_id|>"
@@ -135,6 +136,7 @@ def llama32(date: str = LLAMA_DEFAULT_DATE, name: str = "llama-3.2") -> FormatTe
 #: one ``<tool_response>`` block of one user turn (chat-bricks joins them with nothing).
 QWEN25_THINK = FormatTemplate(
     name="qwen2.5-think",
+    system_turn_for_tools=True,
     default_system=(
         "You are a helpful assistant. To answer the user's question, you first think about the "
         "reasoning process and then provide the user with the answer. The reasoning process and "
@@ -160,6 +162,7 @@ QWEN25_THINK = FormatTemplate(
 #: so the template is not prefix-preserving. Tool results as in ``qwen2.5``.
 QWEN3 = FormatTemplate(
     name="qwen3",
+    system_turn_for_tools=True,
     system_template="<|im_start|>system\n{system}{tools}<|im_end|>\n",
     system_processor=_qwen3_system,
     tools_template=QWEN3_TOOLS,
@@ -172,6 +175,7 @@ QWEN3 = FormatTemplate(
 #: thinking, nothing stripped; tool results as in ``qwen2.5``.
 QWEN3_INSTRUCT = FormatTemplate(
     name="qwen3-instruct",
+    system_turn_for_tools=True,
     system_template="<|im_start|>system\n{system}{tools}<|im_end|>\n",
     system_processor=_qwen3_system,
     tools_template=QWEN3_TOOLS,
@@ -183,6 +187,7 @@ QWEN3_INSTRUCT = FormatTemplate(
 #: marker opens the next turn and is not written twice), and a tool result is a user turn.
 GLM4 = FormatTemplate(
     name="glm-4",
+    system_turn_for_tools=True,
     prefix="[gMASK]<sop>",
     system_template="<|system|>\n{system}",
     user_template="<|user|>\n{content}",
@@ -201,6 +206,7 @@ GLM4 = FormatTemplate(
 #: ``<think></think>{content}``: not prefix-preserving (the newline).
 GLM45 = FormatTemplate(
     name="glm-4.5",
+    system_turn_for_tools=True,
     prefix="[gMASK]<sop>",
     system_template="<|system|>\n{system}{tools}",
     default_system="",
@@ -218,6 +224,7 @@ GLM45 = FormatTemplate(
 #: system turn always rendered (empty by default); no tools; a tool result is a user turn.
 PHI4 = FormatTemplate(
     name="phi-4",
+    system_turn_for_tools=True,
     system_template="<|im_start|>system<|im_sep|>{system}<|im_end|>",
     default_system="",
     user_template="<|im_start|>user<|im_sep|>{content}<|im_end|>",
@@ -232,6 +239,7 @@ PHI4 = FormatTemplate(
 #: ``<AVAILABLE_TOOLS>``; a tool result is a user turn ``<TOOL_RESPONSE>[...]</TOOL_RESPONSE>``.
 NEMOTRON = FormatTemplate(
     name="nemotron",
+    system_turn_for_tools=True,
     system_template=(
         "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n{system}{tools}<|eot_id|>"
     ),
@@ -256,6 +264,7 @@ NEMOTRON = FormatTemplate(
 #: prefix-preserving (chat-bricks meant it for single-turn use).
 DEEPSEEK_R1_DISTILL_QWEN = FormatTemplate(
     name="deepseek-r1-distill-qwen",
+    system_turn_for_tools=True,
     prefix=DEEPSEEK_BOS,
     system_template="{system}",
     user_template="<｜User｜>{content}",
@@ -272,6 +281,7 @@ DEEPSEEK_R1_DISTILL_QWEN = FormatTemplate(
 #: ``<｜tool▁outputs▁begin｜>`` / ``<｜tool▁output▁begin｜>`` blocks, no role of their own.
 DEEPSEEK_V31 = FormatTemplate(
     name="deepseek-v3.1",
+    system_turn_for_tools=True,
     prefix=DEEPSEEK_BOS,
     system_template="{system}{tools}",
     tools_template=(
@@ -295,6 +305,7 @@ DEEPSEEK_V31 = FormatTemplate(
 #: the template writes it. No tools; a tool result is an instruction section.
 DEEPSEEK_PROVER = FormatTemplate(
     name="deepseek-prover",
+    system_turn_for_tools=True,
     system_template="{system}\n",
     default_system=(
         "You are an AI programming assistant, utilizing the Deepseek Coder model, developed by "
@@ -314,6 +325,7 @@ DEEPSEEK_PROVER = FormatTemplate(
 #: default, no tools; a tool result is an input section.
 LLEMMA = FormatTemplate(
     name="llemma",
+    system_turn_for_tools=True,
     system_template="{system}",
     default_system="",
     user_template="Input:{content}\n\n",
@@ -330,6 +342,7 @@ LLEMMA = FormatTemplate(
 #: is a ``tool`` system turn opening ``## Return of \n`` (chat-bricks leaves out the call id).
 KIMI_K2_INSTRUCT = FormatTemplate(
     name="kimi-k2-instruct",
+    system_turn_for_tools=True,
     system_template="{tools}<|im_system|>system<|im_middle|>{system}<|im_end|>",
     default_system_template="{tools}<|im_system|>system<|im_middle|>{system}<|im_end|>\n",
     default_system="You are Kimi, an AI assistant created by Moonshot AI.",
