@@ -137,10 +137,17 @@ MUTATIONS = [
         (f"{LEARNING}::test_kl_in_the_reward_is_old_to_reference_and_shapes_the_returns",),
     ),
     Mutation(
+        "a weight bucket loaded as it arrives (the engine serves a mix of old and new weights)",
+        "agentfly/rollout/engines/host.py",
+        "        if not last:\n            return None\n",
+        "",
+        ("tests/config/test_newer_verl_keys.py::test_the_engine_serves_the_new_weights_after_the_last_bucket_only",),
+    ),
+    Mutation(
         "batch hooks in reverse stage order",
         "agentfly/core/batch_hooks.py",
-        "sorted(callbacks, key=lambda cb: cb.stage)",
-        "sorted(callbacks, key=lambda cb: -cb.stage)",
+        "sorted(hooks, key=lambda cb: cb.stage)",
+        "sorted(hooks, key=lambda cb: -cb.stage)",
         ("tests/estimators/test_callbacks.py::test_hooks_of_one_phase_run_in_stage_order",),
     ),
     Mutation(

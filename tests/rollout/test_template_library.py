@@ -21,6 +21,7 @@ import pytest
 from agentfly.core.registry import UnknownNameError
 from agentfly.rollout.templates import TEMPLATES, ChatTemplate, get_template
 from agentfly.rollout.templates.library import LLAMA_DEFAULT_DATE, llama32
+from tests.rollout.test_templates import CALCULATOR
 
 CHAT_BRICKS = [
     "qwen2.5-think", "qwen3", "qwen3-instruct", "llama-3.2", "glm-4", "glm-4.5", "phi-4",
@@ -39,19 +40,6 @@ NOT_PREFIX_PRESERVING = {
     "glm-4.5": ("<|assistant|>\n<think></think>", "\n"),
     "deepseek-r1-distill-qwen": ("<｜Assistant｜>", "<think>\n"),
     "qwen3-miniswe": ("<|im_start|>assistant\n", "<think>\n"),
-}
-
-CALCULATOR = {
-    "type": "function",
-    "function": {
-        "name": "calculator",
-        "description": "Evaluate an arithmetic expression.",
-        "parameters": {
-            "type": "object",
-            "properties": {"expression": {"type": "string", "description": "e.g. 12*(3+4)"}},
-            "required": ["expression"],
-        },
-    },
 }
 
 # (sampled content without the end of turn, whether the turn was closed, tool results); the
