@@ -41,7 +41,7 @@ test: $(STAMP)
 	$(PY) -m ruff check agentfly tests scripts
 # Two processes for the tests that may share the cores, then the tests marked serial (wall-clock
 # deadlines, the private SLURM cluster) alone; each prints its slowest, to keep the suite under 20 minutes.
-	$(PY) -m pytest -q -n 2 --dist loadgroup -m "not serial" --durations=15
+	$(PY) -m pytest -q -n 2 -m "not serial" --durations=15
 	$(PY) -m pytest -q -m serial --durations=10
 
 # Break the learning code on purpose, one mutation at a time (scripts/mutants.py): every mutation

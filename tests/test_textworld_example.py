@@ -18,9 +18,7 @@ from tests.report_table import row_values
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "textworld_coins"
 
-# the two SmolLM2 examples run one after the other on one worker (make test: --dist loadgroup):
-# side by side on 2 cores each took twice as long (SmolLM2's 896 s of a 900 s deadline)
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("smollm2_examples")]
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +77,10 @@ def test_each_stage_runs_two_iterations_and_the_report_compares_them(smollm2, tm
          "agent.run_config.max_turns=2", "agent.init_config.tool_config.textworld_step.max_steps=2",
          "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
          "data.val_batch_size=2"],
-        cwd=REPO, capture_output=True, text=True, timeout=1800,
+        cwd=REPO, capture_output=True, text=True,
+        # the TextWorld example alone: 272 s; in make test's parallel pass the two examples often
+        # run side by side on the 2 cores (818 s and 712 s measured; 896 s for SmolLM2 once)
+        timeout=1800,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     data = tmp_path / "data"
