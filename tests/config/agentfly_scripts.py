@@ -20,6 +20,8 @@ when agentfly has all it names; else the short reason it stops, which
 the test is updated).
 """
 
+from tests.config.verl_commands import KEY_REFERENCE_WEBSHOP, WEBSHOP_SYSTEM_PROMPT
+
 ALFWORLD_SHORT_PROMPT = (
     "Navigate the ALFWorld environment and complete tasks by interacting with objects. Use the tools provided to step through the environment. when you keep getting Nothing happens as a feedback use admissible commands to see why becasue it's very likely your action / command is wrong !!!"
 )
@@ -278,32 +280,6 @@ Key Principles
 
 7. Clean up. Remove any temporary test files you created during debugging."""
 
-WEBSHOP_PROMPT = """\
-You are an autonomous shopping agent operating in the WebShop web environment. Your goal is to purchase exactly one product that best matches the user's natural-language instruction.
-You must conduct reasoning inside <think> and </think> first every time you get new information. After reasoning, you can do one action by <action> action </action>. If you think you have finished the task, summarize what you have done.
-
-## WebShop page types (you will infer from observation)
-
-- WebShop states are webpages of four types: Search page, Results page, Item page, Item-detail page.
-
-## Available actions (the ONLY actions you may take)
-
-### Search action (only available on the Search page):
-
-- search[QUERY]: Search -> Results
-- QUERY should be a short, high-signal shopping query.
-
-### Choose action (only available on non-search pages; you must choose one of the clickable buttons shown in the page):
-
-- choose[Back to search]: * -> Search
-- choose[Prev page] / choose[Next page]: Results -> Results
-- choose[PRODUCT_TITLE]: Results -> Item
-- choose[OPTION]: Item -> Item (e.g., size/color/pack)
-- choose[Desc] / choose[Overview]: Item -> Item-detail
-- choose[Previous]: Item-detail -> Item
-- choose[Buy] (or choose[Buy Now] if that is the button text shown): Item -> Episode End
-
-Remember that you must put your action inside <action> and </action> tags."""
 
 # train_example.sh
 TRAIN_EXAMPLE = [
@@ -1263,58 +1239,8 @@ RUN_VLM_QA = [
     "trainer.val_before_train=False",
 ]
 
-# webshop/train_webshop.sh
-TRAIN_WEBSHOP = [
-    "algorithm.adv_estimator=grpo",
-    "data.train_files=./data/rlhf/webshop/webshop_goals_train.json",
-    "data.val_files=./data/rlhf/webshop/webshop_goals_val.json",
-    "data.val_batch_size=512",
-    "data.train_batch_size=64",
-    "agent.use_agent=True",
-    "agent.init_config.agent_type=action",
-    'agent.init_config.system_prompt="' + WEBSHOP_PROMPT + '"',
-    "agent.init_config.max_model_len=16384",
-    "agent.init_config.tools=[webshop_browser_action]",
-    "agent.init_config.template=action-agent",
-    "agent.init_config.model_name_or_path=Qwen/Qwen2.5-3B-Instruct",
-    "agent.init_config.reward_name=webshop_reward",
-    "agent.run_config.generation_config.max_tokens=384",
-    "agent.run_config.max_turns=15",
-    "agent.run_config.num_chains=8",
-    "actor_rollout_ref.actor.optim.lr=5e-7",
-    "actor_rollout_ref.model.use_remove_padding=False",
-    "actor_rollout_ref.model.path=Qwen/Qwen2.5-3B-Instruct",
-    "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio=0.01",
-    "actor_rollout_ref.actor.ppo_mini_batch_size=512",
-    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
-    "actor_rollout_ref.actor.use_kl_loss=True",
-    "actor_rollout_ref.actor.kl_loss_coef=0.001",
-    "actor_rollout_ref.actor.kl_loss_type=mse",
-    "actor_rollout_ref.actor.entropy_coeff=0.001",
-    "actor_rollout_ref.model.enable_gradient_checkpointing=False",
-    "actor_rollout_ref.actor.fsdp_config.param_offload=True",
-    "actor_rollout_ref.actor.fsdp_config.optimizer_offload=True",
-    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1",
-    "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
-    "actor_rollout_ref.rollout.name=vllm",
-    "actor_rollout_ref.rollout.gpu_memory_utilization=0.60",
-    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=1",
-    "actor_rollout_ref.ref.fsdp_config.param_offload=True",
-    "critic.model.path=Qwen/Qwen2.5-3B-Instruct",
-    "critic.ppo_mini_batch_size=32",
-    "critic.ppo_micro_batch_size_per_gpu=2",
-    "algorithm.kl_ctrl.kl_coef=0.001",
-    "trainer.critic_warmup=0",
-    "trainer.logger=[console,wandb]",
-    "trainer.project_name=Open",
-    "trainer.experiment_name=webshop_Qwen2.5-3B-Instruct_grpo_test",
-    "trainer.n_gpus_per_node=8",
-    "trainer.nnodes=1",
-    "trainer.save_freq=100",
-    "trainer.test_freq=300",
-    "trainer.total_training_steps=200",
-    "trainer.val_before_train=False",
-]
+# webshop/train_webshop.sh: the key reference's WebShop command is this script, word for word
+TRAIN_WEBSHOP = KEY_REFERENCE_WEBSHOP
 
 # webshop/train_webshop.slurm
 TRAIN_WEBSHOP_SLURM = [
@@ -1325,7 +1251,7 @@ TRAIN_WEBSHOP_SLURM = [
     "data.train_batch_size=64",
     "agent.use_agent=True",
     "agent.init_config.agent_type=action",
-    'agent.init_config.system_prompt="' + WEBSHOP_PROMPT + '"',
+    'agent.init_config.system_prompt="' + WEBSHOP_SYSTEM_PROMPT + '"',
     "agent.init_config.max_model_len=16384",
     "agent.init_config.tools=[webshop_browser_action]",
     "agent.init_config.template=action-agent",
@@ -1378,7 +1304,7 @@ TRAIN_WEBSHOP_RAY = [
     "data.train_batch_size=64",
     "agent.use_agent=True",
     "agent.init_config.agent_type=action",
-    'agent.init_config.system_prompt="' + WEBSHOP_PROMPT + '"',
+    'agent.init_config.system_prompt="' + WEBSHOP_SYSTEM_PROMPT + '"',
     "agent.init_config.max_model_len=16384",
     "agent.init_config.tools=[webshop_browser_action]",
     "agent.init_config.template=action-agent",
