@@ -259,7 +259,7 @@ RULES: tuple[Rule, ...] = (
     Rule(("algorithm.lam",), _unused_by_estimator("lam", "has no GAE lambda")),
     Rule((A + "actor.loss_scale_factor",), _unless(A + "actor.loss_agg_mode", "seq-mean-token-sum-norm")),
     Rule(("critic.loss_scale_factor",), _unless("critic.loss_agg_mode", "seq-mean-token-sum-norm")),
-    Rule(("algorithm.max_resamples",), _unless("algorithm.failed_chains", "resample")),
+    Rule(("algorithm.max_resamples", "algorithm.resample_budget_s"), _unless("algorithm.failed_chains", "resample")),
 )
 
 #: keys whose inactivity depends on another explicitly given key (checked with ``explicit``)

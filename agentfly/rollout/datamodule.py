@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 import lightning.pytorch as pl
-from jsonargparse.typing import NonNegativeInt, PositiveInt
+from jsonargparse.typing import NonNegativeFloat, NonNegativeInt, PositiveInt
 from torch.utils.data import DataLoader
 
 from agentfly.core.batch import RolloutBatch
@@ -35,6 +35,7 @@ from agentfly.rollout.loaders import (
     val_loader,
 )
 from agentfly.rollout.prompt_fit import PromptRenderer, renderer_from_loop
+from agentfly.rollout.resampling import BUDGET_S
 from agentfly.rollout.validation import ValidationRollouts
 
 
@@ -86,6 +87,8 @@ class RolloutDataModule(pl.LightningDataModule):
         failed_chains: what becomes of a training chain the infrastructure failed:
             ``resample``, ``drop`` or ``keep`` (:mod:`agentfly.rollout.failures`).
         max_resamples: re-runs of a failed chain at most (``resample``).
+        resample_budget_s: seconds past a rollout's first round within which a re-run must be
+            expected to end (``resample``; :mod:`agentfly.rollout.resampling`).
     """
 
     def __init__(
@@ -118,6 +121,7 @@ class RolloutDataModule(pl.LightningDataModule):
         idle_threads: PositiveInt | None = None,
         failed_chains: Literal["resample", "drop", "keep"] = "resample",
         max_resamples: NonNegativeInt = 3,
+        resample_budget_s: NonNegativeFloat = BUDGET_S,
     ) -> None:
         super().__init__()
         self.session_factory = session_factory
@@ -143,10 +147,12 @@ class RolloutDataModule(pl.LightningDataModule):
         self.max_staleness = max_staleness
         self.failed_chains = failed_chains
         self.max_resamples = max_resamples
+        self.resample_budget_s = resample_budget_s
         lock = threading.Lock()  # one rollout at a time: the producer's or validation's
         self.train_rollouts = TrainingRollouts(
             self, lock, prompt_key=prompt_key, greedy_baselines=greedy_baselines,
-            failed_chains=failed_chains, max_resamples=max_resamples, rollout_mode=rollout_mode,
+            failed_chains=failed_chains, max_resamples=max_resamples,
+            resample_budget_s=resample_budget_s, rollout_mode=rollout_mode,
             max_staleness=max_staleness, max_iterations=max_iterations,
             producer_threads=producer_threads, idle_threads=idle_threads, trajectory_dir=trajectory_dir,
         )

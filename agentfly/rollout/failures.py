@@ -5,9 +5,10 @@ and that 0 is not a measurement of the policy: inside a GRPO/RLOO group it lower
 and raises the advantages of its siblings, under PPO it teaches the critic a false value. So,
 per ``algorithm.failed_chains``, before the batch is collated:
 
-- ``resample`` (the default): the failed chains alone are rolled out again (same data row, group
-  id and chain index, a fresh seed: :meth:`~agentfly.rollout.agent_loop.AgentLoop.arerun`), up to
-  ``algorithm.max_resamples`` times; a group still failing after that is dropped whole.
+- ``resample`` (the default): the failed chains alone are rolled out again, each as soon as it
+  fails (same data row, group id and chain index, a fresh seed: :mod:`agentfly.rollout.resampling`),
+  up to ``algorithm.max_resamples`` times and within ``algorithm.resample_budget_s`` past the
+  first round; a group still failing after that is dropped whole.
 - ``drop``: every group with a failed chain is dropped whole (its siblings and its greedy
   baseline chain with it), so the iteration trains on fewer prompts.
 - ``keep``: failed chains stay in the batch with their reward of 0 (counted, nothing else), the
@@ -40,7 +41,9 @@ What counts as an infrastructure failure (:func:`failure_reason`), and what does
   chain's data row: ``EnvironmentStartError``).
 - ``reward_<kind>``: the reward function failed (``timeout``, ``queue_timeout``,
   ``exception``, ``malformed``, ``worker_died``, ``output_too_large``, ``missing_field``,
-  ``bad_signature``; see :mod:`agentfly.rollout.rewards.call`): the 0 it records is no
+  ``bad_signature``; see :mod:`agentfly.rollout.rewards.call`; an LLM judge's
+  ``judge_timeout``, ``judge_unreachable``, ``judge_error``, ``unparseable_verdict``,
+  ``judge_unconfigured``: :mod:`agentfly.rollout.rewards.llm_judge`): the 0 it records is no
   verdict on the response.
 
 The model's own faults keep their real reward and stay: a malformed call
@@ -65,7 +68,9 @@ tool that runs the model's work must bound it itself and answer, as ``code_inter
 Departures and costs. A re-sample draws from the same policy, so the kept group is a draw from
 the policy given that no infrastructure failed on the way; a chain that calls a flaky tool more
 often is slightly less likely to be kept (NeMo-RL's re-dispatch and tinker-cookbook's retries
-share this). Dropping instead removes whole prompts (never part of a group, which would change
+share this). The re-sampling budget bounds the rollout's time, not only its re-runs: a chain
+whose runs fail slowly (hung calls) gets fewer re-runs before its group is dropped than one whose
+runs fail fast. Dropping instead removes whole prompts (never part of a group, which would change
 the group size the estimator's baseline assumes).
 
 Several ranks: a dropped group shrinks this rank's batch, and the update runs one backward per
@@ -80,21 +85,29 @@ it in the update's collectives.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
-from typing import Literal, NamedTuple
+from collections.abc import Sequence
+from typing import Literal, NamedTuple, Protocol
 
 from agentfly.core.trajectory import Trajectory
 from agentfly.rollout.engines.errors import EngineLostError, EngineStartError, EngineTimeoutError
 from agentfly.rollout.tools.base import INFRA_TOOL_ERRORS
+
+
+class ResampleRecord(Protocol):
+    """What :func:`complete_groups` reads of the rollout's re-sampling
+    (:class:`agentfly.rollout.resampling.Resampler`, which imports this module)."""
+
+    replaced: list[tuple[Trajectory, str]]
+    past_budget: int
+
+    def settings(self) -> str: ...
+
 
 FailedChains = Literal["resample", "drop", "keep"]
 POLICIES: tuple[str, ...] = ("resample", "drop", "keep")
 
 #: exceptions out of a chain that are the engine's
 ENGINE_ERRORS = frozenset(e.__name__ for e in (EngineLostError, EngineTimeoutError, EngineStartError))
-
-Resample = Callable[[list[Trajectory], int], list[Trajectory]]
-"""``resample(chains, attempt)``: the chains rolled out again, in the same order (attempt 1, 2...)."""
 
 
 class FailedChainsError(RuntimeError):
@@ -154,20 +167,20 @@ def complete_groups(
     trajs: Sequence[Trajectory],
     policy: FailedChains = "resample",
     *,
-    resample: Resample | None = None,
-    max_resamples: int = 3,
+    resampler: ResampleRecord | None = None,
     baselines: Sequence[Trajectory] | None = None,
     can_drop: bool = True,
     others_kept: bool = False,
 ) -> Completed:
-    """Keep failed chains out of the batch: re-sample them, or drop their groups, per ``policy``.
+    """Keep failed chains out of the batch: count the re-runs, drop the groups still failing, per
+    ``policy``.
 
     Args:
-        trajs: one rollout's training chains; a group is the chains sharing a ``group_id``.
+        trajs: one rollout's training chains, each the last run of its chain (a re-run in the
+            place of the runs it replaced); a group is the chains sharing a ``group_id``.
         policy: ``resample``, ``drop`` or ``keep`` (module docstring).
-        resample: re-runs chains (``resample``); e.g.
-            ``lambda chains, attempt: loop.rerun(chains, attempt=attempt)``.
-        max_resamples: re-runs of a failed chain at most before its group is dropped.
+        resampler: what re-ran the failed chains as the rollout ran (``resample``): its
+            ``replaced`` runs are counted beside the failures of ``trajs``.
         baselines: the greedy baseline chain of each group (ReMax); a failed one fails its
             group like a training chain does, and it is re-run or dropped with it.
         can_drop: False where a dropped group would hang the update (several ranks): a group
@@ -182,88 +195,49 @@ def complete_groups(
     Raises:
         FailedChainsError: every group was dropped, or one had to be and ``can_drop`` is False;
             the message counts the failures by reason and quotes the first ones.
-        ValueError: an unknown ``policy``, a negative ``max_resamples``, no ``resample`` for
-            ``resample``, or a re-run that does not answer the chain it was asked for.
+        ValueError: an unknown ``policy``.
     """
     if policy not in POLICIES:
         raise ValueError(f"failed_chains must be one of {', '.join(POLICIES)}, got {policy!r}")
-    if max_resamples < 0:
-        raise ValueError(f"max_resamples must be >= 0, got {max_resamples}")
     chains = [*trajs, *(baselines or [])]  # the baselines' places follow the training chains'
     reasons: list[str | None] = [failure_reason(t) for t in chains]
     failed = [i for i, r in enumerate(reasons) if r is not None]
-    counts = Counter(reasons[i] for i in failed)
-    seen = [(chains[i], reasons[i]) for i in failed]  # the first runs' failures, for the message
-    resampled = 0
-    if policy == "resample" and failed:
-        if resample is None:
-            raise ValueError("failed_chains=resample needs a resample callable")
-        failed, resampled = _rerun_failed(chains, reasons, failed, counts, resample, max_resamples)
+    replaced = sorted(
+        resampler.replaced if resampler is not None else [],
+        key=lambda run: (run[0].group_id, run[0].chain_index),
+    )  # the order the runs ended in is the clock's: the message quotes them in chain order
+    # every failed run counts: the ones re-run and the last ones
+    counts = Counter([r for _, r in replaced] + [reasons[i] for i in failed])
     dropped = set() if policy == "keep" else {chains[i].group_id for i in failed}
     n = len(trajs)
     kept = [t for t in chains[:n] if t.group_id not in dropped]
-    seen += [(chains[i], reasons[i]) for i in failed]  # and the last ones
-    summary = _summary(counts, _first_errors(seen), resampled)
+    seen = [*replaced, *((chains[i], reasons[i]) for i in failed)]
+    summary = _summary(counts, _first_errors(seen), len(replaced))
+    settings = f"algorithm.failed_chains={policy}"
+    if policy == "resample" and resampler is not None:
+        settings += f", {resampler.settings()}"
+        if resampler.past_budget:
+            settings += f"; {resampler.past_budget} failed run(s) not re-run past the budget"
     if dropped and not can_drop:
         raise FailedChainsError(
             f"{len(dropped)} group(s) still had a chain failed by the infrastructure "
-            f"(algorithm.failed_chains={policy}, max_resamples={max_resamples}), and a group "
-            f"cannot be dropped with several ranks (their batches would differ in size and the "
-            f"update's collectives would wait forever); {summary}"
+            f"({settings}), and a group cannot be dropped with several ranks (their batches "
+            f"would differ in size and the update's collectives would wait forever); {summary}"
         )
     if n and not kept and not others_kept:
         raise FailedChainsError(
             f"every group of this rollout had a chain failed by the infrastructure "
-            f"(algorithm.failed_chains={policy}, max_resamples={max_resamples}): nothing is "
-            f"left to train on; {summary}"
+            f"({settings}): nothing is left to train on; {summary}"
         )
     metrics = {
         "rollout/failed_chains": float(counts.total()),
         **{f"rollout/failed_chains/{r}": float(c) for r, c in sorted(counts.items())},
-        "rollout/resampled_chains": float(resampled),
+        "rollout/resampled_chains": float(len(replaced)),
         "rollout/dropped_groups": float(len(dropped)),
         "rollout/dropped_chains": float(n - len(kept)),
     }
     kept_baselines = [t for t in chains[n:] if t.group_id not in dropped]
     return Completed(kept, kept_baselines, metrics)
-
-
-def _rerun_failed(
-    chains: list[Trajectory],
-    reasons: list[str | None],
-    failed: list[int],
-    counts: Counter,
-    resample: Resample,
-    max_resamples: int,
-) -> tuple[list[int], int]:
-    """Re-run the failed chains (the indices ``failed`` of ``chains``) until none fails or
-    ``max_resamples`` rounds are spent, each re-run in the place of the chain it replaces.
-
-    Updates ``chains``, ``reasons`` and ``counts`` (a re-run that fails again counts again) in
-    place. Returns the indices still failed and the number of re-runs.
-    """
-    resampled = 0
-    for attempt in range(1, max_resamples + 1):
-        if not failed:
-            break
-        again = resample([chains[i] for i in failed], attempt)
-        _check_reruns([chains[i] for i in failed], again)
-        resampled += len(failed)
-        for i, t in zip(failed, again, strict=True):
-            chains[i], reasons[i] = t, failure_reason(t)
-        failed = [i for i in failed if reasons[i] is not None]
-        counts.update(reasons[i] for i in failed)
-    return failed, resampled
-
-
-def _check_reruns(asked: list[Trajectory], got: list[Trajectory]) -> None:
-    """A re-run answers the chain it replaces: same group and chain index, in the same order."""
-    ids = [(t.group_id, t.chain_index) for t in asked]
-    if [(t.group_id, t.chain_index) for t in got] != ids:
-        raise ValueError(
-            f"re-sampling chains (group, index) {ids} returned "
-            f"{[(t.group_id, t.chain_index) for t in got]}"
-        )
 
 
 def _first_errors(failed: list[tuple[Trajectory, str | None]], limit: int = 3) -> list[str]:

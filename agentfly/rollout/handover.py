@@ -10,8 +10,9 @@ thread while the update runs, within the staleness bound (see :mod:`agentfly.rol
 at hand-over every chain is checked again, and a group with a chain past the bound is rolled out
 anew on the current weights.
 
-A chain the infrastructure failed is re-run, or its group dropped, or kept
-(:mod:`agentfly.rollout.failures`), in a first rollout and in a group rolled out again alike.
+A chain the infrastructure failed is re-run as soon as it fails (:mod:`agentfly.rollout.resampling`),
+or its group dropped, or kept (:mod:`agentfly.rollout.failures`), in a first rollout and in a
+group rolled out again alike.
 
 With ``greedy_baselines`` (an estimator that ``needs_baselines``, e.g. ReMax) the same rollout runs
 one extra greedy chain per prompt beside the sampled ones, with the same weights, tools and
@@ -33,6 +34,7 @@ from agentfly.rollout.collate import collate_trajectories
 from agentfly.rollout.failures import complete_groups
 from agentfly.rollout.loaders import Items
 from agentfly.rollout.producer import Produced, RolloutProducer, lead, too_stale
+from agentfly.rollout.resampling import Resampler
 from agentfly.rollout.summary import summarize
 from agentfly.rollout.trainer_threads import TrainerThreads
 
@@ -76,6 +78,8 @@ class TrainingRollouts:
         greedy_baselines: roll out one greedy chain per prompt as its reward baseline.
         failed_chains: ``resample``, ``drop`` or ``keep``.
         max_resamples: re-runs of a failed chain at most.
+        resample_budget_s: seconds past a rollout's first round within which a re-run must be
+            expected to end (:mod:`agentfly.rollout.resampling`).
         rollout_mode: ``sync``, ``one_step_off`` or ``async``.
         max_staleness: in ``async`` mode, policy versions a sampled token may be behind.
         max_iterations: the run's iterations (the producer rolls out none beyond); None: no end.
@@ -87,7 +91,8 @@ class TrainingRollouts:
 
     def __init__(
         self, run: RunPosition, lock: threading.Lock, *, prompt_key: str | None,
-        greedy_baselines: bool, failed_chains: str, max_resamples: int, rollout_mode: str,
+        greedy_baselines: bool, failed_chains: str, max_resamples: int,
+        resample_budget_s: float, rollout_mode: str,
         max_staleness: int, max_iterations: int | None, producer_threads: int | None,
         idle_threads: int | None, trajectory_dir: str | None,
     ) -> None:
@@ -97,6 +102,7 @@ class TrainingRollouts:
         self.greedy_baselines = greedy_baselines
         self.failed_chains = failed_chains
         self.max_resamples = max_resamples
+        self.resample_budget_s = resample_budget_s
         self.rollout_mode = rollout_mode
         # iterations a rollout may run ahead, which is also the staleness bound a token is held to
         self.lead = lead(rollout_mode, int(max_staleness))
@@ -138,30 +144,44 @@ class TrainingRollouts:
         if items is None:
             items = self.run.draw(k)
         start = time.perf_counter()
-        trajs, baselines = self.run_rows([row for _, row in items], self.run.group_offset(k))
-        trajs, baselines, failures = self.complete(trajs, baselines)
+        resampler = self.resampler()
+        rows = [row for _, row in items]
+        trajs, baselines = self.run_rows(rows, self.run.group_offset(k), resampler)
+        trajs, baselines, failures = self.complete(trajs, baselines, resampler)
+        if resampler is not None and resampler.first_round_s is not None:
+            # every chain's first run: what re-runs added past it is the rest of timing/rollout_s
+            failures["timing/first_round_s"] = resampler.first_round_s
         return Produced(
             k, items, trajs, baselines, seconds=time.perf_counter() - start, metrics=failures
         )
 
-    def run_rows(self, rows: list[dict[str, Any]], offset: int) -> tuple[list[Any], list[Any]]:
+    def resampler(self) -> Resampler | None:
+        """What re-runs a rollout's failed chains as they fail (``resample``), else None."""
+        if self.failed_chains != "resample":
+            return None
+        return Resampler(self.max_resamples, self.resample_budget_s)
+
+    def run_rows(
+        self, rows: list[dict[str, Any]], offset: int, resampler: Resampler | None
+    ) -> tuple[list[Any], list[Any]]:
         """The sampled chains of ``rows`` (group ids from ``offset``), and their greedy
-        baseline chains when the estimator needs them (else [])."""
+        baseline chains when the estimator needs them (else []); a failed chain re-run in its
+        place by ``resampler``."""
         loop = self.run.session.loop
+        kwargs = {"prompt_key": self.prompt_key, "group_offset": offset, "retry": resampler}
         if self.greedy_baselines:
-            return loop.run_with_baselines(rows, prompt_key=self.prompt_key, group_offset=offset)
-        return loop.run(rows, prompt_key=self.prompt_key, group_offset=offset), []
+            return loop.run_with_baselines(rows, **kwargs)
+        return loop.run(rows, **kwargs), []
 
     def complete(
-        self, trajs: list[Any], baselines: list[Any], others_kept: bool = False
+        self, trajs: list[Any], baselines: list[Any], resampler: Resampler | None,
+        others_kept: bool = False,
     ) -> tuple[list[Any], list[Any], dict[str, float]]:
-        """``trajs`` without the chains the infrastructure failed: re-run, or their groups
-        dropped (``failed_chains``); with the counts to log."""
-        loop = self.run.session.loop
+        """``trajs`` without the chains the infrastructure failed: their re-runs counted, or
+        their groups dropped (``failed_chains``); with the counts to log."""
         return complete_groups(
-            trajs, self.failed_chains, baselines=baselines, max_resamples=self.max_resamples,
+            trajs, self.failed_chains, resampler=resampler, baselines=baselines,
             can_drop=self.run.rank()[1] == 1, others_kept=others_kept,
-            resample=lambda chains, a: loop.rerun(chains, attempt=a, prompt_key=self.prompt_key),
         )
 
     def refuse_stale(self, produced: Produced, current: int) -> int:
@@ -177,14 +197,15 @@ class TrainingRollouts:
         count = sum(1 for t in produced.trajs if t.group_id in refused)
         fresh_trajs: list[Any] = []
         fresh_baselines: list[Any] = []
+        resampler = self.resampler()
         with self.lock:
             for gid in sorted(refused):  # group id = offset + the row's position in the batch
-                t, b = self.run_rows([produced.items[gid - offset][1]], gid)
+                t, b = self.run_rows([produced.items[gid - offset][1]], gid, resampler)
                 fresh_trajs += t
                 fresh_baselines += b
             others = any(t.group_id not in refused for t in produced.trajs)
             fresh_trajs, fresh_baselines, failures = self.complete(
-                fresh_trajs, fresh_baselines, others_kept=others
+                fresh_trajs, fresh_baselines, resampler, others_kept=others
             )
         by_group: dict[int, list[Any]] = {}
         for t in fresh_trajs:

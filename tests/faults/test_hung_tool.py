@@ -11,8 +11,11 @@ cases run at once, in processes of their own:
   chains; dropping their groups would drop nearly all, 8 chains each): the hung calls wait side
   by side, so the rollout takes its healthy time and one timeout, give or take the lending (at
   most two timeouts);
-- ``hang_30``: the same with the default ``resample`` (up to 3 re-runs): failed chains counted
-  as before (one per hung call); each round of re-runs costs at most about one timeout;
+- ``hang_30``: the same with the default ``resample`` (up to 3 re-runs) and its default budget,
+  the tools' longest timeout (``algorithm.resample_budget_s=null``): a failed chain is re-run as soon as it fails,
+  beside the hung calls still waiting, and past the first round only a re-run expected to end
+  within the budget starts (:mod:`agentfly.rollout.resampling`); so the rollout takes its healthy
+  time and about two timeouts, failed chains counted as before (one per hung call);
 - ``hang_100``: every call hangs: the tool's breaker stops the run with its 10th failed call,
   naming the tool and the counts, the failures having been said as they happened.
 
@@ -37,7 +40,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.serial]
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "conf" / "examples" / "demo_calculator.yaml"
 TIMEOUT_S = 5.0  # the hung tool's, as in the issue
-MAX_RESAMPLES = 3  # algorithm.max_resamples' default
 LENDING_S = 1.5  # a round's calls lend their places and fork workers within this, loaded
 
 
@@ -156,17 +158,22 @@ def test_hung_calls_wait_side_by_side(outcomes):
     assert TIMEOUT_S <= hung <= healthy + 2 * TIMEOUT_S, (healthy, hung)
 
 
-def test_with_resampling_each_round_costs_about_one_timeout_and_failures_count_per_chain(
+def test_with_resampling_the_rollout_takes_about_two_timeouts_and_failures_count_per_chain(
     outcomes,
 ):
-    """Re-sampled up to 3 times: every failed chain run is a hung call (no collateral), and the
-    rollout is at most the healthy one plus, per round, a timeout and the lending's delay."""
+    """Re-sampled as chains fail, within a budget of one timeout past the first round: every
+    failed chain run is a hung call (no collateral); the rollout is its first round (every
+    chain's first run: the healthy time, a timeout and the lending's delay) and at most one more
+    timeout with its lending's delay, the re-runs' hung calls having started as the first ones
+    timed out: the healthy time and two timeouts, each with its lending's delay."""
     healthy, hung = rollout_s(outcomes, "healthy"), rollout_s(outcomes, "hang_30")
     metrics = first_iteration(outcomes["hang_30"].run)
     assert metrics["rollout/failed_chains"] == len(outcomes["hang_30"].hung) > 0
     assert metrics["rollout/failed_chains/tool_timeout"] == metrics["rollout/failed_chains"]
-    rounds = 1 + MAX_RESAMPLES
-    assert hung <= healthy + rounds * (TIMEOUT_S + LENDING_S), (healthy, hung)
+    assert metrics["rollout/resampled_chains"] > 0
+    first = metrics["timing/first_round_s"]
+    assert TIMEOUT_S <= first < hung <= first + TIMEOUT_S + LENDING_S, (first, hung)
+    assert hung <= healthy + 2 * (TIMEOUT_S + LENDING_S), (healthy, hung)
 
 
 def test_a_tool_that_hangs_on_every_call_stops_the_run_naming_it(outcomes):

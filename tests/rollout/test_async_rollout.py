@@ -84,7 +84,7 @@ def test_the_data_module_rolls_a_refused_group_out_again_and_counts_it():
     rolled = []
 
     class Loop:
-        def run(self, rows, prompt_key=None, group_offset=0):
+        def run(self, rows, prompt_key=None, group_offset=0, retry=None):
             rolled.append((rows, group_offset))
             return [_traj(group_offset, c, [5]) for c in range(2)]
 
@@ -107,21 +107,26 @@ def _timed_out(t: Trajectory) -> Trajectory:
 
 def _refusing_module(policy: str, reruns: list, trajectory_dir: str | None = None) -> RolloutDataModule:
     """Iteration 3 at version 5, bound 1, batch of rows 10 and 11 (groups 6 and 7): the fresh
-    rollout of a refused group has chain 1 failed by a hung tool; a re-run answers."""
+    rollout of a refused group has chain 1 failed by a hung tool; a re-run answers (re-run in its
+    place as the agent loop does when ``retry`` asks for it)."""
     dm = RolloutDataModule(
         lambda: None, train_batch_size=2, rollout_mode="async", max_staleness=1,
         failed_chains=policy, max_resamples=1, trajectory_dir=trajectory_dir,
     )
 
     class Loop:
-        def run(self, rows, prompt_key=None, group_offset=0):
+        def run(self, rows, prompt_key=None, group_offset=0, retry=None):
             chains = [_traj(group_offset, c, [5]) for c in range(2)]
             _timed_out(chains[1])
+            if retry is not None:
+                retry.start(len(chains))
+                for c, t in enumerate(chains):
+                    attempt = 0
+                    while retry.rerun(t, attempt, 0.0):
+                        reruns.append([(t.group_id, t.chain_index)])
+                        t, attempt = _traj(t.group_id, t.chain_index, [5]), attempt + 1
+                    chains[c] = t
             return chains
-
-        def rerun(self, chains, attempt, prompt_key=None):
-            reruns.append([(t.group_id, t.chain_index) for t in chains])
-            return [_traj(t.group_id, t.chain_index, [5]) for t in chains]
 
     dm.session = SimpleNamespace(loop=Loop())
     return dm

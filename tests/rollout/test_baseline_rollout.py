@@ -77,7 +77,7 @@ class FakeLoop:
         n = num_chains or 2
         return [traj(group_offset + i, k, 0.1 * k) for i in range(len(rows)) for k in range(n)]
 
-    def run_with_baselines(self, rows, *, prompt_key=None, group_offset=0):
+    def run_with_baselines(self, rows, *, prompt_key=None, group_offset=0, retry=None):
         self.calls.append("with_baselines")
         chains = self.run(rows, group_offset=group_offset)
         self.calls.pop()

@@ -1,7 +1,8 @@
 """Failure-aware groups: a chain the infrastructure failed never reaches the advantage baseline.
 
-Hand-built trajectories for the rule and the bookkeeping; one rollout through the agent loop and
-the DataModule (a tool past its deadline in one chain, a scripted engine whose reply depends on
+Hand-built trajectories for the rule and the bookkeeping (the agent loop's part, re-running a
+failed chain as it fails, played by :func:`play`); one rollout through the agent loop and the
+DataModule (a tool past its deadline in one chain, a scripted engine whose reply depends on
 the chain's seed) for the whole path to the GRPO advantages. Expected advantages are computed by
 hand: GRPO's ``(r - mean) / (std + 1e-6)`` with the Bessel-corrected std.
 """
@@ -18,7 +19,7 @@ import pytest
 from agentfly.core.trajectory import ToolCallRecord, Trajectory
 from agentfly.estimators import get_estimator
 from agentfly.models.tiny import build_tiny_model
-from agentfly.rollout.agent_loop import AgentLoop, chain_seed
+from agentfly.rollout.agent_loop import RESEED_STRIDE, AgentLoop, chain_seed
 from agentfly.rollout.agents import get_agent
 from agentfly.rollout.collate import collate_trajectories
 from agentfly.rollout.datamodule import RolloutDataModule
@@ -26,6 +27,7 @@ from agentfly.rollout.engines import EnginePool
 from agentfly.rollout.engines.base import per_prompt, register_engine
 from agentfly.rollout.engines.scripted import ScriptedEngine
 from agentfly.rollout.failures import FailedChainsError, complete_groups, failure_reason
+from agentfly.rollout.resampling import Resampler
 from agentfly.rollout.rewards import reward
 from agentfly.rollout.templates import get_template
 from agentfly.rollout.tools import get_tool, tool
@@ -45,6 +47,22 @@ def chain(group: int, index: int, rew: float | None = 1.0, **fields) -> Trajecto
 
 def tool_failure(kind: str) -> list[ToolCallRecord]:
     return [ToolCallRecord("calc", {"x": 1}, f"Error: {kind}", ok=False, error=kind)]
+
+
+def play(
+    first: list[Trajectory], reruns: dict[tuple[int, int], list[Trajectory]], resampler: Resampler
+) -> list[Trajectory]:
+    """The agent loop's part, every run instant: each chain's first run ends, then the re-runs
+    of ``reruns`` (by (group, chain index), in attempt order) while ``resampler`` asks for them;
+    the last run of each chain, in order."""
+    resampler.start(len(first))
+    last = []
+    for t in first:
+        runs, attempt = iter(reruns.get((t.group_id, t.chain_index), [])), 0
+        while resampler.rerun(t, attempt, 0.0):
+            t, attempt = next(runs), attempt + 1
+        last.append(t)
+    return last
 
 
 def grpo_advantages(trajs: list[Trajectory]) -> list[float]:
@@ -110,16 +128,12 @@ def group_with_a_failed_chain(group: int = 0) -> list[Trajectory]:
 
 
 def test_resample_puts_the_rerun_in_the_baseline_not_the_failure():
-    trajs = group_with_a_failed_chain(0) + [chain(1, k, r) for k, r in enumerate([0, 1, 0, 1])]
-    asked = []
-
-    def resample(chains: list[Trajectory], attempt: int) -> list[Trajectory]:
-        asked.append(([(t.group_id, t.chain_index) for t in chains], attempt))
-        return [chain(t.group_id, t.chain_index, 1.0) for t in chains]
-
-    kept, _, metrics = complete_groups(trajs, "resample", resample=resample)
-    assert asked == [([(0, 1)], 1)]  # only the failed chain, once
-    assert [(t.group_id, t.chain_index) for t in kept] == [(t.group_id, t.chain_index) for t in trajs]
+    first = group_with_a_failed_chain(0) + [chain(1, k, r) for k, r in enumerate([0, 1, 0, 1])]
+    resampler = Resampler()
+    trajs = play(first, {(0, 1): [chain(0, 1, 1.0)]}, resampler)
+    assert [(t.group_id, t.chain_index) for t, _ in resampler.replaced] == [(0, 1)]  # once
+    kept, _, metrics = complete_groups(trajs, "resample", resampler=resampler)
+    assert [(t.group_id, t.chain_index) for t in kept] == [(t.group_id, t.chain_index) for t in first]
     assert grpo_advantages(kept) == pytest.approx(by_hand([1, 1, 0, 1]) + by_hand([0, 1, 0, 1]))
     assert metrics == {
         "rollout/failed_chains": 1.0, "rollout/failed_chains/tool_timeout": 1.0,
@@ -149,29 +163,24 @@ def test_keep_trains_on_the_zero_and_counts_it():
 def test_nothing_failed_changes_nothing():
     trajs = [chain(0, k, r) for k, r in enumerate([1, 0, 0, 1])]
     trajs[2].tool_calls = tool_failure("invalid_arguments")
-
-    def resample(chains, attempt):
-        raise AssertionError("nothing to re-sample")
+    resampler = Resampler()
+    assert play(trajs, {}, resampler) == trajs and resampler.replaced == []  # nothing re-run
 
     for policy in ("resample", "drop", "keep"):
-        kept, baselines, metrics = complete_groups(trajs, policy, resample=resample)
+        kept, baselines, metrics = complete_groups(trajs, policy, resampler=resampler)
         assert len(kept) == len(trajs) and all(a is b for a, b in zip(kept, trajs, strict=True))
         assert baselines == []
         assert set(metrics.values()) == {0.0}
 
 
 def test_a_group_still_failing_after_the_resamples_is_dropped():
-    trajs = group_with_a_failed_chain(0) + [chain(1, k) for k in range(4)]
-    attempts = []
-
-    def resample(chains, attempt):
-        attempts.append(attempt)
-        return [chain(t.group_id, t.chain_index, 0.0, finish_reason="error",
-                      error="EngineLostError: gone") for t in chains]
-
-    kept, _, metrics = complete_groups(trajs, "resample", resample=resample, max_resamples=2)
-    assert attempts == [1, 2]
-    assert kept == trajs[4:]
+    first = group_with_a_failed_chain(0) + [chain(1, k) for k in range(4)]
+    lost = [chain(0, 1, 0.0, finish_reason="error", error="EngineLostError: gone") for _ in range(3)]
+    resampler = Resampler(max_resamples=2)
+    trajs = play(first, {(0, 1): lost}, resampler)
+    assert trajs[1] is lost[1]  # re-run twice, no third time
+    kept, _, metrics = complete_groups(trajs, "resample", resampler=resampler)
+    assert kept == first[4:]
     assert metrics["rollout/failed_chains"] == 3  # the first run and both re-runs
     assert metrics["rollout/failed_chains/tool_timeout"] == 1
     assert metrics["rollout/failed_chains/engine"] == 2
@@ -191,29 +200,25 @@ def test_every_group_dropped_stops_with_the_failures_named():
 
 
 def test_a_group_that_cannot_be_completed_on_several_ranks_raises_instead_of_dropping():
-    trajs = group_with_a_failed_chain(0) + [chain(1, k) for k in range(4)]
+    first = group_with_a_failed_chain(0) + [chain(1, k) for k in range(4)]
+    resampler = Resampler()
+    trajs = play(first, {(0, 1): [first[1]] * 3}, resampler)
     with pytest.raises(FailedChainsError, match="several ranks"):
-        complete_groups(trajs, "resample", resample=lambda c, a: c, can_drop=False)
+        complete_groups(trajs, "resample", resampler=resampler, can_drop=False)
 
 
 def test_a_failed_greedy_baseline_is_rerun_or_dropped_with_its_group():
     trajs = [chain(g, k) for g in (0, 1) for k in range(2)]
     baselines = [chain(0, 2, 1.0), chain(1, 2, 0.0, finish_reason="error", error="EngineLostError: x")]
-
-    def resample(chains, attempt):
-        return [chain(t.group_id, t.chain_index, 1.0) for t in chains]
-
-    kept, kept_baselines, _ = complete_groups(trajs, "resample", resample=resample, baselines=baselines)
+    resampler = Resampler()
+    last = play(trajs + baselines, {(1, 2): [chain(1, 2, 1.0)]}, resampler)
+    kept, kept_baselines, _ = complete_groups(
+        last[:4], "resample", resampler=resampler, baselines=last[4:]
+    )
     assert kept == trajs and kept_baselines[0] is baselines[0]
     assert kept_baselines[1].reward == 1.0 and failure_reason(kept_baselines[1]) is None
     kept, kept_baselines, _ = complete_groups(trajs, "drop", baselines=baselines)
     assert kept == trajs[:2] and kept_baselines == baselines[:1]
-
-
-def test_a_rerun_must_answer_the_chain_it_replaces():
-    trajs = group_with_a_failed_chain(0)
-    with pytest.raises(ValueError, match=r"\(0, 1\)"):
-        complete_groups(trajs, "resample", resample=lambda c, a: [chain(0, 2, 1.0)])
 
 
 # ------------------------------------------------------------------ through the agent loop
@@ -314,10 +319,10 @@ def test_a_rollout_resamples_the_chain_a_hung_tool_broke(loop):
     metrics = batch.rollout_metrics
     assert metrics["rollout/failed_chains/tool_timeout"] == 1
     assert metrics["rollout/resampled_chains"] == 1 and metrics["rollout/dropped_groups"] == 0
-    # the re-run sampled with a seed no chain of its group had used
-    rerun = [s for s, _ in SEEN[-1:]]
-    assert rerun == [chain_seed(SEED, 0, 1, attempt=1)]
-    assert rerun[0] not in {chain_seed(SEED, 0, k) for k in range(4)}
+    # one re-run (one turn), with a seed no chain of its group had used
+    firsts = {chain_seed(SEED, g, k) for g in (0, 1) for k in range(4)}
+    assert [s for s, _ in SEEN if s not in firsts] == [HANG + RESEED_STRIDE]
+    assert chain_seed(SEED, 0, 1, attempt=1) == HANG + RESEED_STRIDE
 
 
 def test_a_rollout_drops_the_group_a_hung_tool_broke(loop):
@@ -328,9 +333,19 @@ def test_a_rollout_drops_the_group_a_hung_tool_broke(loop):
     assert batch.rollout_metrics["rollout/resampled_chains"] == 0
 
 
+class Once:
+    """Re-runs the first run of chains 1 and 4 (the greedy baseline) of each group, once."""
+
+    def start(self, chains: int) -> None:
+        pass
+
+    def rerun(self, traj: Trajectory, attempt: int, seconds: float) -> bool:
+        return attempt == 0 and traj.chain_index in (1, 4)
+
+
 def test_a_greedy_baseline_chain_reruns_greedily(loop):
-    first = loop.run(ROWS[:1], num_chains=4)
     SEEN.clear()
-    again = loop.rerun([first[1], chain(0, 4, 0.0, row=ROWS[0])], attempt=1)
-    assert [(t.group_id, t.chain_index) for t in again] == [(0, 1), (0, 4)]
-    assert sorted(SEEN, key=str) == sorted([(chain_seed(SEED, 0, 1, 1), 1.0), (None, 0.0)], key=str)
+    chains, baselines = loop.run_with_baselines(ROWS[:1], retry=Once())
+    assert [(t.group_id, t.chain_index) for t in chains + baselines] == [(0, k) for k in range(5)]
+    assert SEEN.count((None, 0.0)) == 2  # the baseline's one-turn run, twice, greedily
+    assert (chain_seed(SEED, 0, 1, 1), 1.0) in SEEN  # chain 1's re-run, with its attempt's seed
