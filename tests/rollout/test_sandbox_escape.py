@@ -1,5 +1,9 @@
 """Sandboxed code tries to escape, as a hostile program would; with bubblewrap every try fails.
 
+Each try runs three ways (``run``): as ``run_code``'s program, and as a script in a chain's SWE
+workspace, run by ``run_python`` and by ``run_shell_command`` (``python escape.py``), where the
+workspace is the program's working directory and only writable place.
+
 The ``needs_bwrap`` tests skip (with the reason) where bubblewrap cannot run; the machines of
 ``make test`` run them as root, the case the kernel treats most leniently (no ``RLIMIT_NPROC``
 for uid 0, root owns ``/etc/shadow``). Without bubblewrap the code tool and the code reward
@@ -23,9 +27,15 @@ import pytest
 from agentfly.cli import load_config
 from agentfly.config import ConfigError
 from agentfly.rollout.execution import sandbox_isolation
-from agentfly.rollout.execution.sandbox import PythonSession, SandboxUnavailableError, run_code
+from agentfly.rollout.execution.sandbox import (
+    PythonSession,
+    SandboxResult,
+    SandboxUnavailableError,
+    run_code,
+)
 from agentfly.rollout.execution.sandbox_isolation import OPT_IN_KEY
 from agentfly.rollout.rewards import compute_reward
+from agentfly.rollout.tools.workspace import WorkspaceSettings, workspace_of
 
 REPO = Path(__file__).resolve().parents[2]
 BWRAP_PROBLEM = sandbox_isolation.bwrap_problem()
@@ -40,6 +50,39 @@ BASE = [
     "trainer.n_gpus_per_node=1",
     "agent.init_config.reward_name=math_equal_reward",
 ]
+
+
+def in_workspace(tool: str):
+    """``run_code``'s signature, running the program as ``escape.py`` of a fresh workspace with
+    ``tool`` (``run_python`` or ``run_shell_command``)."""
+
+    def run(
+        code: str, *, timeout: float = 10.0, memory_mb: int = 1024,
+        max_processes: int | None = None, cpu_seconds: float | None = None,
+    ) -> SandboxResult:
+        limits = {"max_processes": max_processes} if max_processes else {}
+        settings = WorkspaceSettings(
+            command_timeout=timeout, memory_mb=memory_mb, cpu_seconds=cpu_seconds, **limits
+        )
+        with workspace_of({"escape.py": code}, settings) as workspace:
+            if tool == "run_python":
+                return workspace.python("escape.py")
+            return workspace.shell("python escape.py")
+
+    return run
+
+
+RUNNERS = {
+    "run_code": run_code,
+    "run_python": in_workspace("run_python"),
+    "run_shell_command": in_workspace("run_shell_command"),
+}
+
+
+@pytest.fixture(params=sorted(RUNNERS))
+def run(request: pytest.FixtureRequest):
+    """A way to run a program in the sandbox: ``run_code``, or one of the SWE tools."""
+    return RUNNERS[request.param]
 
 
 def processes_with(marker: str) -> list[int]:
@@ -118,7 +161,7 @@ def kill_all(marker: str) -> None:
 
 
 @needs_bwrap
-def test_writes_outside_the_sandbox_never_land(tmp_path: Path) -> None:
+def test_writes_outside_the_sandbox_never_land(tmp_path: Path, run) -> None:
     tag = uuid.uuid4().hex[:8]
     bashrc = Path.home() / ".bashrc"
     before = bashrc.read_bytes() if bashrc.exists() else None
@@ -140,7 +183,7 @@ def test_writes_outside_the_sandbox_never_land(tmp_path: Path) -> None:
         "        print('refused', path, type(e).__name__)\n"
     )
     try:
-        result = run_code(code)
+        result = run(code)
         assert result.returncode == 0, result.stderr
         assert (bashrc.read_bytes() if bashrc.exists() else None) == before
         for target in targets:
@@ -155,14 +198,14 @@ def test_writes_outside_the_sandbox_never_land(tmp_path: Path) -> None:
 
 @needs_bwrap
 @pytest.mark.skipif(not Path("/etc/shadow").exists(), reason="no /etc/shadow on this machine")
-def test_etc_shadow_is_unreadable() -> None:
-    result = run_code("print(open('/etc/shadow').read())")
+def test_etc_shadow_is_unreadable(run) -> None:
+    result = run("print(open('/etc/shadow').read())")
     assert result.returncode == 1 and "PermissionError" in result.stderr
     assert result.stdout == ""
 
 
 @needs_bwrap
-def test_the_parents_environment_is_invisible(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_parents_environment_is_invisible(monkeypatch: pytest.MonkeyPatch, run) -> None:
     monkeypatch.setenv("AGENTFLY_ESCAPE_SECRET", "hunter2-" + uuid.uuid4().hex)
     secret = os.environ["AGENTFLY_ESCAPE_SECRET"]
     code = (
@@ -175,11 +218,12 @@ def test_the_parents_environment_is_invisible(monkeypatch: pytest.MonkeyPatch) -
         "    except OSError as e:\n"
         "        print(pid, type(e).__name__)\n"
     )
-    result = run_code(code)
+    result = run(code)
     assert result.returncode == 0, result.stderr
     assert secret not in result.stdout
     environ = dict(eval(result.stdout.splitlines()[0]))  # the program's own sorted items
-    assert set(environ) <= {*sandbox_isolation.SANDBOX_ENV, "PWD"}
+    shells = {"SHLVL", "_"} if run is RUNNERS["run_shell_command"] else set()  # bash's own
+    assert set(environ) <= {*sandbox_isolation.SANDBOX_ENV, "PWD", *shells}
     with PythonSession() as session:
         cell = session.run("import os; dict(os.environ)")
         assert "AGENTFLY_ESCAPE_SECRET" not in cell.stdout and cell.error is None
@@ -203,8 +247,8 @@ def fork_bomb(child_sleep_s: int) -> str:
 
 
 @needs_bwrap
-def test_a_fork_bomb_is_stopped_at_max_processes() -> None:
-    result = run_code(fork_bomb(30), max_processes=16, timeout=20)
+def test_a_fork_bomb_is_stopped_at_max_processes(run) -> None:
+    result = run(fork_bomb(30), max_processes=16, timeout=20)
     assert not result.timed_out and result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == "refused BlockingIOError"  # EAGAIN: RLIMIT_NPROC
@@ -213,12 +257,14 @@ def test_a_fork_bomb_is_stopped_at_max_processes() -> None:
 
 
 @needs_bwrap
-def test_detached_children_die_with_the_call_and_the_session() -> None:
+def test_detached_children_die_with_the_call_and_the_session(run) -> None:
     marker = f"agentfly-detached-{uuid.uuid4().hex}"
     try:
-        result = run_code(detach_code(marker))
+        result = run(detach_code(marker))
         assert result.stdout == "detached\n", result.stderr
-        assert gone_within(marker), "a detached child outlived run_code"
+        assert gone_within(marker), "a detached child outlived the call"
+        if run is not run_code:
+            return
         with PythonSession() as session:
             cell = session.run(detach_code(marker))
             assert cell.stdout == "detached\n", cell.stderr
@@ -229,7 +275,7 @@ def test_detached_children_die_with_the_call_and_the_session() -> None:
 
 
 @needs_bwrap
-def test_killing_the_parent_does_not_touch_the_trainer() -> None:
+def test_killing_the_parent_does_not_touch_the_trainer(run) -> None:
     me = os.getpid()
     code = (
         "import os, signal\n"
@@ -240,7 +286,7 @@ def test_killing_the_parent_does_not_touch_the_trainer() -> None:
         "    except OSError as e:\n"
         "        print(pid, type(e).__name__)\n"
     )
-    result = run_code(code)
+    result = run(code)
     assert result.returncode == 0 and "sent" not in result.stdout, result.stdout
     with PythonSession() as session:
         session.run("import os; os.kill(os.getppid(), 9)")
@@ -249,14 +295,14 @@ def test_killing_the_parent_does_not_touch_the_trainer() -> None:
 
 
 @needs_bwrap
-def test_cpu_time_is_capped_below_the_wall_clock() -> None:
-    result = run_code("while True:\n    pass\n", timeout=60, cpu_seconds=1)
+def test_cpu_time_is_capped_below_the_wall_clock(run) -> None:
+    result = run("while True:\n    pass\n", timeout=60, cpu_seconds=1)
     assert not result.timed_out  # SIGXCPU ended it, not the wall clock
     assert result.returncode in (-signal.SIGXCPU, 128 + signal.SIGXCPU)  # bwrap's exit is 128+n
 
 
 @needs_bwrap
-def test_memory_is_capped_per_process() -> None:
+def test_memory_is_capped_per_process(run) -> None:
     code = (
         "import os\n"
         "if os.fork() == 0:\n"
@@ -269,7 +315,7 @@ def test_memory_is_capped_per_process() -> None:
         "os.wait()\n"
         "bytearray(2 * 1024**3)\n"
     )
-    result = run_code(code, memory_mb=256)
+    result = run(code, memory_mb=256)
     assert result.stdout == "child refused\n" and "MemoryError" in result.stderr
 
 

@@ -9,9 +9,9 @@ skipped. A body that reads ``end task`` (either tag) ends the chain, as does a t
 tag; its text is the final response. ``<think>...</think>`` is free reasoning.
 
 Departures from AgentFly: the text sampled after the first closing tag stays in the trajectory
-(it was sampled; AgentFly cuts it from the message it trains on); a ``<summarize>`` does not fold
-the chain's history (see :mod:`agentfly.rollout.tools.summarize`), and there is no
-``context_trigger_turns`` prompt asking for one.
+(it was sampled; AgentFly cuts it from the message it trains on), and there is no
+``context_trigger_turns`` prompt asking for a ``<summarize>`` (which folds the chain's history,
+:mod:`agentfly.rollout.folding`).
 """
 
 from __future__ import annotations

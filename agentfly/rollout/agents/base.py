@@ -4,6 +4,11 @@ An agent type is a parser plus prompting conventions, not a loop: the one agent 
 (:mod:`agentfly.rollout.agent_loop`) asks the agent to ``parse`` each sampled turn into tool
 calls (or a final answer) and to turn tool results into the messages that answer the turn.
 Register a new type with ``@register_agent("name")`` on a subclass of :class:`Agent`.
+
+Tool parsers (``agent.init_config.tool_parser_name``) have a registry of their own,
+:data:`TOOL_PARSERS`: every agent type's parser under the type's name (``register_agent`` puts
+it there too), and parsers that are no agent type of their own (``qwen3_coder``), registered
+with ``@register_parser("name")``.
 """
 
 from __future__ import annotations
@@ -120,14 +125,29 @@ def _as_agent(obj: Any, spec: str) -> type[Agent]:
 
 
 AGENTS: Registry[type[Agent]] = Registry("agent type", coerce=_as_agent)
+#: the classes whose ``parse`` reads the model's turns, by tool parser name
+TOOL_PARSERS: Registry[type[Agent]] = Registry("tool parser", coerce=_as_agent)
 
 
 def register_agent(name: str, *, aliases: tuple[str, ...] = ()):
-    """Class decorator registering an agent type under ``name``."""
+    """Class decorator registering an agent type under ``name`` (and its parser, by that name)."""
 
     def decorator(cls: type[Agent]) -> type[Agent]:
         cls.name = name
         AGENTS.register(name, cls, aliases=aliases)
+        TOOL_PARSERS.register(name, cls, aliases=aliases)
+        return cls
+
+    return decorator
+
+
+def register_parser(name: str, *, aliases: tuple[str, ...] = ()):
+    """Class decorator registering a tool parser that is not an agent type: its ``parse``
+    (and ``write_calls``) are what ``tool_parser_name=name`` gives an agent."""
+
+    def decorator(cls: type[Agent]) -> type[Agent]:
+        cls.name = name
+        TOOL_PARSERS.register(name, cls, aliases=aliases)
         return cls
 
     return decorator
@@ -142,9 +162,13 @@ def get_agent(
         name: registered agent type (prompting and parsing).
         tools: the tools it may call.
         system_prompt: replaces the type's default system prompt.
-        parser: another registered agent type (or alias, e.g. ``hermes``) whose parser reads the
-            model's turns instead of the type's own (``agent.init_config.tool_parser_name``);
-            ignored by a type that keeps its own parser (``keeps_own_parser``: ``searchr1``).
+        parser: a registered tool parser (an agent type's, e.g. ``hermes``, or ``qwen3_coder``)
+            that reads the model's turns instead of the type's own
+            (``agent.init_config.tool_parser_name``); ignored by a type that keeps its own parser
+            (``keeps_own_parser``: ``searchr1``, ``bash_swe``).
+
+    Raises:
+        UnknownNameError: an unknown agent type or tool parser (the message names the known ones).
     """
     if name == "gui":
         raise ValueError(
@@ -153,7 +177,8 @@ def get_agent(
         )
     agent = AGENTS.get(name)(tools, system_prompt)
     if parser is not None:
-        reader = AGENTS.get(parser)  # an unknown name is refused even where it is ignored
-        if not agent.keeps_own_parser and reader is not type(agent):
+        reader = TOOL_PARSERS.get(parser)  # an unknown name is refused even where it is ignored
+        # an agent type that subclasses the parser (qwen3coder_swe) keeps its refinement of it
+        if not agent.keeps_own_parser and not isinstance(agent, reader):
             agent.parse = reader(tools, system_prompt).parse  # type: ignore[method-assign]
     return agent

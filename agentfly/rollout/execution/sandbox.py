@@ -13,6 +13,12 @@ unprivileged uid; every process of the sandbox, detached ones included, dies wit
 raises ``SandboxUnavailableError`` where bubblewrap cannot run; ``"unsafe_rlimits_only"`` is the
 explicit opt-in to run with the limits and a fresh temporary directory only, and warns once
 naming everything that is then not contained.
+
+``run_code(workdir=...)`` runs the program in a caller's directory that it may write (the SWE
+tools' per-chain workspace): under bwrap it is bound at ``WORKDIR_MOUNT``; a root trainer's
+sandbox runs as a uid of its own, so the directory's tree is first opened to every user
+(:func:`open_to_sandbox`): the caller keeps it inside a private (0700) directory and runs one
+program in it at a time.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import os
 import selectors
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import threading
@@ -35,6 +42,7 @@ from agentfly.rollout.execution.sandbox_isolation import (
     ISOLATIONS,
     OPT_IN_KEY,
     SANDBOX_ENV,
+    WORKDIR_MOUNT,
     Isolation,
     SandboxUnavailableError,
     bwrap_problem,
@@ -49,6 +57,7 @@ from agentfly.rollout.execution.sandbox_isolation import (
 __all__ = [
     "ISOLATIONS",
     "OPT_IN_KEY",
+    "WORKDIR_MOUNT",
     "CellResult",
     "Isolation",
     "PythonSession",
@@ -103,41 +112,68 @@ class CellResult:
     truncated: bool = False
 
 
+def open_to_sandbox(top: str) -> None:
+    """Make every directory (0777) and regular file (a+rw) under ``top`` writable by any uid,
+    through directory descriptors and ``O_NOFOLLOW``, so a symbolic link the sandbox left there
+    never sends the change outside ``top``."""
+    for _, _, files, dir_fd in os.fwalk(top, follow_symlinks=False):
+        os.fchmod(dir_fd, 0o777)
+        for name in files:
+            try:
+                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+            except OSError:  # a symbolic link, a socket
+                continue
+            try:
+                mode = os.fstat(fd).st_mode
+                if stat.S_ISREG(mode):
+                    os.fchmod(fd, stat.S_IMODE(mode) | 0o666)
+            finally:
+                os.close(fd)
+
+
 def _start(
-    mode: str, limits: dict, *extra: str, bwrap: bool, max_processes: int
+    mode: str,
+    limits: dict,
+    *extra: str,
+    bwrap: bool,
+    max_processes: int,
+    workdir: str | None = None,
 ) -> tuple[subprocess.Popen, str | None]:
-    """Start the worker (in a fresh temporary directory without bwrap).
+    """Start the worker, in ``workdir`` if given, else in a fresh temporary directory without
+    bwrap (without bwrap a fresh one is its ``HOME`` and ``TMPDIR`` either way).
 
     Returns:
-        The process and that directory (``None`` under bwrap), to remove afterwards.
+        The process and the temporary directory (``None`` under bwrap), to remove afterwards.
     """
     limits = dict(limits)
-    workdir = None
+    scratch = None
     env = dict(SANDBOX_ENV)
     if bwrap:
         limits["max_processes"] = max_processes
         if is_root():
             limits["uid"] = sandbox_uid()
+            if workdir is not None:
+                open_to_sandbox(workdir)
     else:
-        workdir = tempfile.mkdtemp(prefix="agentfly-sandbox-")
-        env.update(HOME=workdir, TMPDIR=workdir)
+        scratch = tempfile.mkdtemp(prefix="agentfly-sandbox-")
+        env.update(HOME=scratch, TMPDIR=scratch)
         if not is_root():  # the kernel never applies RLIMIT_NPROC to root
             limits["max_processes"] = user_tasks(os.getuid()) + max_processes
     try:
         proc = subprocess.Popen(
-            worker_command(mode, limits, *extra, bwrap=bwrap),
+            worker_command(mode, limits, *extra, bwrap=bwrap, workdir=workdir),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=env,
-            cwd=workdir,
+            cwd=scratch if workdir is None or bwrap else workdir,
             start_new_session=True,
         )
     except BaseException:
-        if workdir:
-            shutil.rmtree(workdir, ignore_errors=True)
+        if scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
         raise
-    return proc, workdir
+    return proc, scratch
 
 
 def _kill(proc: subprocess.Popen) -> None:
@@ -227,6 +263,7 @@ def run_code(
     isolation: Isolation = "bwrap",
     cpu_seconds: float | None = None,
     max_processes: int = MAX_PROCESSES,
+    workdir: str | None = None,
 ) -> SandboxResult:
     """Run a Python program in a fresh sandboxed process.
 
@@ -240,6 +277,8 @@ def run_code(
         cpu_seconds: CPU-time limit of each process (``SIGXCPU`` past it); ``None`` = the
             timeout rounded up, plus one.
         max_processes: processes and threads the program may run at once, itself included.
+        workdir: a directory the program runs in and may write (see the module docstring);
+            ``None``: a fresh empty one.
 
     Returns:
         The ``SandboxResult``; a program that fails is reported, not raised.
@@ -252,8 +291,9 @@ def run_code(
     source = code.encode("utf-8")
     cpu = math.ceil(timeout) + 1 if cpu_seconds is None else math.ceil(cpu_seconds)
     limits = _limits(memory_mb, max_output_chars, cpu_seconds=cpu)
-    proc, workdir = _start(
-        "oneshot", limits, str(len(source)), bwrap=bwrap, max_processes=max_processes
+    proc, scratch = _start(
+        "oneshot", limits, str(len(source)), bwrap=bwrap, max_processes=max_processes,
+        workdir=workdir,
     )
     try:
         with proc:
@@ -261,8 +301,8 @@ def run_code(
             data = source + (stdin or "").encode("utf-8")
             out, err, timed_out, cut = _communicate(proc, data, timeout, cap)
     finally:
-        if workdir:
-            shutil.rmtree(workdir, ignore_errors=True)
+        if scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
     stdout, cut_out = _decode(out, max_output_chars)
     stderr, cut_err = _decode(err, max_output_chars)
     return SandboxResult(

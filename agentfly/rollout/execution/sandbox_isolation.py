@@ -16,6 +16,9 @@ Two isolations, one setting (``isolation`` of ``run_code``/``PythonSession``, of
   kernel never applies it to uid 0); otherwise bubblewrap makes a user namespace (uid 65534
   inside), where the kernel counts processes per namespace. When the call ends, bubblewrap's PID
   namespace dies with it, taking every process of the sandbox along, detached ones included.
+  A caller's working directory (``workdir``, the SWE tools' per-chain workspace) is bound
+  writable at ``WORKDIR_MOUNT`` and is the child's working directory: the one place besides the
+  private ``/tmp`` where it can write.
   Where bubblewrap cannot run, this isolation is refused (``SandboxUnavailableError``, or at
   config time :func:`isolation_problem`) with the reason, how to install it and the opt-in key.
 - ``"unsafe_rlimits_only"``: the explicit opt-in to run untrusted code without containment:
@@ -43,6 +46,9 @@ ISOLATIONS: tuple[str, ...] = get_args(Isolation)
 OPT_IN_KEY = "agent.init_config.tool_config.code_interpreter.isolation=unsafe_rlimits_only"
 #: sandboxes of a root trainer run as uids from here on (none of them a real user's)
 SANDBOX_UID_BASE = 0x70000000
+#: where a caller's working directory appears inside bubblewrap (under the private ``/tmp``,
+#: which every sandbox has: a new directory cannot be made on the read-only root)
+WORKDIR_MOUNT = "/tmp/testbed"
 SANDBOX_ENV = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",
     "HOME": "/tmp",
@@ -156,12 +162,21 @@ def bwrap_prefix() -> tuple[str, ...]:
     return (*args, "--")
 
 
-def worker_command(mode: str, limits: dict, *extra: str, bwrap: bool) -> list[str]:
-    """The command that runs ``sandbox_worker.py`` in ``mode`` under ``limits``."""
+def worker_command(
+    mode: str, limits: dict, *extra: str, bwrap: bool, workdir: str | None = None
+) -> list[str]:
+    """The command that runs ``sandbox_worker.py`` in ``mode`` under ``limits``; under bwrap,
+    ``workdir`` (if given) is bound writable at ``WORKDIR_MOUNT`` and is the working directory."""
     import json
 
     python = [sys.executable, "-I", "-c", worker_source(), mode, json.dumps(limits), *extra]
-    return [*bwrap_prefix(), *python] if bwrap else python
+    if not bwrap:
+        return python
+    prefix = list(bwrap_prefix())
+    if workdir is not None:  # bound after /tmp's tmpfs, and the working directory instead of /tmp
+        at = prefix.index("--chdir")
+        prefix[at : at + 2] = ["--bind", workdir, WORKDIR_MOUNT, "--chdir", WORKDIR_MOUNT]
+    return [*prefix, *python]
 
 
 @cache
