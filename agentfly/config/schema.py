@@ -60,10 +60,11 @@ class AgentInitConfig:
         backend: generation backend during training; only ``async_verl`` (AgentFly's value),
             which names agentfly's asynchronous engine pool: any other value is refused.
             ``agent.init_config.backend_config.backend`` is the same node.
-        tool_parser_name: the agent type whose parser reads the model's turns (``hermes``,
-            ``react``, ``code``, ``action``); ``None`` = the agent type's own. An agent type
-            that keeps its own parser (``searchr1``, as AgentFly's) reads its turns itself
-            whatever this names; the name is still checked.
+        tool_parser_name: the tool parser that reads the model's turns: an agent type's
+            (``hermes``, ``react``, ``code``, ``action``...) or ``qwen3_coder`` (Qwen3-Coder's
+            XML calls); ``None`` = the agent type's own. An agent type that keeps its own parser
+            (``searchr1``, ``bash_swe``, as AgentFly's) reads its turns itself whatever this
+            names; the name is still checked.
         max_model_len: longest conversation in tokens a chain may reach; ``None`` = the model's.
         system_prompt: replaces the agent type's default system prompt.
         tool_config: per-tool settings by tool name (e.g.
@@ -77,6 +78,10 @@ class AgentInitConfig:
         reward_timeout: seconds a reward call may take before it scores 0 as a ``timeout``
             failure (its worker process killed); ``None`` = the reward's own
             ``@reward(timeout=)`` (60 s when it sets none).
+        reward_config: settings of the reward by its name; only the LLM judges take any
+            (``{llm_as_judge_math_reward: {base_url: http://host:8000/v1, model: ...,
+            api_key_env: ..., timeout: 30}}``; :mod:`agentfly.rollout.rewards.reward_config`),
+            and they need ``base_url`` and ``model``. Checked when the config is composed.
     """
 
     agent_type: str = "hermes"
@@ -90,6 +95,7 @@ class AgentInitConfig:
     tool_config: dict[str, Any] = field(default_factory=dict)
     plugins: list[str] = field(default_factory=list)
     reward_timeout: PositiveFloat | None = None
+    reward_config: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -290,6 +296,12 @@ class AlgorithmConfig:
             ``keep`` trains on it as reward 0; counted as ``rollout/failed_chains/<reason>``.
         max_resamples: re-runs of a failed chain at most (``resample``) before its group is
             dropped.
+        resample_budget_s: seconds past a rollout's first round (every chain's first run) within
+            which a re-run must be expected to end, judged by the run it replaces (``resample``:
+            a failed chain is re-run as soon as it fails, beside the others; one refused by the
+            budget is counted failed like one past ``max_resamples``). ``null`` (the default):
+            the longest timeout of the run's tools, so that a rollout whose calls hang takes
+            its healthy time and about two of them. See :mod:`agentfly.rollout.resampling`.
     """
 
     adv_estimator: str = "gae"
@@ -302,3 +314,4 @@ class AlgorithmConfig:
     rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
     failed_chains: Literal["resample", "drop", "keep"] = "resample"
     max_resamples: NonNegativeInt = 3
+    resample_budget_s: NonNegativeFloat | None = None

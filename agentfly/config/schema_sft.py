@@ -81,7 +81,7 @@ _ACTOR_READ = {"strategy", "grad_clip", "optim", "fsdp_config"}
 #: the groups of ``agentfly fit``'s keys that ``agentfly sft`` reads: (group, its dataclass, the
 #: fields it does not read)
 SHARED_GROUPS: tuple[tuple[str, type, frozenset[str]], ...] = (
-    ("agent.init_config", AgentInitConfig, frozenset({"reward_name", "backend", "max_model_len", "reward_timeout"})),
+    ("agent.init_config", AgentInitConfig, frozenset({"reward_name", "backend", "max_model_len", "reward_timeout", "reward_config"})),
     ("actor_rollout_ref.model", ModelConfig, frozenset()),
     ("actor_rollout_ref.actor", ActorConfig, frozenset(f.name for f in dataclasses.fields(ActorConfig)) - _ACTOR_READ),
 )
@@ -131,6 +131,7 @@ NOT_READ: dict[str, str] = {
     "agent.init_config.reward_name": "a reward scores rollouts; data.min_reward filters rollout "
     "records by the reward they hold",
     "agent.init_config.reward_timeout": "a reward scores rollouts",
+    "agent.init_config.reward_config": "a reward scores rollouts",
     "agent.init_config.max_model_len": "it bounds a rollout's context; data.max_length bounds an "
     "example here",
     "agent.init_config.backend": "it names the rollout backend",

@@ -40,8 +40,12 @@ def _kl_kinds() -> tuple[str, ...]:
 
 def _estimator(get: Get, errors: list[str]) -> Any | None:
     from agentfly.estimators import ESTIMATORS
+    from agentfly.estimators.not_built import NOT_BUILT
 
     name = get("algorithm.adv_estimator")
+    if name in NOT_BUILT:
+        errors.append(f"algorithm.adv_estimator={name!r} is not supported: {NOT_BUILT[name]}")
+        return None
     error = lookup_error("algorithm.adv_estimator", ESTIMATORS, name)
     if error:
         errors.append(error)

@@ -47,6 +47,13 @@ class Trajectory:
     ``environments`` holds the episode of each environment the chain acted in, by environment
     name (:meth:`agentfly.rollout.tools.environment.EnvSession.record`: its goal, every step's
     action, reward, end flags and info, the return): what an environment's reward scores.
+
+    A chain that folded its history (:mod:`agentfly.rollout.folding`) keeps each segment before
+    the fold in ``folded``, in order: a ``Trajectory`` holding that segment's prompt, response,
+    masks, log-probabilities, versions, turn ids and messages exactly as the engine was given and
+    sampled them. This record's own token fields and ``messages`` are the last segment's; the
+    chain's other fields (tool calls, turns, rewards, finish reason) are the whole chain's, and
+    ``turn_ids`` count the chain's turns across segments.
     """
 
     prompt_ids: list[int]
@@ -71,6 +78,25 @@ class Trajectory:
     reward_failed: bool = False
     reward_error: str | None = None  # the reward's kind of failure ("timeout", "malformed"...)
     error: str | None = None
+    folded: list[Trajectory] = field(default_factory=list)  # the segments before each fold
+
+    @property
+    def segments(self) -> list[Trajectory]:
+        """The chain's training segments: each folded one, then this one (one for no fold)."""
+        return [*self.folded, self]
+
+    def fold(self, prompt_ids: list[int], messages: list[dict[str, Any]]) -> None:
+        """Close the current segment (kept in ``folded``) and go on from ``prompt_ids``, the
+        folded history the engine is given next, with an empty response."""
+        self.folded.append(Trajectory(
+            prompt_ids=self.prompt_ids, response_ids=self.response_ids, loss_mask=self.loss_mask,
+            rollout_logprobs=self.rollout_logprobs, turn_ids=self.turn_ids,
+            policy_versions=self.policy_versions, messages=self.messages,
+            group_id=self.group_id, chain_index=self.chain_index,
+        ))
+        self.prompt_ids, self.messages = list(prompt_ids), list(messages)
+        self.response_ids, self.loss_mask, self.rollout_logprobs = [], [], []
+        self.turn_ids, self.policy_versions = [], []
 
     def append_sampled(self, ids: list[int], logprobs: list[float], version: int = 0) -> None:
         """Append tokens the engine sampled (trained on) with policy ``version``."""
@@ -91,18 +117,22 @@ class Trajectory:
 
     @property
     def sampled_versions(self) -> list[int]:
-        """The policy versions of the sampled tokens (those with loss mask 1)."""
-        return [v for v, m in zip(self.policy_versions, self.loss_mask, strict=True) if m]
+        """The policy versions of the sampled tokens (those with loss mask 1), every segment's."""
+        return [
+            v for s in self.segments
+            for v, m in zip(s.policy_versions, s.loss_mask, strict=True) if m
+        ]
 
     def mask_all_but_last_turn(self) -> None:
-        """Keep loss mask 1 only on the last assistant turn (``train_on_last_turn=True``)."""
-        sampled_turns = [t for t, m in zip(self.turn_ids, self.loss_mask, strict=True) if m]
+        """Keep loss mask 1 only on the chain's last assistant turn (``train_on_last_turn=True``)."""
+        sampled_turns = [
+            t for s in self.segments for t, m in zip(s.turn_ids, s.loss_mask, strict=True) if m
+        ]
         if not sampled_turns:
             return
         last = max(sampled_turns)
-        self.loss_mask = [
-            m if t == last else 0 for t, m in zip(self.turn_ids, self.loss_mask, strict=True)
-        ]
+        for s in self.segments:
+            s.loss_mask = [m if t == last else 0 for t, m in zip(s.turn_ids, s.loss_mask, strict=True)]
 
     @property
     def input_ids(self) -> list[int]:

@@ -7,7 +7,8 @@ waiting chains into one batched engine call, so a chain waiting on a slow tool h
 Token exactness: the prompt is rendered and tokenized once; each turn appends the ids the engine
 sampled (trained on, with the engine's log-probabilities), then the template's text between turns for the tool
 observations tokenized on its own (not trained on). Sampled text is decoded only to parse tool
-calls and to record the chat; it is never re-encoded.
+calls and to record the chat; it is never re-encoded. A turn that calls a folding tool
+(``summarize``) drops the history: the next turn starts a new segment (:mod:`agentfly.rollout.folding`).
 
 Environments (:mod:`agentfly.rollout.tools.environment`): a chain whose agent has environment
 tools gets its environments when it starts (reset with its data row) and gives them back when it
@@ -31,7 +32,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentfly.core.trajectory import ToolCallRecord, Trajectory
 from agentfly.rollout.agents.base import Agent, ToolCallRequest
@@ -39,6 +40,7 @@ from agentfly.rollout.data import question_of
 from agentfly.rollout.engines.base import SamplingParams
 from agentfly.rollout.engines.caller_thread import run_sync
 from agentfly.rollout.execution.workers import WorkerPool, WorkerStartError
+from agentfly.rollout.folding import fold_chain
 from agentfly.rollout.prompt import RenderedPrompt, render_prompt
 from agentfly.rollout.rewards import ascore_trajectory
 from agentfly.rollout.rewards.base import NO_POLICY
@@ -53,6 +55,9 @@ from agentfly.rollout.tools.environment import (
 )
 from agentfly.rollout.unseen_tools import explain_invalid_arguments, shows_tool_schemas
 
+if TYPE_CHECKING:
+    from agentfly.rollout.resampling import Resampler
+
 logger = logging.getLogger(__name__)
 
 RESEED_STRIDE = 1_000_003
@@ -63,8 +68,8 @@ def chain_seed(seed: int, group_id: int, chain_index: int, attempt: int = 0) -> 
     """The sampling seed of chain ``chain_index`` of group ``group_id``, from the base ``seed``.
 
     Attempt 0 is the chain's first run; attempt ``a`` > 0 re-runs it after a failure
-    (:meth:`AgentLoop.arerun`) with a seed that no run of a chain of the same group used (for
-    chain indices below :data:`RESEED_STRIDE`).
+    (:mod:`agentfly.rollout.resampling`) with a seed that no run of a chain of the same group
+    used (for chain indices below :data:`RESEED_STRIDE`).
     """
     return seed + group_id * 1009 + chain_index + attempt * RESEED_STRIDE
 
@@ -206,10 +211,6 @@ class AgentLoop:
         """:meth:`arun_with_baselines` from synchronous code."""
         return run_sync(self.engine, self.arun_with_baselines(rows, **kwargs))
 
-    def rerun(self, chains: Sequence[Trajectory], **kwargs: Any) -> list[Trajectory]:
-        """:meth:`arerun` from synchronous code."""
-        return run_sync(self.engine, self.arerun(chains, **kwargs))
-
     async def arun(
         self,
         rows: Sequence[dict[str, Any]],
@@ -219,6 +220,7 @@ class AgentLoop:
         group_offset: int = 0,
         greedy: bool = False,
         sampling: SamplingParams | None = None,
+        retry: Resampler | None = None,
     ) -> list[Trajectory]:
         """Roll out ``num_chains`` chains for each row; trajectories come back row-major.
 
@@ -230,12 +232,14 @@ class AgentLoop:
             group_offset: added to each row's position to make its group id.
             greedy: sample greedily (validation).
             sampling: replace the loop's sampling parameters altogether.
+            retry: asked as each chain run ends whether the chain runs again at once, in its
+                place, with its next attempt's seed (failed chains: :mod:`~agentfly.rollout.resampling`).
         """
         n = num_chains or self.num_chains
         base = sampling or self.sampling
         if greedy:
             base = replace(base, temperature=0.0)
-        (trajs,) = await self._rollout(rows, prompt_key, group_offset, [(range(n), base)])
+        (trajs,) = await self._rollout(rows, prompt_key, group_offset, [(range(n), base)], retry)
         return trajs
 
     async def arun_with_baselines(
@@ -244,6 +248,7 @@ class AgentLoop:
         *,
         prompt_key: str | None = None,
         group_offset: int = 0,
+        retry: Resampler | None = None,
     ) -> tuple[list[Trajectory], list[Trajectory]]:
         """The ``num_chains`` sampled chains of every row and one greedy chain per row (ReMax's
         baseline), rolled out together so that the engine batches their turns.
@@ -251,6 +256,7 @@ class AgentLoop:
         The greedy chain runs the same turns, tools and reward as the others at temperature 0;
         it shares its row's group id and takes chain index ``num_chains`` (its own tool
         resources). It comes back apart, for its reward only: it is not a training trajectory.
+        A failed one is re-run greedily (``retry``, as in :meth:`arun`).
 
         Returns:
             ``(chains, baselines)``: the sampled chains row-major, and one greedy chain per row.
@@ -258,34 +264,8 @@ class AgentLoop:
         n = self.num_chains
         greedy = replace(self.sampling, temperature=0.0)
         passes = [(range(n), self.sampling), (range(n, n + 1), greedy)]
-        chains, baselines = await self._rollout(rows, prompt_key, group_offset, passes)
+        chains, baselines = await self._rollout(rows, prompt_key, group_offset, passes, retry)
         return chains, baselines
-
-    async def arerun(
-        self, chains: Sequence[Trajectory], *, attempt: int, prompt_key: str | None = None
-    ) -> list[Trajectory]:
-        """Roll out again the chains of ``chains`` (failed ones, to replace them), in that order.
-
-        Each re-run keeps its chain's data row, group id and chain index, so it joins the same
-        group; its seed is that of attempt ``attempt`` (:func:`chain_seed`), which no chain of the
-        group has used, so it does not replay the failed sample. A chain index of
-        ``num_chains`` or more is a greedy baseline chain (:meth:`arun_with_baselines`) and runs
-        greedily again.
-
-        Args:
-            chains: the chains to run again (their ``row``, ``group_id`` and ``chain_index``).
-            attempt: 1 for the first re-run of these chains, 2 for the next...
-            prompt_key: the field holding the question, as given to :meth:`arun`.
-        """
-        if attempt < 1:
-            raise ValueError(f"a re-run's attempt counts from 1, got {attempt}")
-        greedy = replace(self.sampling, temperature=0.0)
-        jobs = []
-        for i, t in enumerate(chains):
-            base = greedy if t.chain_index >= self.num_chains else self.sampling
-            question = question_of(t.row, prompt_key, i)
-            jobs.append((t.row, question, t.group_id, t.chain_index, base, attempt))
-        return await self._run_chains(jobs)
 
     async def _rollout(
         self,
@@ -293,6 +273,7 @@ class AgentLoop:
         prompt_key: str | None,
         group_offset: int,
         passes: list[tuple[range, SamplingParams]],
+        retry: Resampler | None = None,
     ) -> list[list[Trajectory]]:
         """Run every pass's chains of every row at once: a pass is (chain indices, sampling).
 
@@ -303,12 +284,12 @@ class AgentLoop:
         self._timer = PhaseTimer()
         start = time.perf_counter()
         jobs = [
-            (rows[i], questions[i], group_offset + i, k, base, 0)
+            (rows[i], questions[i], group_offset + i, k, base)
             for chains, base in passes
             for i in range(len(rows))
             for k in chains
         ]
-        done = await self._run_chains(jobs)
+        done = await self._run_chains(jobs, retry)
         if self._schemas_hidden:
             explain_invalid_arguments(done, self.agent.tool_names, self.template.name, self._explained)
         self.last_timing = {f"{k}_s": v for k, v in self._timer.seconds.items()}
@@ -321,13 +302,16 @@ class AgentLoop:
         return out
 
     async def _run_chains(
-        self, jobs: list[tuple[dict[str, Any], str, int, int, SamplingParams, int]]
+        self,
+        jobs: list[tuple[dict[str, Any], str, int, int, SamplingParams]],
+        retry: Resampler | None,
     ) -> list[Trajectory]:
         """Run chains at once, at most ``max_concurrent_chains`` together; a job is (row,
-        question, group id, chain index, sampling, attempt). A sampled chain with a base ``seed``
-        samples with :func:`chain_seed`'s seed."""
+        question, group id, chain index, sampling). A sampled chain with a base ``seed`` samples
+        with :func:`chain_seed`'s seed of its attempt. A run that ``retry`` sends back runs
+        again at once, in its chain's place, waiting for no other chain."""
         limit = self.max_concurrent_chains
-        gate = asyncio.Semaphore(limit) if limit else None
+        gate = asyncio.Semaphore(limit) if limit else contextlib.nullcontext()
         rendered: dict[str, RenderedPrompt] = {}  # a group's chains share their prompt
 
         def prompt_of(question: str) -> RenderedPrompt:
@@ -338,18 +322,23 @@ class AgentLoop:
             return rendered[question]
 
         async def one(
-            row: dict[str, Any], question: str, group_id: int, k: int, base: SamplingParams,
-            attempt: int,
+            row: dict[str, Any], question: str, group_id: int, k: int, base: SamplingParams
         ) -> Trajectory:
-            chain_sampling = base
-            if self.seed is not None and not base.greedy:
-                chain_sampling = replace(base, seed=chain_seed(self.seed, group_id, k, attempt))
-            prompt = prompt_of(question)
-            if gate is None:
-                return await self._chain(row, prompt, group_id, k, chain_sampling)
-            async with gate:
-                return await self._chain(row, prompt, group_id, k, chain_sampling)
+            prompt, attempt = prompt_of(question), 0
+            while True:
+                chain_sampling = base
+                if self.seed is not None and not base.greedy:
+                    chain_sampling = replace(base, seed=chain_seed(self.seed, group_id, k, attempt))
+                async with gate:
+                    began = time.perf_counter()
+                    traj = await self._chain(row, prompt, group_id, k, chain_sampling)
+                seconds = time.perf_counter() - began
+                if retry is None or not retry.rerun(traj, attempt, seconds):
+                    return traj
+                attempt += 1
 
+        if retry is not None:
+            retry.start(len(jobs))
         return list(await asyncio.gather(*(one(*job) for job in jobs)))
 
     # ------------------------------------------------------------------ one chain
@@ -452,6 +441,11 @@ class AgentLoop:
                 return
             if turn == self.max_turns - 1:
                 break
+            fold = next((r for c, r in zip(parsed.calls, results, strict=True)
+                         if r.ok and getattr(self._tool(c.name), "folds_context", False)), None)
+            if fold is not None:  # the history is dropped: the next turn starts a new segment
+                fold_chain(traj, fold.observation, self.template, tools, self.tokenizer)
+                continue
             observations = self.agent.observation_messages(
                 parsed.calls, [r.observation for r in results]
             )

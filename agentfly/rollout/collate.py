@@ -3,7 +3,11 @@
 The response mask is the trajectories' loss masks (1 = sampled and trained on); the engine's
 log-probabilities are kept where it is 1 (0 elsewhere); a chain's reward sits at its last sampled
 token; greedy baseline chains (an estimator that ``needs_baselines``)
-give each row the reward of its prompt's greedy chain and are not rows themselves.
+give each row the reward of its prompt's greedy chain and are not rows themselves. A chain that
+folded its history (:mod:`agentfly.rollout.folding`) gives one row per segment, in its group, each
+with the ids its engine calls were given and sampled; the chain's reward is spread over its rows
+by :func:`~agentfly.rollout.folding.segment_rewards` (``last_only``: at the last row's last sampled
+token, 0 on the earlier rows).
 """
 
 from __future__ import annotations
@@ -12,14 +16,18 @@ import torch
 
 from agentfly.core.batch import RolloutBatch
 from agentfly.core.trajectory import Trajectory
+from agentfly.rollout.folding import segment_rewards
 
 
 def collate_trajectories(
     trajs: list[Trajectory], pad_id: int, baselines: list[Trajectory] | None = None
 ) -> RolloutBatch:
-    """Pad ``trajs`` into a batch; with ``baselines`` (greedy chains), set ``reward_baselines``."""
+    """Pad ``trajs`` into a batch, a row per segment; with ``baselines`` (greedy chains), set
+    ``reward_baselines``."""
     if not trajs:
         raise ValueError("cannot collate an empty list of trajectories")
+    rewards = [r for t in trajs for r in segment_rewards(t)]
+    trajs = [s for t in trajs for s in t.segments]
     batch = len(trajs)
     p_len = max(len(t.prompt_ids) for t in trajs)
     t_len = max(1, max(len(t.response_ids) for t in trajs))
@@ -47,8 +55,8 @@ def collate_trajectories(
             # times the mask: a turn masked after sampling (train_on_last_turn) keeps its log-probs
             rollout_logp[i, :r] = torch.tensor(t.rollout_logprobs) * response_mask[i, :r]
         sampled = response_mask[i].nonzero()
-        if len(sampled) and t.reward is not None:
-            scores[i, int(sampled[-1])] = float(t.reward)
+        if len(sampled) and rewards[i] is not None:
+            scores[i, int(sampled[-1])] = float(rewards[i])
     position_ids = (attention.cumsum(-1) - 1).clamp(min=0)
     return RolloutBatch(
         input_ids=input_ids,

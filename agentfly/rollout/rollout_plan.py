@@ -20,11 +20,12 @@ class RolloutPlan:
         engine_kwargs: every engine's constructor arguments.
         pool_kwargs: further :class:`~agentfly.rollout.engines.EnginePool` arguments.
         agent_type: registered agent type.
-        tool_parser: the agent type whose parser reads the model's turns (None: ``agent_type``).
+        tool_parser: the tool parser that reads the model's turns (None: ``agent_type``'s).
         system_prompt: replaces the agent type's system prompt.
         tools: tool names.
         tool_config: per-tool settings.
         reward: reward name (None: chains are not scored).
+        reward_config: the reward's settings by reward name (``agent.init_config.reward_config``).
         template: chat template name (None: the model's own).
         resource_backend: where stateful tool resources live (``local`` or ``ray``).
         plugins: modules to import first, here, in every engine actor and in every tool/reward
@@ -55,4 +56,5 @@ class RolloutPlan:
     loop: dict[str, Any]
     workers: dict[str, Any] = field(default_factory=dict)
     reward_timeout: float | None = None
+    reward_config: dict[str, Any] = field(default_factory=dict)
     chains_in_flight: int = 0

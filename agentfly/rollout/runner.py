@@ -2,9 +2,9 @@
 made by :func:`agentfly.run.plan.plan_rollout`), and runs rollouts alone (``agentfly rollout``).
 
 Everything that can be checked before an engine starts is checked here, so a bad name or path
-fails in seconds, naming it: the agent type, every tool and its settings, the reward, the
-template, the search corpus, the data file and its rows. ``agent.init_config.plugins`` are
-imported first, here and in every engine actor.
+fails in seconds, naming it: the agent type, every tool and its settings, the reward and its
+settings, the template, the search corpus, the data file and its rows.
+``agent.init_config.plugins`` are imported first, here and in every engine actor.
 """
 
 from __future__ import annotations
@@ -84,14 +84,17 @@ def build_rollout(plan: RolloutPlan, *, ray_init: dict[str, Any] | None = None) 
     from agentfly.rollout.agents import get_agent
     from agentfly.rollout.engines import EnginePool
     from agentfly.rollout.rewards import get_reward
+    from agentfly.rollout.rewards.reward_config import configure_reward
     from agentfly.rollout.templates import get_template
     from agentfly.rollout.tools.resources import ResourcePool
 
     load_plugins(plan.plugins)  # done when the config was composed; a no-op then
     tools = configure_tools(plan.tools, plan.tool_config)
     agent = get_agent(plan.agent_type, tools, plan.system_prompt, parser=plan.tool_parser)
+    reward = None
     if plan.reward:
         get_reward(plan.reward)
+        reward = configure_reward(plan.reward, plan.reward_config)  # a judge: bound to its server
     if plan.template:
         get_template(plan.template)  # an unknown name fails before any engine starts
 
@@ -118,7 +121,7 @@ def build_rollout(plan: RolloutPlan, *, ray_init: dict[str, Any] | None = None) 
         tokenizer=tokenizer,
         template=get_template(plan.template, tokenizer),
         agent=agent,
-        reward=plan.reward,
+        reward=reward,
         resources=ResourcePool(backend=plan.resource_backend),
         workers=workers,
         reward_timeout=plan.reward_timeout,

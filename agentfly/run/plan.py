@@ -81,6 +81,27 @@ def check_failed_chains(cfg: Any, world_size: int) -> None:
         )
 
 
+def check_folding(cfg: Any, world_size: int) -> None:
+    """A tool that folds the chain's history (``summarize``) needs one rank: a folded chain
+    trains as several rows (:mod:`agentfly.rollout.folding`), so ranks would take different
+    numbers of mini-batches and their collectives would wait on each other forever.
+
+    Raises:
+        ConfigError: naming the tools and the ranks.
+    """
+    from agentfly.rollout.tools import TOOLS
+
+    names = [str(n) for n in cfg.agent.init_config.tools or []]
+    folding = [n for n in names if n in TOOLS and TOOLS.get(n).folds_context]
+    if folding and world_size > 1:
+        raise ConfigError(
+            f"agent.init_config.tools {folding} fold the chain's history, which cannot run on "
+            f"{world_size} ranks yet: a folded chain trains as one row per segment, so the "
+            "ranks' batches would differ in size and the update's collectives would wait "
+            "forever; train on one rank or drop the folding tool"
+        )
+
+
 def total_iterations(cfg: Any, rows: int) -> int:
     """RL iterations: ``trainer.total_training_steps``, else ``total_epochs`` passes over ``rows``."""
     if cfg.trainer.total_training_steps:
@@ -122,7 +143,22 @@ def plan_datamodule(
         idle_threads=_idle_threads(cfg, topology, hw),
         failed_chains=str(cfg.algorithm.failed_chains),
         max_resamples=int(cfg.algorithm.max_resamples),
+        resample_budget_s=resample_budget_s(cfg),
     )
+
+
+def resample_budget_s(cfg: Any) -> float:
+    """``algorithm.resample_budget_s``, or where it is null the longest timeout of the run's
+    tools (``@tool``'s default where the run has none): a re-run past the first round must then
+    be expected to end within about one more tool deadline."""
+    if cfg.algorithm.resample_budget_s is not None:
+        return float(cfg.algorithm.resample_budget_s)
+    from agentfly.rollout.resampling import BUDGET_S
+    from agentfly.rollout.tools.bind import bind_tools
+
+    init = cfg.agent.init_config
+    tools = bind_tools([str(t) for t in init.tools or []], dict(init.tool_config or {}))
+    return max((float(t.timeout) for t in tools), default=BUDGET_S)
 
 
 def _engine_threads(cfg: Any, topology: Topology, hw: Hardware) -> int | None:
@@ -251,6 +287,7 @@ def plan_rollout(
         tools=[str(t) for t in init.tools],
         tool_config=plain(init.tool_config) or {},
         reward=init.reward_name,
+        reward_config=plain(init.reward_config) or {},
         template=init.template,
         resource_backend=str(run.context_config.resource_backend),
         plugins=[portable(str(p)) for p in init.plugins],
@@ -320,7 +357,7 @@ def plan_run(cfg: Any, hardware: Hardware | None = None) -> RunPlan:
             the machine cannot run what ``cfg`` asks (see
             :func:`~agentfly.run.topology.resolve_topology`), the batch sizes do not
             split over the ranks that will run or exceed the training rows, or
-            ``algorithm.failed_chains=drop`` with several ranks.
+            ``algorithm.failed_chains=drop`` or a folding tool with several ranks.
     """
     from agentfly.estimators import get_estimator
 
@@ -331,6 +368,7 @@ def plan_run(cfg: Any, hardware: Hardware | None = None) -> RunPlan:
     check_model_paths(cfg, needs_critic)
     check_batches(cfg, topology.world_size, needs_critic)
     check_failed_chains(cfg, topology.world_size)
+    check_folding(cfg, topology.world_size)
     rows = train_rows(cfg)
     check_rows(cfg, rows)
     run_dir = Path(str(cfg.trainer.default_local_dir))

@@ -51,3 +51,12 @@ def test_every_kl_kind_is_accepted_in_the_reward_and_in_the_loss(kind):
             f"actor_rollout_ref.actor.kl_loss_type={kind}",
         ])
     assert cfg.algorithm.kl_penalty == kind and cfg.actor_rollout_ref.actor.kl_loss_type == kind
+
+
+def test_sspo_multiturn_is_refused_naming_why_not_as_unknown():
+    """AgentFly's `sspo_multiturn` lives in a verl commit no source holds: refused, not guessed."""
+    msg = error_of([*BASE, "algorithm.adv_estimator=sspo_multiturn"])
+    assert "algorithm.adv_estimator='sspo_multiturn' is not supported" in msg
+    assert "001f000" in msg and "SSPO_MULTITURN_VALUE_POSITION" in msg
+    assert "unknown advantage estimator" not in msg
+    assert "sspo_multiturn" not in ESTIMATORS

@@ -63,6 +63,14 @@ CHANGES: dict[str, tuple[str, list[str]]] = {
     "agent.init_config.tool_config": ("{calculator: {timeout: 3}}", []),
     "agent.init_config.plugins": ("[{data}/plugin.py]", []),
     "agent.init_config.reward_timeout": ("5", []),
+    "agent.init_config.reward_config": (
+        "{llm_as_judge_math_reward: {base_url: 'http://127.0.0.1:8000/v1', model: other}}",
+        [
+            "agent.init_config.reward_name=llm_as_judge_math_reward",
+            "agent.init_config.reward_config.llm_as_judge_math_reward.base_url=http://127.0.0.1:8000/v1",
+            "agent.init_config.reward_config.llm_as_judge_math_reward.model=judge",
+        ],
+    ),
     "agent.run_config.workers.num_workers": ("3", []),
     "agent.run_config.workers.memory_mb": ("1024", []),
     "agent.run_config.workers.start_timeout": ("10", []),
@@ -95,6 +103,7 @@ CHANGES: dict[str, tuple[str, list[str]]] = {
     RC + "bypass_mode": ("true", []),
     "algorithm.failed_chains": ("keep", []),
     "algorithm.max_resamples": ("5", []),
+    "algorithm.resample_budget_s": ("5.0", []),
     "actor_rollout_ref.actor.strategy": ("fsdp", []),
     "actor_rollout_ref.actor.ppo_mini_batch_size": ("8", []),
     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": ("2", []),
@@ -268,6 +277,7 @@ RECEIVES = {
     "agent.init_config.plugins": "rollout.plugins",
     "agent.init_config.reward_name": "rollout.reward",
     "agent.init_config.reward_timeout": "rollout.reward_timeout",
+    "agent.init_config.reward_config": "rollout.reward_config.llm_as_judge_math_reward.model",
     "agent.run_config.workers.num_workers": "rollout.workers.num_workers",
     "agent.run_config.workers.memory_mb": "rollout.workers.memory_mb",
     "agent.run_config.workers.start_timeout": "rollout.workers.start_timeout",
@@ -306,6 +316,7 @@ RECEIVES = {
     RC + "bypass_mode": "module.correction.bypass_mode",
     "algorithm.failed_chains": "datamodule.failed_chains",
     "algorithm.max_resamples": "datamodule.max_resamples",
+    "algorithm.resample_budget_s": "datamodule.resample_budget_s",
     "critic.cliprange_value": "module.critic.cliprange_value",
     "critic.grad_clip": "module.critic.update.grad_clip",
     "critic.loss_agg_mode": "module.critic.update.loss_agg_mode",
@@ -557,6 +568,7 @@ INACTIVE = [
     ("actor_rollout_ref.actor.loss_scale_factor=100", []),
     ("critic.loss_scale_factor=100", []),
     ("algorithm.max_resamples=5", ["algorithm.failed_chains=keep"]),
+    ("algorithm.resample_budget_s=5", ["algorithm.failed_chains=drop"]),
     ("actor_rollout_ref.model.lora.alpha=32", []),  # lora.rank=0: no adapter
     ("actor_rollout_ref.ref.fsdp_config.model_dtype=bf16", LORA),  # the reference is the actor's base
     ("actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes=512",

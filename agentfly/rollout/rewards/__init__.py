@@ -8,7 +8,11 @@ this package registers the built-ins: ``math_equal_reward``, ``math_equal_reward
 ``qa_em_reward``, ``qa_em_format_reward``, ``qa_em_reward_tool_call``, ``code_reward``,
 ``code_reward_test``, and the environments' (:mod:`agentfly.rollout.rewards.env_rewards`):
 ``webshop_reward``, ``scienceworld_reward``, ``alfworld_episode_reward``, ``chess_puzzle_reward``,
-``chess_puzzle_reward_simple``, ``textworld_reward``.
+``chess_puzzle_reward_simple``, ``textworld_reward``; ``swe_test_reward`` (the offline SWE
+task's tests, :mod:`agentfly.rollout.rewards.swe_rewards`); AgentFly's LLM judges
+``llm_as_judge_math_reward`` and ``llm_as_judge_reward``
+(:mod:`agentfly.rollout.rewards.llm_judge`; a run binds them to their server,
+``agent.init_config.reward_config``).
 """
 
 from agentfly.rollout.rewards.base import (
@@ -34,6 +38,7 @@ from agentfly.rollout.rewards.env_rewards import (
     textworld_reward,
     webshop_reward,
 )
+from agentfly.rollout.rewards.llm_judge import llm_as_judge_math_reward, llm_as_judge_reward
 from agentfly.rollout.rewards.math_rewards import (
     math_equal_reward,
     math_equal_reward_think,
@@ -50,6 +55,7 @@ from agentfly.rollout.rewards.qa_rewards import (
     qa_f1_reward,
     qa_f1_reward_tool,
 )
+from agentfly.rollout.rewards.swe_rewards import swe_test_reward
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -67,6 +73,8 @@ __all__ = [
     "code_reward_test",
     "compute_reward",
     "get_reward",
+    "llm_as_judge_math_reward",
+    "llm_as_judge_reward",
     "math_equal_reward",
     "math_equal_reward_think",
     "math_equal_reward_tool",
@@ -82,6 +90,7 @@ __all__ = [
     "reward",
     "scienceworld_reward",
     "score_trajectory",
+    "swe_test_reward",
     "textworld_reward",
     "webshop_reward",
 ]

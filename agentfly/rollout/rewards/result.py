@@ -28,7 +28,8 @@ class RewardResult:
         error: what went wrong, prefixed by its kind (``timeout: ...``); None when not failed.
         kind: the kind of failure alone (``timeout``, ``queue_timeout``, ``exception``,
             ``malformed``, ``worker_died``, ``output_too_large``, ``missing_field``,
-            ``bad_signature``).
+            ``bad_signature``, or a kind the reward raised in a :class:`RewardError`, such as
+            an LLM judge's ``judge_timeout``).
     """
 
     reward: float
@@ -46,7 +47,8 @@ class RewardError(Exception):
     """A reward call went wrong.
 
     ``kind`` is one of ``missing_field``, ``bad_signature``, ``exception``, ``timeout``,
-    ``queue_timeout``, ``malformed``, ``worker_died``, ``output_too_large``.
+    ``queue_timeout``, ``malformed``, ``worker_died``, ``output_too_large``, or a kind a reward
+    raises itself (the LLM judges': :mod:`agentfly.rollout.rewards.llm_judge`).
     """
 
     def __init__(self, kind: str, message: str) -> None:

@@ -2,11 +2,14 @@
 
 Importing this package registers the built-ins: ``calculator``, ``answer`` (and AgentFly's
 ``answer_math`` and ``answer_qa``), ``code_interpreter`` (alias ``python_executor``), ``search``
-(alias ``google_search``), ``summarize``, and the environment tools with AgentFly's names
-(``webshop_browser_action``, ``webshop_browser``, ``scienceworld_explorer``, ``alfworld_step``,
-``alfworld_reset``, ``alfworld_get_admissible_commands``, ``alfworld_get_task_objective``, ``chess_move``,
+(alias ``google_search``), ``async_dense_retrieve`` (alias ``asyncdense_retrieve``),
+``summarize``, and the environment tools with AgentFly's names (``webshop_browser_action``,
+``webshop_browser``, ``scienceworld_explorer``, ``alfworld_step``, ``alfworld_reset``,
+``alfworld_get_admissible_commands``, ``alfworld_get_task_objective``, ``chess_move``,
 ``chess_get_state``, ``chess_get_legal_moves``) and ``textworld_step``
-(:mod:`agentfly.rollout.tools.environment`). Heavy dependencies (sympy, bm25s, an environment's
+(:mod:`agentfly.rollout.tools.environment`), and the SWE tools on a chain's workspace
+(:mod:`agentfly.rollout.tools.workspace`: ``create_file``, ``read_file``, ``edit_file``,
+``list_files``, ``grep_search``, ``run_python``, ``undo_edit``, ``run_shell_command``). Heavy dependencies (sympy, bm25s, an environment's
 package) are imported only when a tool first needs them. A tool's
 settings are bound per run with ``tool.configure(...)`` (see :mod:`agentfly.rollout.tools.settings`).
 """
@@ -18,8 +21,11 @@ from agentfly.rollout.tools import (  # noqa: F401
     calculator,
     chess,
     code_interpreter,
+    dense_retrieve,
+    files,
     scienceworld,
     search,
+    shell,
     summarize,
     textworld,
     webshop,

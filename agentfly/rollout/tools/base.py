@@ -146,6 +146,10 @@ class Tool:
         environment: the :mod:`agentfly.envs` environment the tool acts on (stateful tools):
             the tools naming the same environment share one resource per chain, started with
             the chain (:mod:`agentfly.rollout.tools.environment`); None for other tools.
+        folds_context: a successful call folds the chain's history: the turns so far are
+            dropped and its observation joins the first prompt's user message, the next turn
+            starting a new training segment (AgentFly's ``summarize``;
+            :mod:`agentfly.rollout.folding`).
     """
 
     name: str
@@ -162,6 +166,7 @@ class Tool:
     runs_in: str = "process"
     io_bound: bool = False
     environment: str | None = None
+    folds_context: bool = False
 
     @property
     def resource_key(self) -> str:
@@ -254,6 +259,7 @@ def tool(
     runs_in: str = "process",
     io_bound: bool = False,
     environment: str | None = None,
+    folds_context: bool = False,
 ) -> Any:
     """Register a function as a tool; usable as ``@tool`` or ``@tool(name=...)``.
 
@@ -276,6 +282,7 @@ def tool(
             worker pool is then sized to the chains in flight, not to the CPU count.
         environment: the environment a stateful tool acts on, shared with the other tools
             naming it (see :class:`Tool`).
+        folds_context: a successful call folds the chain's history (see :class:`Tool`).
 
     Returns:
         The registered ``Tool`` (still callable like the function).
@@ -320,6 +327,7 @@ def tool(
             runs_in=runs_in,
             io_bound=bool(io_bound),
             environment=environment,
+            folds_context=bool(folds_context),
         )
         TOOLS.register(tool_name, registered, aliases=registered.aliases)
         return registered

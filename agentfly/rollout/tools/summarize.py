@@ -1,8 +1,8 @@
 """``summarize``: the tool behind the ``action`` agent's ``<summarize>...</summarize>`` (AgentFly's).
 
-It answers ``[Previous Summary]: <summary>``. Departure from AgentFly: AgentFly then folds the
-chain's history (drops the turns before the summary and trains on each segment apart); here the
-chain goes on with its whole history, the summary shown as an observation.
+It answers ``[Previous Summary]: <summary>`` and folds the chain's history (``folds_context``):
+the turns before it are dropped, the summary joins the question, and the next turn starts a new
+training segment (:mod:`agentfly.rollout.folding`).
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from __future__ import annotations
 from agentfly.rollout.tools.base import tool
 
 
-@tool(name="summarize", runs_in="thread", timeout=5.0)
+@tool(name="summarize", runs_in="thread", timeout=5.0, folds_context=True)
 def summarize(summary: str) -> str:
-    """Summarize the progress so far; the summary is shown back.
+    """Summarize the progress so far; the history is replaced by the summary.
 
     Args:
         summary: what was done and found so far.

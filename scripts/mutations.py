@@ -1,0 +1,464 @@
+"""The mutations ``scripts/mutants.py`` runs: each replaces one exact snippet of one file (it must
+occur exactly once) and names the tests that must then fail. Snippets point into the code as it
+is: when the code they name moves, edit them here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+LEARNING = "tests/modules/test_learning.py"
+SIGNS = "tests/estimators/test_signs.py"
+WORKERS = "tests/rollout/test_workers.py"
+LENDING = "tests/rollout/test_lending.py"
+BREAKER = "tests/rollout/test_breaker.py"
+RESAMPLING = "tests/rollout/test_resampling.py"
+
+
+@dataclass(frozen=True)
+class Mutation:
+    """Replace ``old`` (exactly once in ``file``) by ``new``, then run ``tests``."""
+
+    name: str
+    file: str
+    old: str
+    new: str
+    tests: tuple[str, ...]
+
+
+MUTATIONS = [
+    Mutation(
+        "policy gradient zeroed",
+        "agentfly/modules/rl_module.py",
+        "        loss = pg\n",
+        "        loss = pg * 0\n",
+        (f"{LEARNING}::test_one_update_raises_positive_and_lowers_negative_advantage_chains",),
+    ),
+    Mutation(
+        "advantage sign flipped in the policy loss",
+        "agentfly/modules/rl_module.py",
+        "old, logp, micro.advantages, mask,",
+        "old, logp, -micro.advantages, mask,",
+        (f"{LEARNING}::test_one_update_raises_positive_and_lowers_negative_advantage_chains",),
+    ),
+    Mutation(
+        "the policy loss that loss_mode names is not the one called",
+        "agentfly/modules/rl_module.py",
+        "get_policy_loss(policy_loss.loss_mode)",
+        'get_policy_loss("vanilla")',
+        (f"{LEARNING}::test_the_module_calls_the_policy_loss_that_loss_mode_names",),
+    ),
+    Mutation(
+        "advantages zeroed by the advantage callback",
+        "agentfly/callbacks/advantage.py",
+        "batch.advantages, batch.returns = advantages, returns",
+        "batch.advantages, batch.returns = advantages * 0, returns",
+        (f"{LEARNING}::test_one_update_raises_positive_and_lowers_negative_advantage_chains",),
+    ),
+    Mutation(
+        "critic optimizer step skipped (an optimizer that does not move)",
+        "agentfly/modules/rl_module.py",
+        "metrics.update(self._update(*critic_update, batch, optimizers[1], schedulers[1]))",
+        "metrics.update(self._update(*critic_update, batch, torch.optim.SGD(self.critic.parameters(), lr=0.0), schedulers[1]))",
+        (f"{LEARNING}::test_one_critic_update_moves_the_values_toward_the_returns",),
+    ),
+    Mutation(
+        "critic trained toward its old values, not the returns",
+        "agentfly/modules/rl_module.py",
+        "self.values(micro), micro.values, micro.returns, micro.response_mask,",
+        "self.values(micro), micro.values, micro.values, micro.response_mask,",
+        (f"{LEARNING}::test_one_critic_update_moves_the_values_toward_the_returns",),
+    ),
+    Mutation(
+        "KL term dropped from the loss",
+        "agentfly/modules/rl_module.py",
+        "loss = loss + kl.kl_loss_coef * kl_loss",
+        "loss = loss",
+        (f"{LEARNING}::test_kl_loss_pulls_the_actor_toward_the_reference",),
+    ),
+    Mutation(
+        "KL penalty dropped from the reward",
+        "agentfly/callbacks/kl_reward.py",
+        "batch.token_level_rewards = batch.token_level_scores - beta * kld",
+        "batch.token_level_rewards = batch.token_level_scores",
+        (f"{LEARNING}::test_kl_in_the_reward_is_old_to_reference_and_shapes_the_returns",),
+    ),
+    Mutation(
+        "actor and reference swapped in the KL loss",
+        "agentfly/modules/rl_module.py",
+        "per_token = kl_penalty(logp, micro.ref_log_probs, kl.kl_loss_type)",
+        "per_token = kl_penalty(micro.ref_log_probs, logp, kl.kl_loss_type)",
+        (f"{LEARNING}::test_logged_kl_loss_is_the_actor_to_reference_kl",),
+    ),
+    Mutation(
+        "policy and reference swapped in the KL reward",
+        "agentfly/callbacks/kl_reward.py",
+        "kl_penalty(batch.old_log_probs, batch.ref_log_probs, self.kind)",
+        "kl_penalty(batch.ref_log_probs, batch.old_log_probs, self.kind)",
+        (f"{LEARNING}::test_kl_in_the_reward_is_old_to_reference_and_shapes_the_returns",),
+    ),
+    Mutation(
+        "advantages computed before the reward is shaped",
+        "agentfly/modules/rl_module.py",
+        "        metrics.update(shape_rewards(self.rollout_callbacks, self.trainer, self, batch))\n"
+        "        metrics.update(compute_advantages(self.rollout_callbacks, self.trainer, self, batch))\n",
+        "        metrics.update(compute_advantages(self.rollout_callbacks, self.trainer, self, batch))\n"
+        "        metrics.update(shape_rewards(self.rollout_callbacks, self.trainer, self, batch))\n",
+        (f"{LEARNING}::test_kl_in_the_reward_is_old_to_reference_and_shapes_the_returns",),
+    ),
+    Mutation(
+        "a weight bucket loaded as it arrives (the engine serves a mix of old and new weights)",
+        "agentfly/rollout/engines/host.py",
+        "        if not last:\n            return None\n",
+        "",
+        ("tests/config/test_newer_verl_keys.py::test_the_engine_serves_the_new_weights_after_the_last_bucket_only",),
+    ),
+    Mutation(
+        "batch hooks in reverse stage order",
+        "agentfly/core/batch_hooks.py",
+        "sorted(hooks, key=lambda cb: cb.stage)",
+        "sorted(hooks, key=lambda cb: -cb.stage)",
+        ("tests/estimators/test_callbacks.py::test_hooks_of_one_phase_run_in_stage_order",),
+    ),
+    Mutation(
+        "loss mask inverted in collate (observation tokens trained)",
+        "agentfly/rollout/collate.py",
+        "response_mask[i, :r] = torch.tensor(t.loss_mask, dtype=torch.float32)",
+        "response_mask[i, :r] = 1 - torch.tensor(t.loss_mask, dtype=torch.float32)",
+        (f"{LEARNING}::test_the_update_is_the_gradient_of_the_sampled_tokens_only",),
+    ),
+    Mutation(
+        "observation tokens get loss mask 1",
+        "agentfly/core/trajectory.py",
+        "self._append(ids, 0, [0.0] * len(ids), -1)",
+        "self._append(ids, 1, [0.0] * len(ids), -1)",
+        (f"{LEARNING}::test_the_update_is_the_gradient_of_the_sampled_tokens_only",),
+    ),
+    Mutation(
+        "loss mask inverted in the actor loss",
+        "agentfly/modules/rl_module.py",
+        "mask = micro.response_mask\n",
+        "mask = 1 - micro.response_mask\n",
+        (f"{LEARNING}::test_the_update_is_the_gradient_of_the_sampled_tokens_only",),
+    ),
+    Mutation(
+        "ratio against the current log-probs (detached)",
+        "agentfly/modules/rl_module.py",
+        "old = logp.detach() if micro.old_log_probs is None else micro.old_log_probs",
+        "old = logp.detach()",
+        (f"{LEARNING}::test_the_ratio_is_taken_against_the_behaviour_log_probs",),
+    ),
+    Mutation(
+        "ratio against the reference's log-probs",
+        "agentfly/modules/rl_module.py",
+        "old = logp.detach() if micro.old_log_probs is None else micro.old_log_probs",
+        "old = logp.detach() if micro.ref_log_probs is None else micro.ref_log_probs",
+        (f"{LEARNING}::test_the_ratio_is_taken_against_the_behaviour_log_probs",),
+    ),
+    Mutation(
+        "entropy bonus sign flipped",
+        "agentfly/modules/rl_module.py",
+        "loss = loss - p.entropy_coeff * ent",
+        "loss = loss + p.entropy_coeff * ent",
+        (f"{LEARNING}::test_the_entropy_bonus_raises_the_entropy",),
+    ),
+    Mutation(
+        "GRPO advantages centred the wrong way",
+        "agentfly/estimators/grpo.py",
+        "centered = scores - means",
+        "centered = means - scores",
+        (f"{SIGNS}::test_better_reward_gets_positive_advantage",),
+    ),
+    Mutation(
+        "GAE TD error sign flipped",
+        "agentfly/estimators/gae.py",
+        "delta = token_level_rewards[:, t] + gamma * next_value - values[:, t]",
+        "delta = values[:, t] - token_level_rewards[:, t] - gamma * next_value",
+        (f"{SIGNS}::test_better_reward_gets_positive_advantage",),
+    ),
+    Mutation(
+        "weight sync skipped",
+        "agentfly/callbacks/weight_sync.py",
+        "            session.pool.update_weights(state, version=int(getattr(pl_module, \"policy_version\", 0)))\n",
+        "            pass\n",
+        ("tests/test_weight_sync.py::test_engine_matches_the_actor_after_an_update[transformers]",),
+    ),
+    # faults in user code (issue 14): each guard, removed, must make a test fail
+    Mutation(
+        "sync tools run in the trainer's threads, not the worker processes",
+        "agentfly/rollout/tools/call.py",
+        "    elif not tool.runs_in_process:",
+        "    elif True:",
+        (f"{WORKERS}::test_hung_tools_time_out_at_their_deadline_and_later_calls_run",),
+    ),
+    # a fault in some calls costs only the chains it hits (issue 29)
+    Mutation(
+        "a queued call's deadline counts from its submission again",
+        "agentfly/rollout/execution/workers.py",
+        "            job.deadline = started + job.timeout  # its own time starts now\n",
+        "            job.deadline = job.submitted + job.timeout\n",
+        (f"{WORKERS}::test_a_queued_call_s_deadline_starts_when_a_worker_takes_it",),
+    ),
+    Mutation(
+        "a tool with no call running waits behind another tool's hung calls",
+        "agentfly/rollout/execution/call_queue.py",
+        "        return self._running[label] == 0 and running < 2 * self.num_workers\n",
+        "        return False\n",
+        (f"{WORKERS}::test_a_tool_whose_calls_hang_never_keeps_another_tool_from_running",),
+    ),
+    # a fault costs only the chains it hits and only their time (issue 37)
+    Mutation(
+        "no spare worker kept",
+        "agentfly/rollout/execution/workers.py",
+        "            wanted = max(wanted + self.spares, self.num_workers + self.spares)\n",
+        "            wanted = max(wanted, self.num_workers)\n",
+        (f"{WORKERS}::test_a_started_pool_keeps_a_spare_so_a_dead_worker_is_not_waited_for",),
+    ),
+    Mutation(
+        "an idle call never lends its place",
+        "agentfly/rollout/execution/lending.py",
+        "            elif not job.lent and idle and queue.lent < self.max_lent:",
+        "            elif False:",
+        (f"{LENDING}::test_calls_that_sleep_wait_side_by_side_not_in_a_queue",),
+    ),
+    Mutation(
+        "a lent call still holds its place",
+        "agentfly/rollout/execution/call_queue.py",
+        "        return self._running.total() - self._lent\n",
+        "        return self._running.total()\n",
+        (f"{LENDING}::test_calls_that_sleep_wait_side_by_side_not_in_a_queue",),
+    ),
+    Mutation(
+        "a computing call lends its place",
+        "agentfly/rollout/execution/lending.py",
+        "            idle = look[1] - cpu_then <= IDLE_SHARE * (now - since)",
+        "            idle = True",
+        (f"{LENDING}::test_a_computing_call_keeps_its_place",),
+    ),
+    Mutation(
+        "workers start past the memory budget",
+        "agentfly/rollout/execution/memory_budget.py",
+        "    return claim_mb(workers, memory_mb) + memory_mb <= budget_mb",
+        "    return True",
+        (f"{LENDING}::test_the_workers_claim_stays_within_the_memory_budget",),
+    ),
+    Mutation(
+        "idle workers past the memory budget are kept",
+        "agentfly/rollout/execution/memory_budget.py",
+        "        if memory_mb <= 0 or claim <= budget_mb or left <= num_workers:",
+        "        if True:",
+        (f"{LENDING}::test_the_workers_claim_stays_within_the_memory_budget",),
+    ),
+    Mutation(
+        "a late worker start stops the pool at once",
+        "agentfly/rollout/execution/worker_starts.py",
+        "        return self.failures >= self.attempts",
+        "        return True",
+        (f"{WORKERS}::test_a_late_start_is_tried_again_and_the_pool_goes_on",),
+    ),
+    Mutation(
+        "the tool breaker's first-calls rule never trips",
+        "agentfly/rollout/tools/breaker.py",
+        "        if self.first_calls and self._first.total() == self.first_calls and len(self._first) == 1:",
+        "        if False:",
+        (f"{BREAKER}::test_run_tool_call_stops_a_tool_whose_first_calls_all_failed",),
+    ),
+    Mutation(
+        "the tool breaker's failure-rate rule never trips",
+        "agentfly/rollout/tools/breaker.py",
+        "        if len(settled) == self.window and failed >= self.failure_rate * self.window:",
+        "        if False:",
+        (f"{BREAKER}::test_the_failure_rate_rule_counts_over_the_last_window_calls",),
+    ),
+    Mutation(
+        "the tool breaker counts calls in the order they ended",
+        "agentfly/rollout/tools/breaker.py",
+        "        running = min(self._pending, default=self.started)",
+        "        running = self.started",
+        (f"{BREAKER}::test_calls_count_in_the_order_they_started_not_the_order_they_ended",),
+    ),
+    Mutation(
+        "the tool breaker counts a tool's own raise as a failure",
+        "agentfly/rollout/tools/breaker.py",
+        "        failed = kind in INFRA_TOOL_ERRORS",
+        "        failed = kind is not None",
+        (f"{BREAKER}::test_a_raise_of_the_tool_is_an_answer_and_only_infrastructure_failures_count",),
+    ),
+    Mutation(
+        "a broken tool fails its chains instead of stopping the rollout",
+        "agentfly/rollout/agent_loop.py",
+        "        except (WorkerStartError, ToolBroken):  # every chain would fail alike: the rollout stops",
+        "        except WorkerStartError:",
+        (f"{BREAKER}::test_a_broken_tool_stops_the_rollout_instead_of_failing_its_chains",),
+    ),
+    Mutation(
+        "a re-sample past the first round ignores the budget",
+        "agentfly/rollout/resampling.py",
+        "        if past_round and now - self._round_end + seconds > self.budget_s:\n",
+        "        if False:\n",
+        (f"{RESAMPLING}::test_past_the_first_round_a_rerun_starts_only_if_it_would_end_within_the_budget",),
+    ),
+    Mutation(
+        "the re-sampling budget ignores how long the re-run will take",
+        "agentfly/rollout/resampling.py",
+        "        if past_round and now - self._round_end + seconds > self.budget_s:\n",
+        "        if past_round and now - self._round_end > self.budget_s:\n",
+        (f"{RESAMPLING}::test_past_the_first_round_a_rerun_starts_only_if_it_would_end_within_the_budget",),
+    ),
+    Mutation(
+        "a failed chain's re-run waits for the first round to end",
+        "agentfly/rollout/agent_loop.py",
+        "                attempt += 1\n",
+        "                while retry._first_runs:\n"
+        "                    await asyncio.sleep(0.01)\n"
+        "                attempt += 1\n",
+        (f"{RESAMPLING}::test_a_failed_chain_is_rerun_while_the_first_round_still_runs",),
+    ),
+    Mutation(
+        "the math judge takes any number for its verdict",
+        "agentfly/rollout/rewards/llm_judge.py",
+        "(0\\.0|1\\.0)",
+        "([0-9.]+)",
+        ("tests/rollout/test_llm_judge.py::test_a_verdict_that_does_not_parse_fails_the_reward",),
+    ),
+    Mutation(
+        "a run scores with the judge unbound to its server",
+        "agentfly/rollout/runner.py",
+        "        reward=reward,\n",
+        "        reward=plan.reward,\n",
+        ("tests/rollout/test_llm_judge.py::test_a_rollout_scores_its_chains_with_the_configured_judge",),
+    ),
+    Mutation(
+        "rewards beyond float32 accepted",
+        "agentfly/rollout/rewards/result.py",
+        "    if abs(number) > FLOAT32_MAX:",
+        "    if False:",
+        (f"{WORKERS}::test_a_reward_beyond_float32_is_malformed_and_named",),
+    ),
+    Mutation(
+        "a prompt that leaves no room is generated anyway",
+        "agentfly/rollout/agent_loop.py",
+        "        if len(prompt.ids) >= self.max_model_len:",
+        "        if False:",
+        ("tests/rollout/test_prompt_fit.py::test_a_chain_whose_prompt_leaves_no_room_never_generates",),
+    ),
+    Mutation(
+        "the sandbox keeps root",
+        "agentfly/rollout/execution/sandbox_worker.py",
+        '    if limits.get("uid") is not None and os.geteuid() == 0:',
+        "    if False:",
+        ("tests/rollout/test_sandbox_escape.py::test_etc_shadow_is_unreadable",),
+    ),
+    Mutation(
+        "a damaged last.ckpt is resumed from",
+        "agentfly/run/checkpoints.py",
+        "            why = checkpoint_damage(path)\n",
+        "            why = None\n",
+        ("tests/test_damaged_checkpoint.py::test_a_truncated_last_ckpt_resumes_from_the_intact_iteration_before_it",),
+    ),
+    Mutation(
+        "a resume across a changed meaning key is not refused",
+        "agentfly/run/resume.py",
+        "    if refused and not plan.resume_changed_config:",
+        "    if False:",
+        ("tests/test_resume_config.py::test_a_changed_train_batch_size_is_refused_unless_told",),
+    ),
+    Mutation(
+        "sft loss on every response token (observations trained)",
+        "agentfly/modules/sft_module.py",
+        'loss = agg_loss(nll, micro.response_mask, "token-mean", num_tokens=tokens)',
+        'loss = agg_loss(nll, torch.ones_like(micro.response_mask), "token-mean", num_tokens=tokens)',
+        ("tests/sft/test_sft_module.py::test_the_loss_is_the_mean_nll_of_the_assistant_tokens",),
+    ),
+    Mutation(
+        "sft conversation: the text between turns laid out as sampled (mask 1)",
+        "agentfly/sft/conversations.py",
+        "traj.append_observation(self._encode(between))",
+        "traj.append_sampled(self._encode(between), [0.0] * len(self._encode(between)))",
+        ("tests/sft/test_conversations.py::test_the_mask_is_one_exactly_on_the_assistant_tokens",),
+    ),
+    Mutation(
+        "LoRA adapter not merged into the weights the engines receive",
+        "agentfly/core/weights.py",
+        'state[f"{name}.weight"] = weight + layer.get_delta_weight(ADAPTER).to(weight.dtype)',
+        'state[f"{name}.weight"] = weight + 0 * layer.get_delta_weight(ADAPTER).to(weight.dtype)',
+        ("tests/test_lora_fit.py::test_merged_weights_reach_the_engine_with_merge",),
+    ),
+    # the transformers engine's prefix cache (issue 37): stale or misplaced K/V train silently
+    Mutation(
+        "prefix cache: new weights keep the old weights' K/V",
+        "agentfly/rollout/engines/transformers_engine.py",
+        "        self._prefixes.free()  # its K/V were computed with the old weights\n",
+        "",
+        ("tests/rollout/test_prefix_cache.py::test_new_weights_or_sleep_empty_the_store",),
+    ),
+    Mutation(
+        "prefix cache: a new LoRA adapter keeps the old adapter's K/V",
+        "agentfly/rollout/engines/transformers_engine.py",
+        "        self._prefixes.free()  # its K/V were computed with the old weights\n"
+        "        if isinstance(weights, LoraAdapter):\n"
+        "            self._load_adapter(weights)\n"
+        "            return\n",
+        "        if isinstance(weights, LoraAdapter):\n"
+        "            self._load_adapter(weights)\n"
+        "            return\n"
+        "        self._prefixes.free()  # its K/V were computed with the old weights\n",
+        ("tests/rollout/test_prefix_cache.py::test_new_weights_or_sleep_empty_the_store",),
+    ),
+    Mutation(
+        "prefix cache: emptying the store keeps its blocks",
+        "agentfly/rollout/engines/prefix_cache.py",
+        "        self._blocks.clear()\n",
+        "",
+        ("tests/rollout/test_prefix_cache.py::test_new_weights_or_sleep_empty_the_store",),
+    ),
+    Mutation(
+        "prefix cache: kept through a sync update on the trainer's device",
+        "agentfly/callbacks/weight_sync.py",
+        "        session.pool.free_prefix_cache()\n",
+        "",
+        ("tests/rollout/test_prefix_cache_memory.py::"
+         "test_a_fit_s_update_runs_with_the_in_process_engine_s_store_empty_and_serves_exactly_after",),
+    ),
+    Mutation(
+        "prefix cache: a reused prefix's first token masked out",
+        "agentfly/rollout/engines/kv_cache.py",
+        "            mask[u, width - n :] = 1\n",
+        "            mask[u, width - n + 1 :] = 1\n",
+        ("tests/rollout/test_prefix_cache.py::"
+         "test_multi_turn_calls_equal_the_uncached_engine_and_prefill_only_the_new_tokens",),
+    ),
+    Mutation(
+        "prefix cache: a finished row's K/V stored from the batch's first row",
+        "agentfly/rollout/engines/prefix_reuse.py",
+        "kv_cache.row_kv(cache, row, columns[start:end])",
+        "kv_cache.row_kv(cache, 0, columns[start:end])",
+        ("tests/rollout/test_prefix_cache.py::"
+         "test_multi_turn_calls_equal_the_uncached_engine_and_prefill_only_the_new_tokens",),
+    ),
+    Mutation(
+        "sspo_multiturn (its math in no source) is not refused",
+        "agentfly/config/validate.py",
+        "    if name in NOT_BUILT:\n",
+        "    if False:\n",
+        ("tests/config/test_estimator_needs.py::"
+         "test_sspo_multiturn_is_refused_naming_why_not_as_unknown",),
+    ),
+    Mutation(
+        "a folded chain's reward on every segment's row",
+        "agentfly/rollout/collate.py",
+        "        if len(sampled) and rewards[i] is not None:\n"
+        "            scores[i, int(sampled[-1])] = float(rewards[i])\n",
+        "        if len(sampled) and trajs[-1].reward is not None:\n"
+        "            scores[i, int(sampled[-1])] = float(trajs[-1].reward)\n",
+        ("tests/rollout/test_folding.py::"
+         "test_collate_gives_a_row_per_segment_and_the_reward_to_the_last",),
+    ),
+    Mutation(
+        "SWE workspace: a link out of the workspace not resolved before the confinement check",
+        "agentfly/rollout/tools/workspace.py",
+        "        full = Path(os.path.realpath(root / text))\n",
+        "        full = Path(os.path.abspath(root / text))\n",
+        ("tests/rollout/test_tools_workspace.py::"
+         "test_no_file_tool_reaches_a_path_outside_the_workspace",),
+    ),
+]
