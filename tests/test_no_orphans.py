@@ -329,8 +329,8 @@ def hanging_cleanup():
 shutdown.EXIT_BACKSTOP_S = float(sys.argv[2])
 with shutdown.sigterm_exits(deadline_s=float(sys.argv[1])):
     child = subprocess.Popen(["sleep", "120"])
-    print(child.pid, flush=True)
-    try:
+    try:  # the pid said inside: the SIGTERM that follows it always meets the cleanup
+        print(child.pid, flush=True)
         time.sleep(100)
     finally:
         hanging_cleanup()
