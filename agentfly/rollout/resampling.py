@@ -32,8 +32,7 @@ from collections.abc import Callable
 from agentfly.core.trajectory import Trajectory
 from agentfly.rollout.failures import failure_reason
 
-#: the budget of a run without tools (``algorithm.resample_budget_s=null`` is the longest timeout
-#: of the run's tools): ``@tool``'s default deadline
+#: ``algorithm.resample_budget_s``'s default: about one tool deadline (``@tool``'s default is 30 s)
 BUDGET_S = 30.0
 
 

@@ -143,22 +143,9 @@ def plan_datamodule(
         idle_threads=_idle_threads(cfg, topology, hw),
         failed_chains=str(cfg.algorithm.failed_chains),
         max_resamples=int(cfg.algorithm.max_resamples),
-        resample_budget_s=resample_budget_s(cfg),
+        resample_budget_s=float(cfg.algorithm.resample_budget_s),
     )
 
-
-def resample_budget_s(cfg: Any) -> float:
-    """``algorithm.resample_budget_s``, or where it is null the longest timeout of the run's
-    tools (``@tool``'s default where the run has none): a re-run past the first round must then
-    be expected to end within about one more tool deadline."""
-    if cfg.algorithm.resample_budget_s is not None:
-        return float(cfg.algorithm.resample_budget_s)
-    from agentfly.rollout.resampling import BUDGET_S
-    from agentfly.rollout.tools.bind import bind_tools
-
-    init = cfg.agent.init_config
-    tools = bind_tools([str(t) for t in init.tools or []], dict(init.tool_config or {}))
-    return max((float(t.timeout) for t in tools), default=BUDGET_S)
 
 
 def _engine_threads(cfg: Any, topology: Topology, hw: Hardware) -> int | None:

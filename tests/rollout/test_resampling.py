@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from types import SimpleNamespace
 
 import pytest
 
@@ -127,16 +126,10 @@ def test_a_negative_bound_is_refused(kwargs, named):
         Resampler(**kwargs)
 
 
-def test_the_config_s_default_budget_is_null_and_a_run_without_tools_gets_the_resampler_s():
+def test_the_config_s_default_budget_is_the_resampler_s():
     from agentfly.config.schema import AlgorithmConfig
-    from agentfly.run.plan import resample_budget_s
 
-    assert AlgorithmConfig().resample_budget_s is None
-    no_tools = SimpleNamespace(
-        algorithm=SimpleNamespace(resample_budget_s=None),
-        agent=SimpleNamespace(init_config=SimpleNamespace(tools=[], tool_config=None)),
-    )
-    assert resample_budget_s(no_tools) == BUDGET_S == Resampler().budget_s
+    assert AlgorithmConfig().resample_budget_s == BUDGET_S == Resampler().budget_s
 
 
 def test_a_negative_budget_is_refused_when_the_config_is_composed(tmp_path):
@@ -264,17 +257,3 @@ def test_a_rerun_that_would_end_past_the_budget_is_not_started(loop, budget_s, r
     assert len(resampler.replaced) == runs - 1
     assert resampler.past_budget == (0 if kept else 1)
 
-
-def test_a_null_budget_is_the_longest_timeout_of_the_run_s_tools(tmp_path):
-    """``algorithm.resample_budget_s=null`` (the default): the tools' longest deadline, so that a
-    re-run past the first round ends within about one more of them; a number is kept as given."""
-    from agentfly.run.plan import resample_budget_s
-    from tests.config.plans import base, compose, write_plan_data
-
-    tools = [
-        *base(write_plan_data(tmp_path)),
-        "agent.init_config.tools=[calculator,answer]",
-        "agent.init_config.tool_config={calculator: {timeout: 7}, answer: {timeout: 2}}",
-    ]
-    assert resample_budget_s(compose(tools)) == 7.0
-    assert resample_budget_s(compose([*tools, "algorithm.resample_budget_s=1.5"])) == 1.5
