@@ -42,6 +42,27 @@ class ParsedTurn:
     answer: str | None = None
 
 
+def single_call_argument(
+    calls: list[ToolCallRequest], agent_type: str, tool: str, argument: str, what: str
+) -> Any:
+    """``argument`` of the one call of ``tool`` that a turn of ``agent_type`` writes (agents
+    whose turn holds a single call: ``searchr1``'s search, ``bash_swe``'s command); ``what``
+    names that call in the message.
+
+    Raises:
+        ValueError: several calls, another tool, or arguments other than ``argument``.
+    """
+    if len(calls) != 1:
+        raise ValueError(f"a {agent_type} turn holds one {what}; got {len(calls)} calls")
+    (call,) = calls
+    args = call.arguments
+    if call.name != tool or not isinstance(args, dict) or set(args) != {argument}:
+        raise ValueError(
+            f"a {agent_type} turn can only write {tool}({argument}=...); got {call.name}({args!r})"
+        )
+    return args[argument]
+
+
 class Agent:
     """Base agent type. Subclasses implement :meth:`parse`.
 

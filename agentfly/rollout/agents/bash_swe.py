@@ -21,7 +21,13 @@ from __future__ import annotations
 
 import re
 
-from agentfly.rollout.agents.base import Agent, ParsedTurn, ToolCallRequest, register_agent
+from agentfly.rollout.agents.base import (
+    Agent,
+    ParsedTurn,
+    ToolCallRequest,
+    register_agent,
+    single_call_argument,
+)
 from agentfly.rollout.agents.swe_prompts import BASH_SYSTEM_PROMPT, SUBMIT_MARKER
 
 BASH_BLOCK = re.compile(r"```(?:mswea_bash_command|bash)\s*(.*?)```", re.DOTALL | re.IGNORECASE)
@@ -52,12 +58,5 @@ class BashSWEAgent(Agent):
         Raises:
             ValueError: several calls, another tool, or arguments other than ``cmd``.
         """
-        if len(calls) != 1:
-            raise ValueError(f"a bash_swe turn holds one command; got {len(calls)} calls")
-        (call,) = calls
-        args = call.arguments
-        if call.name != SHELL_TOOL or not isinstance(args, dict) or set(args) != {"cmd"}:
-            raise ValueError(
-                f"a bash_swe turn can only write run_shell_command(cmd=...); got {call.name}({args!r})"
-            )
-        return f"```mswea_bash_command\n{args['cmd']}\n```"
+        command = single_call_argument(calls, "bash_swe", SHELL_TOOL, "cmd", "command")
+        return f"```mswea_bash_command\n{command}\n```"

@@ -28,7 +28,13 @@ from __future__ import annotations
 
 import re
 
-from agentfly.rollout.agents.base import Agent, ParsedTurn, ToolCallRequest, register_agent
+from agentfly.rollout.agents.base import (
+    Agent,
+    ParsedTurn,
+    ToolCallRequest,
+    register_agent,
+    single_call_argument,
+)
 
 SEARCH = re.compile(r"<search>\s*(.*?)\s*</search>", re.DOTALL | re.IGNORECASE)
 ANSWER = re.compile(r"<answer>.*?</answer>", re.DOTALL | re.IGNORECASE)
@@ -73,12 +79,5 @@ class SearchR1Agent(Agent):
         Raises:
             ValueError: several calls, another tool, or arguments other than ``query``.
         """
-        if len(calls) != 1:
-            raise ValueError(f"a searchr1 turn holds one search; got {len(calls)} calls")
-        (call,) = calls
-        args = call.arguments
-        if call.name != SEARCH_TOOL or not isinstance(args, dict) or set(args) != {"query"}:
-            raise ValueError(
-                f"a searchr1 turn can only write search(query=...); got {call.name}({args!r})"
-            )
-        return f"<search> {args['query']} </search>"
+        query = single_call_argument(calls, "searchr1", SEARCH_TOOL, "query", "search")
+        return f"<search> {query} </search>"
