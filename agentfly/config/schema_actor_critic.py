@@ -140,6 +140,14 @@ class ActorConfig:
             one update per rollout).
         ppo_micro_batch_size_per_gpu: trajectories per forward/backward on one device;
             ``None`` = the whole per-device mini-batch (no gradient accumulation).
+        use_dynamic_bsz: form the update's micro-batches by real tokens instead of trajectories
+            (at most ``ppo_max_token_len_per_gpu`` each, a longer trajectory alone; first-fit
+            decreasing, :mod:`agentfly.modules.micro_batches`); ``ppo_micro_batch_size_per_gpu``
+            is then unused. Also the default of the rollout's, the reference's and the critic's
+            ``*use_dynamic_bsz``.
+        ppo_max_token_len_per_gpu: that budget, prompt and response tokens per micro-batch on one
+            device; also the default of the rollout's and the reference's
+            ``log_prob_max_token_len_per_gpu``.
         ppo_epochs: passes over each rollout batch.
         shuffle: draw each PPO epoch's mini-batches from a fresh (seeded) permutation of the
             rollout's trajectories instead of in rollout order.
@@ -170,6 +178,8 @@ class ActorConfig:
     strategy: Literal["auto", "ddp", "fsdp"] = "auto"
     ppo_mini_batch_size: PositiveInt = 256
     ppo_micro_batch_size_per_gpu: PositiveInt | None = None
+    use_dynamic_bsz: bool = False
+    ppo_max_token_len_per_gpu: PositiveInt = 16384
     ppo_epochs: PositiveInt = UpdateSettings.epochs
     shuffle: bool = False
     clip_ratio: NonNegativeFloat = PolicyLossSettings.clip_ratio_low
@@ -223,8 +233,11 @@ class ModelConfig:
 
     Attributes:
         path: HF model id or local path (``agent.init_config.model_name_or_path`` is a spelling of it).
-        use_remove_padding: pack sequences without padding; only ``False`` (not implemented;
-            padding never reaches the LM head or the loss).
+        use_remove_padding: the actor's and the reference's forward passes run each
+            micro-batch's trajectories packed into one sequence without padding (flash
+            attention's varlen kernel when the model runs ``flash_attention_2``, a block-diagonal
+            causal mask otherwise; :mod:`agentfly.modules.packing`). Skips the shared-prompt
+            KV reuse of the padded path.
         enable_gradient_checkpointing: recompute activations in the backward pass.
         enable_activation_offload: keep the update's saved activations on the CPU (GPU runs).
         trust_remote_code: let Hugging Face run model and tokenizer code shipped with the
@@ -300,14 +313,19 @@ class RolloutConfig:
         tensor_model_parallel_size: GPUs per engine.
         log_prob_micro_batch_size_per_gpu: trajectories per log-prob forward on one device;
             ``None`` = the actor's micro-batch.
+        log_prob_use_dynamic_bsz: the rollout-time log-prob pass's micro-batches by real tokens
+            (``log_prob_max_token_len_per_gpu`` each); ``None`` = ``actor.use_dynamic_bsz``.
+        log_prob_max_token_len_per_gpu: that budget; ``None`` = ``actor.ppo_max_token_len_per_gpu``.
         num_engines: engines in the pool (Ray actors); 0 = one engine in the training process,
             no Ray; ``None`` resolves to what the machine holds: on GPUs
             ``max(1, n_gpus_per_node * nnodes // tensor_model_parallel_size)``; on the CPU 0
             for ``hf`` engines and one training process on one node without ``RAY_ADDRESS``,
             else 1 (see :mod:`agentfly.run.topology`).
         dtype: engine weights dtype on GPUs; engines on the CPU run in float32, as training does.
-        enforce_eager: disable CUDA graphs and compilation in vLLM; ``None`` = eager on the
-            CPU, CUDA graphs on GPUs.
+        enforce_eager: no CUDA graphs: vLLM without graphs and compilation, the
+            ``transformers`` engine on its dynamic K/V cache (``False``: its static K/V slots,
+            the one-token step captured as a CUDA graph on a GPU, run eagerly on the CPU);
+            ``None`` = eager on the CPU, CUDA graphs on GPUs.
         enable_prefix_caching: the engines keep the KV cache of the sequences they generate, so
             a chain's next turn prefills only its new tokens (the ``transformers`` and ``vllm``
             engines; cleared whenever new weights arrive).
@@ -330,6 +348,8 @@ class RolloutConfig:
     gpu_memory_utilization: UnitFraction = 0.5
     tensor_model_parallel_size: PositiveInt = 1
     log_prob_micro_batch_size_per_gpu: PositiveInt | None = None
+    log_prob_use_dynamic_bsz: bool | None = None
+    log_prob_max_token_len_per_gpu: PositiveInt | None = None
     num_engines: NonNegativeInt | None = None
     dtype: Literal["bfloat16", "float16", "float32", "auto"] = "bfloat16"
     enforce_eager: bool | None = None
@@ -349,11 +369,16 @@ class RefConfig:
             reference has no optimizer).
         log_prob_micro_batch_size_per_gpu: trajectories per forward on one device;
             ``None`` = the actor's micro-batch.
+        log_prob_use_dynamic_bsz: the reference pass's micro-batches by real tokens
+            (``log_prob_max_token_len_per_gpu`` each); ``None`` = ``actor.use_dynamic_bsz``.
+        log_prob_max_token_len_per_gpu: that budget; ``None`` = ``actor.ppo_max_token_len_per_gpu``.
         ulysses_sequence_parallel_size: sequence-parallel degree (defaults to the actor's).
     """
 
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
     log_prob_micro_batch_size_per_gpu: PositiveInt | None = None
+    log_prob_use_dynamic_bsz: bool | None = None
+    log_prob_max_token_len_per_gpu: PositiveInt | None = None
     ulysses_sequence_parallel_size: int | None = None
 
 
@@ -378,7 +403,8 @@ class CriticModelConfig:
         path: HF model id or local path; required when the estimator needs a critic.
         enable_gradient_checkpointing: recompute activations in the backward pass.
         enable_activation_offload: keep the update's saved activations on the CPU (GPU runs).
-        use_remove_padding: only ``False`` (see the actor model's).
+        use_remove_padding: the critic's forward passes run packed, without padding (see the
+            actor model's).
         fsdp_config: how FSDP shards the critic, and its ``model_dtype`` (AgentFly's verl spells
             it ``critic.fsdp``).
     """
@@ -399,6 +425,11 @@ class CriticConfig:
         optim: its optimizer (lr 1e-5 as in verl).
         ppo_mini_batch_size: trajectories per critic step (defaults to the actor's).
         ppo_micro_batch_size_per_gpu: trajectories per forward/backward on one device.
+        use_dynamic_bsz: the critic's micro-batches (update and values pass) by real tokens;
+            ``None`` = ``actor_rollout_ref.actor.use_dynamic_bsz``.
+        ppo_max_token_len_per_gpu: the update's budget, tokens per micro-batch on one device.
+        forward_max_token_len_per_gpu: the values pass's budget; ``None`` =
+            ``ppo_max_token_len_per_gpu``.
         ppo_epochs: passes per rollout batch (defaults to the actor's).
         cliprange_value: value clipping range.
         grad_clip: max gradient norm.
@@ -414,6 +445,9 @@ class CriticConfig:
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=CRITIC_LR))
     ppo_mini_batch_size: PositiveInt | None = None
     ppo_micro_batch_size_per_gpu: PositiveInt | None = None
+    use_dynamic_bsz: bool | None = None
+    ppo_max_token_len_per_gpu: PositiveInt = 32768
+    forward_max_token_len_per_gpu: PositiveInt | None = None
     ppo_epochs: PositiveInt | None = None
     cliprange_value: NonNegativeFloat = CriticSettings.cliprange_value
     grad_clip: NonNegativeFloat = UpdateSettings.grad_clip

@@ -100,10 +100,6 @@ UNSUPPORTED: tuple[tuple[str, Any, str], ...] = (
      "(Ulysses) is not implemented; use 1"),
     ("critic.ulysses_sequence_parallel_size", 1, "sequence parallelism (Ulysses) is not "
      "implemented; use 1"),
-    ("actor_rollout_ref.model.use_remove_padding", False, "padding-free packing is not "
-     "implemented (padding never reaches the LM head or the loss); use False"),
-    ("critic.model.use_remove_padding", False, "padding-free packing is not implemented; use "
-     "False"),
     ("actor_rollout_ref.ref.fsdp_config.optimizer_offload", False, "the reference model has no "
      "optimizer; use actor_rollout_ref.ref.fsdp_config.param_offload"),
 )

@@ -7,7 +7,8 @@ mini-batches, or a KL penalty in the reward; or when ``rollout_rs`` rejects), th
 rollout-batch callbacks (the module's ``rollout_callbacks``: the reward's shaping, then the
 advantages; :mod:`agentfly.core.batch_hooks`), then the updates.
 One loop (:meth:`AgentRLModule._update`) serves the critic and the actor: ``epochs`` passes over
-mini-batches, accumulating micro-batches, one optimizer step per mini-batch. The actor's loss is
+mini-batches, accumulating micro-batches (of ``micro_batch_size`` rows, or by a token budget:
+:mod:`agentfly.modules.micro_batches`), one optimizer step per mini-batch. The actor's loss is
 the clipped policy loss + ``kl_loss_coef`` × KL − ``entropy_coeff`` × entropy; the critic
 minimises the clipped value loss with its own update and optimizer settings
 (:class:`~agentfly.modules.settings.CriticSettings`). The settings arrive as typed groups
@@ -46,6 +47,8 @@ from agentfly.modules.losses import (
     logprobs_from_logits,
     value_loss,
 )
+from agentfly.modules.micro_batches import per_row, split
+from agentfly.modules.packing import packed_response_logits, packed_values
 from agentfly.modules.policy_losses import get_policy_loss
 from agentfly.modules.policy_model import (
     build_critic_model,
@@ -186,11 +189,13 @@ class AgentRLModule(pl.LightningModule):
         """Logits at the positions that predict response tokens, / temperature. (B, T, V).
 
         Only response positions reach the LM head, and chains sharing a prompt encode it once
-        (:mod:`agentfly.modules.response_logits`)."""
-        logits = response_logits(
-            model, batch.input_ids, batch.attention_mask, batch.position_ids,
-            batch.prompt_length, batch.response_length,
-        ).float()  # (B, T, V); no copy in fp32
+        (:mod:`agentfly.modules.response_logits`); with ``remove_padding`` the rows run packed
+        (:mod:`agentfly.modules.packing`: zeros at padding positions)."""
+        inputs = (model, batch.input_ids, batch.attention_mask, batch.position_ids, batch.prompt_length)
+        if self.model_settings.remove_padding:
+            logits = packed_response_logits(*inputs).float()  # (B, T, V)
+        else:
+            logits = response_logits(*inputs, batch.response_length).float()  # (B, T, V); no copy in fp32
         temperature = self.model_settings.temperature
         return logits if temperature == 1.0 else logits / temperature
 
@@ -206,6 +211,9 @@ class AgentRLModule(pl.LightningModule):
     def values(self, batch: RolloutBatch) -> torch.Tensor:
         """Critic values at the positions that predict response tokens. (B, T)."""
         p, t = batch.prompt_length, batch.response_length
+        assert self.critic_settings is not None
+        if self.critic_settings.remove_padding:
+            return packed_values(self.critic, batch.input_ids, batch.attention_mask, batch.position_ids, p).float()
         out = self.critic(**batch.model_inputs()).logits  # (B, P + T, 1)
         return out[:, p - 1 : p - 1 + t, 0].float()
 
@@ -217,21 +225,27 @@ class AgentRLModule(pl.LightningModule):
         responses, and the full-vocabulary KL(old ‖ ref) per response position, Σ_v p(v)(log p(v)
         − log q(v)): one forward of each model per micro-batch, only that micro-batch's logits
         held. Returns ``(old_log_probs, ref_log_probs, full_kl)``, each (B, T)."""
-        old, ref, full = [], [], []
-        for micro in batch.split(self.actor_settings.pass_micro_batch_size):
+
+        def one(micro: RolloutBatch) -> tuple[torch.Tensor, ...]:
             logits = self._response_logits(self.actor, micro)  # (b, T, V)
             ref_logits = self._reference_logits(micro)  # (b, T, V)
-            old.append(logprobs_from_logits(logits, micro.responses))
-            ref.append(logprobs_from_logits(ref_logits, micro.responses))
-            full.append(full_kl_from_logits(logits, ref_logits))
-            del logits, ref_logits
-        return torch.cat(old), torch.cat(ref), torch.cat(full)
+            return (
+                logprobs_from_logits(logits, micro.responses),
+                logprobs_from_logits(ref_logits, micro.responses),
+                full_kl_from_logits(logits, ref_logits),
+            )
+
+        a = self.actor_settings
+        old, ref, full = per_row(one, batch, a.pass_micro_batch_size, a.forward_max_token_len)
+        return old, ref, full
 
     @torch.no_grad()
     def _no_grad_pass(
-        self, fn: Callable[[RolloutBatch], torch.Tensor], batch: RolloutBatch, chunk: int | None
+        self, fn: Callable[[RolloutBatch], torch.Tensor], batch: RolloutBatch, rows: int | None,
+        tokens: int | None,
     ) -> torch.Tensor:
-        return torch.cat([fn(micro) for micro in batch.split(chunk)])
+        """``fn`` over micro-batches of ``rows`` rows, or of ``tokens`` real tokens when set."""
+        return per_row(lambda micro: (fn(micro),), batch, rows, tokens)[0]
 
     def _saved_activations(self, offload: bool) -> Any:
         """Where the backward pass keeps activations: on the CPU when offloading on a GPU."""
@@ -288,19 +302,20 @@ class AgentRLModule(pl.LightningModule):
         needs_old = reuses or correction.rollout_rs is not None
         if needs_old and batch.old_log_probs is None:
             start = clock()
-            chunk = self.actor_settings.pass_micro_batch_size
-            batch.old_log_probs = self._no_grad_pass(lambda b: self.log_probs(self.actor, b), batch, chunk)
+            rows, tokens = a.pass_micro_batch_size, a.forward_max_token_len
+            batch.old_log_probs = self._no_grad_pass(lambda b: self.log_probs(self.actor, b), batch, rows, tokens)
             metrics["timing/old_log_prob_s"] = clock() - start
         needs_ref = kl.use_kl_in_reward or kl.kl_loss_type != "full"
         if kl.needs_reference and needs_ref and batch.ref_log_probs is None:
             start = clock()
-            chunk = kl.reference_micro_batch_size or self.actor_settings.micro_batch_size
+            rows, tokens = kl.reference_micro_batch_size or a.micro_batch_size, kl.reference_max_token_len
             with reference_of(self.actor, self.reference) as reference:
-                batch.ref_log_probs = self._no_grad_pass(lambda b: self.log_probs(reference, b), batch, chunk)
+                batch.ref_log_probs = self._no_grad_pass(lambda b: self.log_probs(reference, b), batch, rows, tokens)
             metrics["timing/reference_s"] = clock() - start
         if critic is not None:
             start = clock()
-            batch.values = self._no_grad_pass(self.values, batch, critic.update.pass_micro_batch_size)
+            u = critic.update
+            batch.values = self._no_grad_pass(self.values, batch, u.pass_micro_batch_size, u.forward_max_token_len)
             metrics["timing/critic_values_s"] = clock() - start
         return metrics
 
@@ -353,7 +368,7 @@ class AgentRLModule(pl.LightningModule):
                 norms = agg_norms(s.loss_agg_mode, mini.response_mask, s.loss_scale_factor)
                 opt.zero_grad()
                 parts: dict[str, float] = {}
-                for micro in mini.split(s.micro_batch_size):
+                for micro in split(mini, s.micro_batch_size, s.max_token_len):
                     with self._saved_activations(s.activation_offload):
                         loss, losses = loss_fn(micro, s.loss_agg_mode, norms)
                         self.manual_backward(loss)

@@ -84,6 +84,8 @@ class ModelSettings:
             ``softmax(logits / temperature)``, the distribution the engines sampled from.
         lora: a LoRA adapter on the actor (off at rank 0); with one, the reference is the base
             model with the adapter switched off, not a second copy.
+        remove_padding: the actor's and the reference's forward passes run each micro-batch's
+            rows packed into one sequence, without padding (:mod:`agentfly.modules.packing`).
     """
 
     path: str
@@ -92,6 +94,7 @@ class ModelSettings:
     reference_dtype: str = "float32"
     temperature: float = 1.0
     lora: LoraSettings = LoraSettings()
+    remove_padding: bool = False
 
 
 @dataclass(frozen=True)
@@ -112,6 +115,11 @@ class UpdateSettings:
         loss_scale_factor: ``seq-mean-token-sum-norm``'s constant (None: the padded length).
         gradient_checkpointing: recompute activations in the backward pass.
         activation_offload: keep saved activations on the CPU during the backward pass (CUDA).
+        max_token_len: the update's micro-batches by real tokens (prompt and response) instead
+            of rows: at most this many each, a longer row alone
+            (:mod:`agentfly.modules.micro_batches`); None: ``micro_batch_size`` rows.
+        forward_max_token_len: the same for the no-grad pass before the update; None: by rows
+            (``forward_micro_batch_size``).
     """
 
     name: str
@@ -125,6 +133,14 @@ class UpdateSettings:
     loss_scale_factor: float | None = None
     gradient_checkpointing: bool = False
     activation_offload: bool = False
+    max_token_len: int | None = None
+    forward_max_token_len: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_token_len", "forward_max_token_len"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ValueError(f"{self.name} {name}={value} must be > 0 (None: by rows)")
 
     @property
     def pass_micro_batch_size(self) -> int | None:
@@ -221,6 +237,8 @@ class KLSettings:
         kl_penalty: the reward's estimator; ``full`` also gives the hooks ``full_kl``.
         reference_micro_batch_size: trajectories per forward of the reference's no-grad pass
             (None: the actor's micro-batch).
+        reference_max_token_len: that pass's micro-batches by real tokens instead (None: by
+            rows).
     """
 
     use_kl_loss: bool = True
@@ -229,6 +247,7 @@ class KLSettings:
     use_kl_in_reward: bool = False
     kl_penalty: str = "kl"
     reference_micro_batch_size: int | None = None
+    reference_max_token_len: int | None = None
 
     @property
     def needs_reference(self) -> bool:
@@ -329,6 +348,7 @@ class CriticSettings:
         cliprange_value: how far a value may move from the rollout's before the loss clips it.
         warmup_iterations: iterations that update only the critic.
         dtype: its parameter dtype as loaded (``critic.model.fsdp_config.model_dtype``).
+        remove_padding: its forward passes run each micro-batch's rows packed, without padding.
     """
 
     path: str
@@ -337,6 +357,7 @@ class CriticSettings:
     cliprange_value: float = 0.5
     warmup_iterations: int = 0
     dtype: str = "float32"
+    remove_padding: bool = False
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from agentfly.core.batch import RolloutBatch
 from agentfly.modules.fsdp import total_norm
 from agentfly.modules.lora import drop_frozen_base, restore_frozen_base
 from agentfly.modules.losses import agg_loss, logprobs_from_logits
+from agentfly.modules.packing import packed_response_logits
 from agentfly.modules.policy_model import build_optimizer, build_trainable_policy
 from agentfly.modules.response_logits import response_logits
 from agentfly.modules.settings import FSDPSettings, ModelSettings, OptimizerSettings, UpdateSettings
@@ -86,11 +87,13 @@ class AgentSFTModule(pl.LightningModule):
         return [opt], [sched]
 
     def token_log_probs(self, batch: RolloutBatch) -> torch.Tensor:
-        """log p of every response token under the policy. Shape: (B, T)."""
-        logits = response_logits(
-            self.actor, batch.input_ids, batch.attention_mask, batch.position_ids,
-            batch.prompt_length, batch.response_length,
-        ).float()  # (B, T, V)
+        """log p of every response token under the policy (with ``remove_padding`` the rows run
+        packed, :mod:`agentfly.modules.packing`). Shape: (B, T)."""
+        inputs = (self.actor, batch.input_ids, batch.attention_mask, batch.position_ids, batch.prompt_length)
+        if self.model_settings.remove_padding:
+            logits = packed_response_logits(*inputs).float()  # (B, T, V)
+        else:
+            logits = response_logits(*inputs, batch.response_length).float()  # (B, T, V)
         return logprobs_from_logits(logits, batch.responses)
 
     def _saved_activations(self) -> Any:

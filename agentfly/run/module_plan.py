@@ -103,6 +103,7 @@ def model_settings(
         reference_dtype=reference_dtype,
         temperature=temperature,
         lora=lora_settings(model.lora),
+        remove_padding=bool(model.use_remove_padding),
     )
 
 
@@ -117,11 +118,13 @@ def fsdp_settings(fsdp: Any) -> FSDPSettings:
 
 def update_settings(
     name: str, section: Any, model: Any, *, world: int, budget: float, micro: int | None,
-    shuffle_seed: int | None, forward_micro: int | None = None,
+    shuffle_seed: int | None, forward_micro: int | None = None, max_tokens: int | None = None,
+    forward_max_tokens: int | None = None,
 ) -> UpdateSettings:
     """An update's settings from its section (``actor_rollout_ref.actor``, ``critic``) and its
     model's (``enable_gradient_checkpointing``...): the mini-batch per rank, the loss constant
-    defaulting to the response ``budget``."""
+    defaulting to the response ``budget``; ``max_tokens``/``forward_max_tokens``: the token
+    budgets of dynamic micro-batches (None: by trajectories)."""
     return UpdateSettings(
         name=name,
         mini_batch_size=max(1, section.ppo_mini_batch_size // world),
@@ -134,7 +137,16 @@ def update_settings(
         loss_scale_factor=float(section.loss_scale_factor or budget),
         gradient_checkpointing=bool(model.enable_gradient_checkpointing),
         activation_offload=bool(model.enable_activation_offload),
+        max_token_len=max_tokens,
+        forward_max_token_len=forward_max_tokens,
     )
+
+
+def token_budget(flag: bool | None, budget: int | None, default_flag: bool, default_budget: int) -> int | None:
+    """A pass's token budget from verl's ``*use_dynamic_bsz`` and ``*max_token_len_per_gpu``
+    (None: each falls back on the default given), or None when the pass goes by trajectories."""
+    on = default_flag if flag is None else bool(flag)
+    return int(budget or default_budget) if on else None
 
 
 def optimizer_steps(update: UpdateSettings, iterations: int, per_rank: int) -> int:
@@ -152,10 +164,15 @@ def plan_module(cfg: Any, topology: Topology, iterations: int, estimator: Any) -
     per_rank = cfg.data.train_batch_size * cfg.agent.run_config.num_chains // world
     budget = float(rollout.response_length)
     shuffle_seed = int(cfg.trainer.seed) if actor_cfg.shuffle else None  # the critic's order too
+    dynamic, tokens = bool(actor_cfg.use_dynamic_bsz), int(actor_cfg.ppo_max_token_len_per_gpu)
     actor = update_settings(
         "actor", actor_cfg, model, world=world, budget=budget, shuffle_seed=shuffle_seed,
         micro=actor_cfg.ppo_micro_batch_size_per_gpu,
         forward_micro=rollout.log_prob_micro_batch_size_per_gpu,
+        max_tokens=tokens if dynamic else None,
+        forward_max_tokens=token_budget(
+            rollout.log_prob_use_dynamic_bsz, rollout.log_prob_max_token_len_per_gpu, dynamic, tokens
+        ),
     )
     critic = None
     if estimator.needs_critic:
@@ -163,6 +180,11 @@ def plan_module(cfg: Any, topology: Topology, iterations: int, estimator: Any) -
         update = update_settings(
             "critic", critic_cfg, critic_cfg.model, world=world, budget=budget,
             shuffle_seed=shuffle_seed, micro=int(critic_cfg.ppo_micro_batch_size_per_gpu or critic_mini),
+            max_tokens=token_budget(critic_cfg.use_dynamic_bsz, critic_cfg.ppo_max_token_len_per_gpu, dynamic, 0),
+            forward_max_tokens=token_budget(
+                critic_cfg.use_dynamic_bsz, critic_cfg.forward_max_token_len_per_gpu, dynamic,
+                critic_cfg.ppo_max_token_len_per_gpu,
+            ),
         )
         critic = CriticSettings(
             path=str(critic_cfg.model.path),
@@ -171,6 +193,7 @@ def plan_module(cfg: Any, topology: Topology, iterations: int, estimator: Any) -
             cliprange_value=float(critic_cfg.cliprange_value),
             warmup_iterations=int(cfg.trainer.critic_warmup),
             dtype=model_dtype(critic_cfg.model.fsdp_config),
+            remove_padding=bool(critic_cfg.model.use_remove_padding),
         )
     return dict(
         model=model_settings(
@@ -194,6 +217,9 @@ def plan_module(cfg: Any, topology: Topology, iterations: int, estimator: Any) -
             use_kl_in_reward=bool(alg.use_kl_in_reward),
             kl_penalty=str(alg.kl_penalty),
             reference_micro_batch_size=ref.log_prob_micro_batch_size_per_gpu,
+            reference_max_token_len=token_budget(
+                ref.log_prob_use_dynamic_bsz, ref.log_prob_max_token_len_per_gpu, dynamic, tokens
+            ),
         ),
         correction=CorrectionSettings(
             rollout_is=None if corr.rollout_is is None else str(corr.rollout_is),  # type: ignore[arg-type]

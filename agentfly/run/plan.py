@@ -224,11 +224,11 @@ def _engine_kwargs(cfg: Any, topology: Topology) -> dict[str, Any]:
         engine_kwargs["enable_prefix_caching"] = bool(rollout.enable_prefix_caching)
     if rollout.name == "transformers":  # vLLM's prefix cache lives in its gpu_memory_utilization
         engine_kwargs["prefix_cache_max_gib"] = float(rollout.prefix_cache_max_gib)
+    if rollout.name in ("transformers", "vllm") and rollout.enforce_eager is not None:
+        engine_kwargs["enforce_eager"] = bool(rollout.enforce_eager)
     if rollout.name == "vllm":
         engine_kwargs["gpu_memory_utilization"] = float(rollout.gpu_memory_utilization)
         engine_kwargs["tensor_parallel_size"] = topology.tensor_parallel
-        if rollout.enforce_eager is not None:
-            engine_kwargs["enforce_eager"] = bool(rollout.enforce_eager)
         if sends_adapter(cfg):  # vLLM builds its LoRA layers when it starts
             engine_kwargs["max_lora_rank"] = int(model.lora.rank)
     return engine_kwargs

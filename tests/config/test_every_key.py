@@ -49,8 +49,20 @@ PL = "actor_rollout_ref.actor.policy_loss."
 def loss(mode: str) -> list[str]:
     return [PL + "loss_mode=" + mode]
 
+AD = "actor_rollout_ref.actor.use_dynamic_bsz=true"
 # key -> (new value, context overrides). Values are Hydra words, as on the command line.
 CHANGES: dict[str, tuple[str, list[str]]] = {
+    "actor_rollout_ref.model.use_remove_padding": ("true", []),
+    "critic.model.use_remove_padding": ("true", []),
+    "actor_rollout_ref.actor.use_dynamic_bsz": ("true", []),
+    "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": ("4096", [AD]),
+    "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz": ("true", []),
+    "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu": ("4096", [AD]),
+    "actor_rollout_ref.ref.log_prob_use_dynamic_bsz": ("true", []),
+    "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu": ("4096", [AD]),
+    "critic.use_dynamic_bsz": ("true", []),
+    "critic.ppo_max_token_len_per_gpu": ("4096", [AD]),
+    "critic.forward_max_token_len_per_gpu": ("4096", [AD]),
     "data.train_files": ("[{data}/other.json]", []),
     "data.val_files": ("[{data}/other.json]", []),
     "data.train_batch_size": ("16", ["actor_rollout_ref.actor.ppo_mini_batch_size=32", "critic.ppo_mini_batch_size=32"]),
@@ -244,6 +256,17 @@ CHANGES: dict[str, tuple[str, list[str]]] = {
 # key -> the argument of the plan it must change (its own component's, not only that of a key that
 # follows it: critic.* default to the actor's, and iteration counts feed the LR schedules).
 RECEIVES = {
+    "actor_rollout_ref.model.use_remove_padding": "module.model.remove_padding",
+    "critic.model.use_remove_padding": "module.critic.remove_padding",
+    "actor_rollout_ref.actor.use_dynamic_bsz": "module.actor.max_token_len",
+    "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": "module.actor.max_token_len",
+    "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz": "module.actor.forward_max_token_len",
+    "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu": "module.actor.forward_max_token_len",
+    "actor_rollout_ref.ref.log_prob_use_dynamic_bsz": "module.kl.reference_max_token_len",
+    "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu": "module.kl.reference_max_token_len",
+    "critic.use_dynamic_bsz": "module.critic.update.max_token_len",
+    "critic.ppo_max_token_len_per_gpu": "module.critic.update.max_token_len",
+    "critic.forward_max_token_len_per_gpu": "module.critic.update.forward_max_token_len",
     "actor_rollout_ref.actor.clip_ratio": "module.policy_loss.clip_ratio_low",
     "actor_rollout_ref.actor.clip_ratio_c": "module.policy_loss.clip_ratio_c",
     "actor_rollout_ref.actor.clip_ratio_high": "module.policy_loss.clip_ratio_high",
@@ -434,8 +457,6 @@ REFUSED: dict[str, tuple[str, list[str]]] = {
     "actor_rollout_ref.actor.ulysses_sequence_parallel_size": ("2", []),
     "actor_rollout_ref.ref.ulysses_sequence_parallel_size": ("2", []),
     "critic.ulysses_sequence_parallel_size": ("2", []),
-    "actor_rollout_ref.model.use_remove_padding": ("true", []),
-    "critic.model.use_remove_padding": ("true", []),
     "critic.enable": ("false", []),  # the base's estimator is gae: it needs the critic
     "actor_rollout_ref.ref.fsdp_config.optimizer_offload": ("true", FSDP),
     # FSDP2 keeps the optimizer state with the parameters: the two offloads go together
@@ -594,6 +615,7 @@ INACTIVE = [
      ["actor_rollout_ref.actor.use_kl_loss=false", "algorithm.use_kl_in_reward=false"]),
     ("actor_rollout_ref.actor.fsdp_config.fsdp_size=1", []),
     ("actor_rollout_ref.rollout.gpu_memory_utilization=0.8", []),
+    ("actor_rollout_ref.rollout.enforce_eager=true", ["actor_rollout_ref.rollout.name=scripted"]),
     ("actor_rollout_ref.rollout.enable_prefix_caching=false", ["actor_rollout_ref.rollout.name=scripted"]),
     ("actor_rollout_ref.rollout.prefix_cache_max_gib=0.5", VLLM),
     ("actor_rollout_ref.rollout.prefix_cache_max_gib=0.5",
@@ -644,6 +666,14 @@ INACTIVE = [
     ("actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes=512",
      ["actor_rollout_ref.rollout.num_engines=0"]),
     (OB + "len=64", []),  # overlong_buffer.enable=false
+    ("actor_rollout_ref.actor.ppo_max_token_len_per_gpu=4096", []),  # use_dynamic_bsz=false
+    ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", [AD]),
+    ("actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=4096", []),
+    ("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2", [AD]),
+    ("actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=4096", [AD, "actor_rollout_ref.ref.log_prob_use_dynamic_bsz=false"]),
+    ("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=2", [AD]),
+    ("critic.forward_max_token_len_per_gpu=4096", []),
+    ("critic.ppo_micro_batch_size_per_gpu=2", ["critic.use_dynamic_bsz=true"]),
 ]
 
 

@@ -63,6 +63,7 @@ CHANGES: dict[str, tuple[str, list[str], str]] = {
     A + "model.enable_gradient_checkpointing": ("true", [], "module.update.gradient_checkpointing"),
     A + "model.enable_activation_offload": ("true", [], "module.update.activation_offload"),
     A + "model.trust_remote_code": ("true", [], "module.model.trust_remote_code"),
+    A + "model.use_remove_padding": ("true", [], "module.model.remove_padding"),
     A + "model.lora.rank": ("8", [], "module.model.lora.rank"),
     A + "model.lora.alpha": ("32", [A + "model.lora.rank=8"], "module.model.lora.alpha"),
     A + "model.lora.target_modules": ("[q_proj,v_proj]", [A + "model.lora.rank=8"], "module.model.lora.target_modules"),
@@ -102,7 +103,6 @@ CHANGES: dict[str, tuple[str, list[str], str]] = {
 }
 # key -> (a value this build cannot honour, context)
 REFUSED = {
-    A + "model.use_remove_padding": ("true", []),
     A + "actor.fsdp_config.param_offload": ("true", FSDP),  # without the optimizer's
     A + "actor.fsdp_config.optimizer_offload": ("true", FSDP),  # without the parameters'
 }

@@ -8,19 +8,24 @@ to every row; a row that finishes leaves the batch (and the cache) at once, so t
 compute only the rows still generating. A finished row's K/V go to a prefix cache
 (:mod:`agentfly.rollout.engines.prefix_cache`, used through
 :mod:`agentfly.rollout.engines.prefix_reuse`): a later prompt that begins with its sequence (a
-chain's next turn) prefills only the rest. A hand-written loop rather than
+chain's next turn) prefills only the rest. On CUDA (unless ``enforce_eager``) a call decodes
+instead from static K/V slots with the step captured as a CUDA graph
+(:mod:`agentfly.rollout.engines.static_decode`), a finished row's slot taking the next waiting
+row (:mod:`agentfly.rollout.engines.continuous_batching`). A hand-written loop rather than
 ``model.generate`` gives the exact log-probabilities defined in
 :mod:`agentfly.rollout.engines.base` and stop strings that keep the completing token.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import agentfly.rollout.engines.kv_cache as kv_cache
+import agentfly.rollout.engines.static_decode as static_decode
 from agentfly.core.weights import LoraAdapter
 from agentfly.models.attention import use_grouped_sdpa
 from agentfly.rollout.engines.base import (
@@ -30,6 +35,7 @@ from agentfly.rollout.engines.base import (
     check_request,
     register_engine,
 )
+from agentfly.rollout.engines.continuous_batching import ContinuousBatch
 from agentfly.rollout.engines.prefix_cache import PrefillStats
 from agentfly.rollout.engines.prefix_reuse import PrefixReuse
 from agentfly.rollout.engines.sampling import draw_uniforms, sample_tokens
@@ -39,6 +45,8 @@ if TYPE_CHECKING:
     import torch
 
     from agentfly.rollout.engines.base import Weights
+
+logger = logging.getLogger(__name__)
 
 
 @register_engine("transformers", aliases=("hf",))
@@ -53,7 +61,8 @@ class TransformersEngine(Engine):
             when None.
         device: ``"cpu"``, ``"cuda"``, ``"cuda:1"``...; None picks CUDA when available.
         seed: seeds the engine's generator (used by requests without their own seed).
-        max_num_seqs: rows (prompts × n) per forward batch; larger requests run in chunks.
+        max_num_seqs: rows (prompts × n) per forward batch; larger requests run in chunks (on
+            the static path: slots, a finished row's slot taking the next waiting row).
         tokenizer: tokenizer directory when it differs from ``model``.
         attn_implementation: passed to ``from_pretrained`` (``"sdpa"``, ``"eager"``...); None
             = transformers' choice, with ``sdpa`` upgraded to
@@ -66,9 +75,17 @@ class TransformersEngine(Engine):
             cache is not transformers' plain ``DynamicLayer`` (sliding windows...).
         prefix_cache_max_gib: the most the kept K/V may take, in GiB (least recently used go
             first); the default holds ~45k tokens of SmolLM2-135M in float32 (46 kB a token).
+        enforce_eager: decode with the dynamic cache, one eager forward per step (vLLM's name).
+            False: static K/V slots with continuous batching, the decode step captured as a
+            CUDA graph per (slots, length) bucket on CUDA and run eagerly elsewhere (so the CPU
+            tests the same path). None: False on CUDA, True elsewhere. Models whose cache or
+            attention the slots do not support (sliding windows, flash attention...) decode
+            dynamically, with a warning.
 
     Attributes:
         prefill_stats: prompt tokens prefilled and reused from the prefix cache so far.
+        static: whether calls decode from static slots (``enforce_eager`` resolved, False
+            where the model does not support them).
     """
 
     serves_adapters = True
@@ -87,6 +104,7 @@ class TransformersEngine(Engine):
         trust_remote_code: bool = False,
         enable_prefix_caching: bool = True,
         prefix_cache_max_gib: float = 2.0,
+        enforce_eager: bool | None = None,
     ) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -117,6 +135,12 @@ class TransformersEngine(Engine):
         self._prefixes = PrefixReuse(
             self.model, enabled=enable_prefix_caching, max_gib=prefix_cache_max_gib
         )
+        eager = self.device.type != "cuda" if enforce_eager is None else enforce_eager
+        self.static = not eager
+        if self.static and (reason := static_decode.unsupported(self.model)):
+            logger.warning("static decoding is off: %s; decoding with the dynamic cache", reason)
+            self.static = False
+        self._decoder: static_decode.StaticDecoder | None = None  # the last call's slots
 
     @property
     def tokenizer(self) -> Any:
@@ -140,8 +164,11 @@ class TransformersEngine(Engine):
         ]
         outputs: list[GenerationOutput] = []
         with _no_cudnn_attention(self.device):
-            for start in range(0, len(rows), self.max_num_seqs):
-                outputs += self._generate_rows(rows[start : start + self.max_num_seqs])
+            if self.static:
+                outputs = self._generate_static(rows)
+            else:
+                for start in range(0, len(rows), self.max_num_seqs):
+                    outputs += self._generate_rows(rows[start : start + self.max_num_seqs])
         grouped: list[list[GenerationOutput]] = [[] for _ in prompts]
         for row, out in zip(rows, outputs, strict=True):
             grouped[row.prompt_index].append(out)
@@ -181,6 +208,7 @@ class TransformersEngine(Engine):
         from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
 
         if self._adapter_config is None:
+            self._decoder = None  # its graph runs the modules the adapter wraps
             self.model = get_peft_model(self.model, LoraConfig(**adapter.config)).eval()
             self._adapter_config = dict(adapter.config)
         elif adapter.config != self._adapter_config:
@@ -192,13 +220,17 @@ class TransformersEngine(Engine):
         result = set_peft_model_state_dict(self.model, weights)
         unexpected = getattr(result, "unexpected_keys", [])
         if unexpected:
-            raise KeyError(f"{len(unexpected)} adapter weights fit no LoRA layer, e.g. {unexpected[:3]}")
+            raise KeyError(
+                f"{len(unexpected)} adapter weights fit no LoRA layer, e.g. {unexpected[:3]}"
+            )
 
     def sleep(self) -> None:
-        """Drop the prefix cache; on CUDA, move the model to CPU and free the CUDA cache."""
+        """Drop the prefix cache and the static slots (their graph reads the parameters where
+        they are now); on CUDA, move the model to CPU and free the CUDA cache."""
         import torch
 
         self._prefixes.free()
+        self._decoder = None
         if self.device.type == "cuda" and not self._sleeping:
             self.model.to("cpu")
             torch.cuda.empty_cache()
@@ -229,6 +261,31 @@ class TransformersEngine(Engine):
         if sampling.seed is None:
             return self.generator
         return torch.Generator().manual_seed(sampling.seed)
+
+    def _generate_static(self, rows: list[_Row]) -> list[GenerationOutput]:
+        """Decode ``rows`` from static slots, continuously batched (see the module docstring)."""
+        if not rows:
+            return []
+        slots = static_decode.row_bucket(len(rows), self.max_num_seqs)
+        need = max(min(len(r.prompt) + r.sampling.max_tokens, self.max_model_len) for r in rows)
+        length = static_decode.length_bucket(need, self.max_model_len)
+        batch = ContinuousBatch(
+            self, rows, slots, lambda like: self._decoder_for(like, slots, length)
+        )
+        batch.run()
+        return [_output(r) for r in rows]
+
+    def _decoder_for(self, like: Any, slots: int, length: int) -> static_decode.StaticDecoder:
+        """The decoder of ``slots`` slots of ``length`` positions: the last one if it fits, else
+        a new one (capturing its graph on CUDA), which replaces it (one set of slots is kept)."""
+        decoder = self._decoder
+        if decoder is None or (decoder.rows, decoder.length) != (slots, length):
+            self._decoder = None  # free the old slots before allocating new ones
+            decoder = static_decode.StaticDecoder(
+                self.model, like, rows=slots, length=length, capture=self.device.type == "cuda"
+            )
+            self._decoder = decoder
+        return decoder
 
     def _generate_rows(self, rows: list[_Row]) -> list[GenerationOutput]:
         import torch
@@ -307,10 +364,7 @@ class TransformersEngine(Engine):
                 )
                 cache = out.past_key_values
                 logits = out.logits[:, -1, :].float()  # (A, V)
-        return [
-            GenerationOutput(token_ids=r.tokens, logprobs=r.logprobs, finish_reason=r.finish or "length")
-            for r in rows
-        ]
+        return [_output(r) for r in rows]
 
     def _prefill_inputs(
         self, prompts: list[tuple[int, ...]], decode_steps: int, torch: Any
@@ -369,8 +423,14 @@ class TransformersEngine(Engine):
         return input_ids.to(self.device), attention_mask.to(self.device)
 
     def _append_step(
-        self, rows: list[_Row], active: list[int], chosen: list[int], logprobs: list[float],
-        stop_ids: list[Any], limits: list[int], step: int,
+        self,
+        rows: list[_Row],
+        active: list[int],
+        chosen: list[int],
+        logprobs: list[float],
+        stop_ids: list[Any],
+        limits: list[int],
+        step: int,
     ) -> list[int]:
         """Append a decode step's token to each active row, and mark the rows it finishes (a
         stop token or string: ``stop``; their token limit: ``length``). Returns the positions in
@@ -447,6 +507,12 @@ def _no_cudnn_attention(device: Any) -> Any:
 
     return sdpa_kernel(
         [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+    )
+
+
+def _output(row: _Row) -> GenerationOutput:
+    return GenerationOutput(
+        token_ids=row.tokens, logprobs=row.logprobs, finish_reason=row.finish or "length"
     )
 
 
