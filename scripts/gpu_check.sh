@@ -72,6 +72,10 @@ keep_part() {  # whichever GGUF part this call carries, for the next call on thi
 
 if [ "$STAGE" = speed4 ]; then
   keep_part
+  if [ "$DEV" = cuda ]; then  # the captured decode step against the eager one, before W4 leans on it
+    say "the transformers engine's CUDA-graph decode (tests marked gpu)"
+    timeout 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/rollout/test_static_decode.py 2>&1 | tail -15
+  fi
   say "W4's model: Qwen2.5-1.5B's architecture, random weights, SmolLM2's tokenizer"
   timeout 180 python3 bench/make_w4_model.py "w4$TINY" || exit 4
   say "W4 (bf16, 64 x 8 chains, <= 1024 tokens) on the GPU against TRL"

@@ -16,27 +16,27 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from agentfly.rollout.engines.sampling import draw_uniforms, sample_tokens
+from agentfly.rollout.engines.sampling import draw_uniforms, sample_tokens, truncates
 
 if TYPE_CHECKING:
     from agentfly.rollout.engines.static_decode import StaticDecoder
-    from agentfly.rollout.engines.transformers_engine import TransformersEngine, _Row
 
 
 class ContinuousBatch:
     """One generate call's rows, decoded through ``decoder_for``'s slots.
 
     Args:
-        engine: the engine (its model, prefill, stop rules and prefix cache).
-        rows: the call's rows, in request order; each gets its tokens, log-probs and finish.
+        engine: the :class:`~agentfly.rollout.engines.transformers_engine.TransformersEngine`
+            (its model, prefill, stop rules and prefix cache; typed ``Any``: that module
+            imports this one).
+        rows: the call's rows (the engine's ``_Row``), in request order; each gets its tokens,
+            log-probs and finish.
         slots: slots to decode in.
         decoder_for: builds (or reuses) the decoder for ``slots`` given the first prefill's
             cache (see :class:`~agentfly.rollout.engines.static_decode.StaticDecoder`).
     """
 
-    def __init__(
-        self, engine: TransformersEngine, rows: list[_Row], slots: int, decoder_for: Any
-    ) -> None:
+    def __init__(self, engine: Any, rows: list[Any], slots: int, decoder_for: Any) -> None:
         self.engine, self.rows, self.slots = engine, rows, slots
         self.decoder_for = decoder_for
         self.decoder: StaticDecoder | None = None
@@ -70,8 +70,6 @@ class ContinuousBatch:
 
     def _sample(self, logits: Any) -> dict[int, tuple[int, float]]:
         """A token and its log-probability for every busy slot."""
-        from agentfly.rollout.engines.transformers_engine import _truncates
-
         busy = sorted((i, s) for s, i in enumerate(self.slot_row) if i is not None)  # row order
         groups: dict[int, tuple[list[int], Any]] = {}
         for i, s in busy:
@@ -86,7 +84,7 @@ class ContinuousBatch:
             top_k,
             draw_uniforms(list(groups.values()), self.engine.device),
             truncated=any(
-                _truncates(self.rows[i].sampling)
+                truncates(self.rows[i].sampling)
                 for i, _ in busy
                 if not self.rows[i].sampling.greedy
             ),

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import torch
 
+    from agentfly.rollout.engines.base import SamplingParams
+
 
 def sample_tokens(
     logits: torch.Tensor,
@@ -104,3 +106,8 @@ def truncate(scaled: torch.Tensor, top_p: torch.Tensor, top_k: torch.Tensor) -> 
     drop_sorted[:, 0] = False
     drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)  # back to vocab order
     return scaled.masked_fill(drop, float("-inf"))
+
+
+def truncates(sampling: SamplingParams) -> bool:
+    """Whether a row's top-k / top-p limits what it may draw (a vocabulary-wide sort)."""
+    return sampling.top_p < 1 or sampling.top_k > 0

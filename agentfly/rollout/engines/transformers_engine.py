@@ -38,7 +38,7 @@ from agentfly.rollout.engines.base import (
 from agentfly.rollout.engines.continuous_batching import ContinuousBatch
 from agentfly.rollout.engines.prefix_cache import PrefillStats
 from agentfly.rollout.engines.prefix_reuse import PrefixReuse
-from agentfly.rollout.engines.sampling import draw_uniforms, sample_tokens
+from agentfly.rollout.engines.sampling import draw_uniforms, sample_tokens, truncates
 from agentfly.rollout.engines.weights import read_weights
 
 if TYPE_CHECKING:
@@ -332,7 +332,7 @@ class TransformersEngine(Engine):
                     top_p,
                     top_k,
                     draw_uniforms(self._groups(live), device),
-                    truncated=any(_truncates(r.sampling) for r in live if not r.sampling.greedy),
+                    truncated=any(truncates(r.sampling) for r in live if not r.sampling.greedy),
                 )
                 keep = self._append_step(
                     rows, active, chosen.tolist(), chosen_logprobs.tolist(), stop_ids, limits, step
@@ -514,11 +514,6 @@ def _output(row: _Row) -> GenerationOutput:
     return GenerationOutput(
         token_ids=row.tokens, logprobs=row.logprobs, finish_reason=row.finish or "length"
     )
-
-
-def _truncates(sampling: SamplingParams) -> bool:
-    """Whether a row's top-k / top-p limits what it may draw (a vocabulary-wide sort)."""
-    return sampling.top_p < 1 or sampling.top_k > 0
 
 
 @dataclass
