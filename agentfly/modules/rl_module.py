@@ -236,8 +236,7 @@ class AgentRLModule(pl.LightningModule):
             )
 
         a = self.actor_settings
-        old, ref, full = per_row(one, batch, a.pass_micro_batch_size, a.forward_max_token_len)
-        return old, ref, full
+        return per_row(one, batch, a.pass_micro_batch_size, a.forward_max_token_len)
 
     @torch.no_grad()
     def _no_grad_pass(

@@ -128,17 +128,7 @@ class ContinuousBatch:
         sources = [
             distinct.setdefault(tuple(self.rows[i].prompt), len(distinct)) for _, i in admitted
         ]
-        input_ids, attention_mask, position_ids, cache = engine._prefill_inputs(
-            list(distinct), 0, torch
-        )  # (U, S), (U, C + S), (U, S), C cached positions
-        out = engine.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            past_key_values=cache,
-            use_cache=True,
-            logits_to_keep=1,
-        )
+        out, attention_mask, _ = engine._prefill(list(distinct), 0, torch)  # (U, C + S) mask
         if self.decoder is None:
             self.decoder = self.decoder_for(out.past_key_values)
         slots = [s for s, _ in admitted]

@@ -305,17 +305,7 @@ class TransformersEngine(Engine):
         temperature, top_p, top_k = (t.to(device) for t in (temperature, top_p, top_k))
 
         with torch.inference_mode():
-            input_ids, attention_mask, position_ids, cache = self._prefill_inputs(
-                list(distinct), max(limits), torch
-            )  # (U, S), (U, C + S), (U, S), C cached positions
-            out = self.model(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                position_ids=position_ids,
-                past_key_values=cache,
-                use_cache=True,
-                logits_to_keep=1,
-            )
+            out, attention_mask, position_ids = self._prefill(list(distinct), max(limits), torch)
             cache = out.past_key_values
             expand = torch.tensor(inverse, device=device)  # (B,) row -> its prompt
             if len(distinct) < len(rows):
@@ -365,6 +355,25 @@ class TransformersEngine(Engine):
                 cache = out.past_key_values
                 logits = out.logits[:, -1, :].float()  # (A, V)
         return [_output(r) for r in rows]
+
+    def _prefill(
+        self, prompts: list[tuple[int, ...]], decode_steps: int, torch: Any
+    ) -> tuple[Any, Any, Any]:
+        """One forward over ``prompts`` (:meth:`_prefill_inputs`'s batch), the LM head on each
+        row's last position. Returns the model's output (logits (U, 1, V), its cache), the
+        attention mask (U, C + S) and the position ids (U, S)."""
+        input_ids, attention_mask, position_ids, cache = self._prefill_inputs(
+            prompts, decode_steps, torch
+        )  # (U, S), (U, C + S), (U, S), C cached positions
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        return out, attention_mask, position_ids
 
     def _prefill_inputs(
         self, prompts: list[tuple[int, ...]], decode_steps: int, torch: Any
