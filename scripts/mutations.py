@@ -20,6 +20,7 @@ DYNAMIC = "tests/rollout/test_dynamic_sampling.py"
 PACKING = "tests/modules/test_packing.py"
 MICRO = "tests/modules/test_micro_batches.py"
 STATIC = "tests/rollout/test_static_decode.py"
+VISION = "tests/rollout/test_vision_tokens.py"
 
 
 @dataclass(frozen=True)
@@ -643,5 +644,26 @@ MUTATIONS = [
         "torch.argsort((~real).int(), dim=-1, stable=True)",
         "torch.argsort(real.int(), dim=-1, stable=True)",
         (f"{STATIC}::test_greedy_static_equals_dynamic_with_more_rows_than_slots",),
+    ),
+    Mutation(
+        "the engine prefills prompts with equal ids once, whatever their images",
+        "agentfly/rollout/engines/transformers_engine.py",
+        "        return (tuple(self.prompt), *(im.digest for im in self.images))\n",
+        "        return (tuple(self.prompt),)\n",
+        (f"{VISION}::test_same_ids_different_images_are_not_merged",),
+    ),
+    Mutation(
+        "the trainer's forward of image rows uses text positions, not the model's multimodal ones",
+        "agentfly/models/vision_inputs.py",
+        '        kwargs["position_ids"] = rope_positions(model, input_ids, attention_mask, grid)\n',
+        "",
+        (f"{VISION}::test_engine_and_trainer_logprobs_agree",),
+    ),
+    Mutation(
+        "a micro-batch's images are not its rows' images",
+        "agentfly/core/batch.py",
+        "images = images[rows] if isinstance(rows, slice) else [images[int(i)] for i in rows]",
+        "images = images[::-1][rows] if isinstance(rows, slice) else [images[-1 - int(i)] for i in rows]",
+        (f"{VISION}::test_engine_and_trainer_logprobs_agree",),
     ),
 ]

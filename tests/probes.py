@@ -20,6 +20,8 @@ with forward and backward passes of its own, writes one JSON line per iteration 
   critic's values on the sampled tokens from the reference returns.
 - ``scores``: each row's score; ``even_share``: the ``probe_even_token_share`` reward recomputed
   from the row's sampled token ids (equal to ``scores`` when that reward is used).
+- ``images``: each row's images (0 for a text row); a batch holding images goes through the
+  model with them (:func:`agentfly.models.vision_inputs.vision_response_logits`).
 
 Importing this module registers the reward ``probe_even_token_share`` (defined in the light
 :mod:`tests.rewards`, the plug-in a fit names for it): the share of a chain's
@@ -48,11 +50,16 @@ def _positions(batch: Any) -> tuple[int, int]:
 def _logprobs_with_grad(model: Any, batch: Any) -> torch.Tensor:
     """log p of every response token, from one plain forward of the padded batch. (B, T)."""
     p, t = _positions(batch)
-    logits = (
-        model(**batch.model_inputs())
-        .logits[:, p - 1 : p - 1 + t]
-        .float()
-    )  # (B, T, V): position P-1+t predicts response t
+    if batch.images is not None:  # rows holding images: their pixels, multimodal positions
+        from agentfly.models.vision_inputs import vision_response_logits
+
+        logits = vision_response_logits(model, batch.input_ids, batch.attention_mask, batch.images, t).float()
+    else:
+        logits = (
+            model(**batch.model_inputs())
+            .logits[:, p - 1 : p - 1 + t]
+            .float()
+        )  # (B, T, V): position P-1+t predicts response t
     return logits.log_softmax(-1).gather(-1, batch.responses.unsqueeze(-1)).squeeze(-1)
 
 
@@ -166,6 +173,7 @@ class UpdateProbe(pl.Callback):
             ).tolist(),  # mean over each row's sampled tokens
             "row_delta": (delta.sum(-1) / count).tolist(),
             "scores": (batch.token_level_scores * mask).sum(-1).tolist(),
+            "images": [len(row) for row in b.images] if b.images is not None else [0] * len(mask),
             "even_share": [
                 float(((row % 2 == 0).float() * m).sum() / m.sum()) if m.sum() else 0.0
                 for row, m in zip(b.responses, mask, strict=True)

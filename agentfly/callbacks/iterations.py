@@ -128,6 +128,11 @@ class IterationScheduleCallback(Callback):
             tokenizer = getattr(data, "tokenizer", None) or getattr(getattr(data, "session", None), "tokenizer", None)
             if tokenizer is not None:
                 tokenizer.save_pretrained(self.hf_dir)
+            # a vision model's image processor: a later run from hf_actor processes images alike
+            session = getattr(data, "session", None)
+            vision = getattr(data, "vision", None) or getattr(getattr(session, "loop", None), "vision", None)
+            if vision is not None:
+                vision.image_processor.save_pretrained(self.hf_dir)
 
     def save(self, trainer: Any, iteration: int) -> None:
         """Write ``last.ckpt`` and ``iter_{iteration}.ckpt``; every rank calls it (rank 0 writes)."""

@@ -31,7 +31,7 @@ from agentfly.core.plugins import PluginError, import_plugin
 REGISTERED_NAMES: dict[str, tuple[str, str, tuple[Any, ...]]] = {
     "actor_rollout_ref.actor.policy_loss.loss_mode": ("agentfly.modules.policy_losses", "POLICY_LOSSES", ()),
     "actor_rollout_ref.rollout.name": ("agentfly.rollout.engines", "ENGINES", ()),
-    "agent.init_config.agent_type": ("agentfly.rollout.agents", "AGENTS", ("gui",)),
+    "agent.init_config.agent_type": ("agentfly.rollout.agents", "AGENTS", ()),
     "agent.init_config.tool_parser_name": ("agentfly.rollout.agents", "TOOL_PARSERS", (None,)),
     "agent.init_config.reward_name": ("agentfly.rollout.rewards", "REWARDS", (None, "")),
     "agent.init_config.template": (

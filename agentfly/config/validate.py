@@ -28,7 +28,6 @@ from omegaconf import OmegaConf
 from agentfly.config.plugins import lookup_error, plugin_errors
 from agentfly.core.errors import ConfigError
 
-VISION_AGENT_TYPES = ("gui",)
 Get = Callable[[str], Any]  # the config's value at a dotted key
 
 
@@ -58,12 +57,6 @@ def _check_choices(get: Get, errors: list[str]) -> None:
     for key in ("algorithm.kl_penalty", "actor_rollout_ref.actor.kl_loss_type"):
         if get(key) not in kinds:
             errors.append(f"{key}={get(key)!r} is not one of: {', '.join(kinds)}")
-    agent_type = get("agent.init_config.agent_type")
-    if agent_type in VISION_AGENT_TYPES:
-        errors.append(
-            f"agent.init_config.agent_type={agent_type!r}: vision (GUI) agents are out of scope "
-            "for now; use a text agent type (hf, react, code, action...)"
-        )
 
 
 def _check_batches(get: Get, errors: list[str], prefix: str, needed: bool) -> None:

@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from agentfly.core.images import ImageInput
 
 
 @dataclass
@@ -57,6 +60,11 @@ class RolloutBatch:
             observations of the turn before for the others), as an id: equal ids within one
             group (``index``) are the same state (or similar ones, GiGPO's
             ``enable_similarity``); -1 where the row does not hold the turn. Shape: (B, K), long.
+        images: each row's images (:class:`~agentfly.core.images.ImageInput`), in the order of
+            their placeholder runs in the row's ids, when some row holds images; else None. A
+            list of B tuples (not a tensor: rows hold different numbers of images of different
+            sizes); slicing selects rows, moving to a device leaves them where they are (the
+            forward moves them, :mod:`agentfly.models.vision_inputs`).
         rollout_metrics: the rollout's own metrics (reward, tools, timing), logged with the
             update's. Not per row: slicing keeps them as they are.
 
@@ -90,6 +98,7 @@ class RolloutBatch:
     turn_index: torch.Tensor | None = None
     turn_rewards: torch.Tensor | None = None
     turn_anchor: torch.Tensor | None = None
+    images: list[tuple[ImageInput, ...]] | None = None
     rollout_metrics: dict[str, float] = field(default_factory=dict)
     old_log_probs: torch.Tensor | None = None
     ref_log_probs: torch.Tensor | None = None
@@ -105,6 +114,8 @@ class RolloutBatch:
                 raise ValueError(
                     f"RolloutBatch.{name} has {value.shape[0]} rows, input_ids has {rows}"
                 )
+        if self.images is not None and len(self.images) != rows:
+            raise ValueError(f"RolloutBatch.images has {len(self.images)} rows, input_ids has {rows}")
 
     def __len__(self) -> int:
         """B, the number of chains."""
@@ -142,7 +153,11 @@ class RolloutBatch:
 
     def select(self, rows: torch.Tensor | slice) -> RolloutBatch:
         """The batch of the given rows (a slice, or a (b,) long tensor of row numbers)."""
-        return self._map(lambda value: value[rows])
+        images = self.images
+        if images is not None:
+            images = images[rows] if isinstance(rows, slice) else [images[int(i)] for i in rows]
+        tensors = {name: value[rows] for name, value in self._tensors()}
+        return dataclasses.replace(self, **tensors, images=images)
 
     def split(self, size: int | None) -> list[RolloutBatch]:
         """Consecutive batches of ``size`` rows (the last one may be smaller); ``None``: whole."""

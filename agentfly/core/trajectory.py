@@ -9,7 +9,10 @@ observation was tokenized on its own; nothing the model produced is decoded and 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agentfly.core.images import ImageInput
 
 
 @dataclass
@@ -49,6 +52,11 @@ class Trajectory:
             anchor state): the user's question for the first turn, the previous turn's tool
             observations, one a line, for the others.
 
+        images: the chain's images (:class:`~agentfly.core.images.ImageInput`: the data row's,
+            then each one a tool or environment returned), in the order of their placeholder
+            runs in ``prompt_ids + response_ids``; the engine generated from them and the
+            trainer's forward reads them. Empty for a text chain.
+
     ``environments`` holds the episode of each environment the chain acted in, by environment
     name (:meth:`agentfly.rollout.tools.environment.EnvSession.record`: its goal, every step's
     action, reward, end flags and info, the return): what an environment's reward scores.
@@ -86,6 +94,7 @@ class Trajectory:
     overlong_reward: float = 0.0  # DAPO's length penalty included in `reward` (rewards/overlong.py)
     error: str | None = None
     folded: list[Trajectory] = field(default_factory=list)  # the segments before each fold
+    images: list[ImageInput] = field(default_factory=list)
 
     @property
     def segments(self) -> list[Trajectory]:
@@ -99,8 +108,9 @@ class Trajectory:
             prompt_ids=self.prompt_ids, response_ids=self.response_ids, loss_mask=self.loss_mask,
             rollout_logprobs=self.rollout_logprobs, turn_ids=self.turn_ids,
             policy_versions=self.policy_versions, messages=self.messages,
-            group_id=self.group_id, chain_index=self.chain_index,
+            group_id=self.group_id, chain_index=self.chain_index, images=self.images,
         ))
+        self.images = []
         self.prompt_ids, self.messages = list(prompt_ids), list(messages)
         self.response_ids, self.loss_mask, self.rollout_logprobs = [], [], []
         self.turn_ids, self.policy_versions = [], []

@@ -4,7 +4,8 @@
 :class:`~agentfly.envs.base.StepResult`, the typed errors, the registry and
 :func:`~agentfly.envs.base.get_env`); :mod:`~agentfly.envs.process` runs any of them in a killable
 process of its own under deadlines. Shipped: ``textworld``, ``scienceworld``, ``webshop``,
-``alfworld``, ``chess_puzzle``, ``openenv`` and ``reasoning_gym``. Each imports its third-party
+``alfworld``, ``chess_puzzle``, ``openenv``, ``reasoning_gym`` and ``gui`` (a synthetic screen of
+buttons and shapes, its screenshots PNG bytes; tasks from :mod:`~agentfly.envs.gui_tasks`). Each imports its third-party
 package only when an environment is made, so this package imports in milliseconds.
 """
 

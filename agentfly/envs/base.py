@@ -7,7 +7,14 @@ environment is made once per chain and closed when the chain ends (:meth:`Env.cl
 context manager); :class:`agentfly.envs.process.ProcessEnv` runs one in a process of its own,
 under deadlines.
 
-Departures from gymnasium: observations and actions are text, the task comes from the data row
+Images: an environment that shows a screen (:mod:`agentfly.envs.gui`) gives it as PNG bytes,
+agentfly's one image type: after a step in ``StepResult.images``, at ``reset`` under
+``info["images"]`` (a list of PNG bytes; the one key of ``info`` that is not JSON, which
+:class:`agentfly.rollout.tools.environment.EnvSession` takes out before it records the episode).
+Text environments give none.
+
+Departures from gymnasium: observations and actions are text (with images beside the text where
+the environment has a screen), the task comes from the data row
 (a dict) rather than from the environment's own sampling, and stepping an episode that is over is
 an :class:`EnvUsageError` instead of undefined behaviour.
 
@@ -35,6 +42,8 @@ class StepResult:
         terminated: the episode reached an end of its own (won, lost, bought, solved).
         truncated: the episode was cut short by a step limit.
         info: extra facts (``score``, ``won``, ``admissible_actions``...), JSON-serializable.
+        images: what the environment shows after the action, as PNG bytes (a GUI's screenshot);
+            empty for a text environment.
     """
 
     observation: str
@@ -42,6 +51,7 @@ class StepResult:
     terminated: bool = False
     truncated: bool = False
     info: dict[str, Any] = field(default_factory=dict)
+    images: list[bytes] = field(default_factory=list)
 
     @property
     def done(self) -> bool:
@@ -117,7 +127,8 @@ class Env:
 
     def reset(self, task: Mapping[str, Any] | None = None, seed: int | None = None) -> tuple[str, dict[str, Any]]:
         """Start an episode of ``task`` (a data row's fields); returns the first observation and
-        an info dict with ``goal`` and, where known, ``admissible_actions``."""
+        an info dict with ``goal`` and, where known, ``admissible_actions`` (and ``images``, the
+        first screen as PNG bytes, where the environment has one)."""
         observation, info = self._reset(dict(task or {}), seed)
         self.steps = 0
         self._episode = "running"
@@ -170,7 +181,9 @@ def _coerce_env(obj: Any, spec: str) -> type[Env]:
 
 ENVS: Registry[type[Env]] = Registry("environment", coerce=_coerce_env)
 
-BUILTIN_MODULES = ("textworld", "scienceworld", "webshop", "alfworld", "chess", "openenv", "reasoning_gym")
+BUILTIN_MODULES = (
+    "textworld", "scienceworld", "webshop", "alfworld", "chess", "openenv", "reasoning_gym", "gui",
+)
 """The modules of ``agentfly.envs`` that register the shipped environments (each imports its
 third-party package only when an environment is made)."""
 

@@ -22,14 +22,14 @@ def build_policy_model(settings: ModelSettings, dtype: str | None = None) -> Any
     Returns a ``transformers`` model in eval mode as ``from_pretrained`` leaves it; the caller
     puts it in train mode or freezes it.
     """
-    from transformers import AutoModelForCausalLM
-
     from agentfly.models.attention import use_grouped_sdpa
+    from agentfly.models.loading import causal_lm_class
 
     torch_dtype = getattr(torch, dtype or settings.dtype)
     load = {"dtype": torch_dtype, "trust_remote_code": settings.trust_remote_code}
+    model_class = causal_lm_class(settings.path, settings.trust_remote_code)  # a VL model too
     # sdpa -> agentfly_sdpa: the same attention, without copying grouped K/V on CPU
-    return use_grouped_sdpa(AutoModelForCausalLM.from_pretrained(settings.path, **load))
+    return use_grouped_sdpa(model_class.from_pretrained(settings.path, **load))
 
 
 def build_trainable_policy(settings: ModelSettings, gradient_checkpointing: bool) -> Any:

@@ -37,6 +37,7 @@ from agentfly.core.batch_hooks import RolloutBatchHook, compute_advantages, shap
 from agentfly.core.reductions import masked_mean
 from agentfly.core.step_metrics import StepMetrics
 from agentfly.estimators.kl import full_kl_from_logits, kl_penalty
+from agentfly.models.vision_inputs import vision_response_logits
 from agentfly.modules import off_policy
 from agentfly.modules.fsdp import total_norm
 from agentfly.modules.lora import drop_frozen_base, reference_of, restore_frozen_base
@@ -190,9 +191,14 @@ class AgentRLModule(pl.LightningModule):
 
         Only response positions reach the LM head, and chains sharing a prompt encode it once
         (:mod:`agentfly.modules.response_logits`); with ``remove_padding`` the rows run packed
-        (:mod:`agentfly.modules.packing`: zeros at padding positions)."""
+        (:mod:`agentfly.modules.packing`: zeros at padding positions). A batch whose rows hold
+        images runs whole, with its pixels (:mod:`agentfly.models.vision_inputs`)."""
         inputs = (model, batch.input_ids, batch.attention_mask, batch.position_ids, batch.prompt_length)
-        if self.model_settings.remove_padding:
+        if batch.images is not None:  # rows hold images: one whole forward, multimodal positions
+            logits = vision_response_logits(
+                model, batch.input_ids, batch.attention_mask, batch.images, batch.response_length
+            ).float()
+        elif self.model_settings.remove_padding:
             logits = packed_response_logits(*inputs).float()  # (B, T, V)
         else:
             logits = response_logits(*inputs, batch.response_length).float()  # (B, T, V); no copy in fp32

@@ -11,7 +11,9 @@ the split into micro-batches does not change the step; DDP averages the ranks' g
 serve both. The policy is loaded by :func:`~agentfly.modules.policy_model.build_trainable_policy`
 (the whole model, or with LoRA the frozen base and its adapter: checkpoints hold the adapter)
 and sharded by FSDP2 as the RL module's actor is. Validation logs ``val/loss``, the same mean over
-every validation example's assistant tokens, on all ranks together.
+every validation example's assistant tokens, on all ranks together. Examples holding images
+(a vision-language policy's) carry their processed pixels in ``RolloutBatch.images``, split into
+micro-batches with their rows, and run through the model's vision tower in the same forward.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import torch
 
 from agentfly.core import metric_sums
 from agentfly.core.batch import RolloutBatch
+from agentfly.models.vision_inputs import vision_response_logits
 from agentfly.modules.fsdp import total_norm
 from agentfly.modules.lora import drop_frozen_base, restore_frozen_base
 from agentfly.modules.losses import agg_loss, logprobs_from_logits
@@ -88,9 +91,15 @@ class AgentSFTModule(pl.LightningModule):
 
     def token_log_probs(self, batch: RolloutBatch) -> torch.Tensor:
         """log p of every response token under the policy (with ``remove_padding`` the rows run
-        packed, :mod:`agentfly.modules.packing`). Shape: (B, T)."""
+        packed, :mod:`agentfly.modules.packing`; a batch whose rows hold images runs whole, with
+        their pixels and the model's multimodal positions, :mod:`agentfly.models.vision_inputs`).
+        Shape: (B, T)."""
         inputs = (self.actor, batch.input_ids, batch.attention_mask, batch.position_ids, batch.prompt_length)
-        if self.model_settings.remove_padding:
+        if batch.images is not None:
+            logits = vision_response_logits(
+                self.actor, batch.input_ids, batch.attention_mask, batch.images, batch.response_length
+            ).float()  # (B, T, V)
+        elif self.model_settings.remove_padding:
             logits = packed_response_logits(*inputs).float()  # (B, T, V)
         else:
             logits = response_logits(*inputs, batch.response_length).float()  # (B, T, V)

@@ -35,6 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from agentfly.core.images import ImageInput, ImagePrompt
 from agentfly.core.trajectory import ToolCallRecord, Trajectory
 from agentfly.rollout.agents.base import Agent, ToolCallRequest
 from agentfly.rollout.data import question_of
@@ -58,6 +59,13 @@ from agentfly.rollout.tools.environment import (
     start_environments,
 )
 from agentfly.rollout.unseen_tools import explain_invalid_arguments, shows_tool_schemas
+from agentfly.rollout.vision import (
+    IMAGE_MARKER,
+    ImageError,
+    VisionProcessor,
+    row_image_bytes,
+    user_content,
+)
 
 if TYPE_CHECKING:
     from agentfly.rollout.resampling import Resampler
@@ -112,6 +120,11 @@ class AgentLoop:
             the warning (in training: :func:`agentfly.rollout.failures.describe_policy`).
         tool_breaker: :class:`~agentfly.rollout.tools.breaker.ToolBreakers`' arguments: a
             tool whose calls keep failing stops the rollout (None: no breaker).
+        vision: the model's image processor (:class:`~agentfly.rollout.vision.VisionProcessor`)
+            for a vision-language model: a row's ``images`` and the images tools return enter
+            the chain (placeholder tokens in the ids, the processed pixels in
+            ``Trajectory.images``, both handed to the engine). None: a text model (a row or
+            tool result with images fails its chain, naming why).
     """
 
     def __init__(
@@ -139,6 +152,7 @@ class AgentLoop:
         seed: int | None = None,
         failed_chain_consequence: str = NO_POLICY,
         tool_breaker: dict[str, Any] | None = None,
+        vision: VisionProcessor | None = None,
     ) -> None:
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
@@ -169,6 +183,7 @@ class AgentLoop:
         self.seed = seed
         self.failed_chain_consequence = failed_chain_consequence
         self.breakers = ToolBreakers(**tool_breaker) if tool_breaker is not None else None
+        self.vision = vision
         #: wall seconds of the last ``arun`` spent generating / in tools / scoring (union over chains)
         self.last_timing: dict[str, float] = {}
         self._timer = PhaseTimer()
@@ -294,19 +309,23 @@ class AgentLoop:
         again at once, in its chain's place, waiting for no other chain."""
         limit = self.max_concurrent_chains
         gate = asyncio.Semaphore(limit) if limit else contextlib.nullcontext()
-        rendered: dict[str, RenderedPrompt] = {}  # a group's chains share their prompt
+        rendered: dict[tuple[str, str], RenderedPrompt] = {}  # a group's chains share their prompt
 
-        def prompt_of(question: str) -> RenderedPrompt:
-            if question not in rendered:
-                rendered[question] = render_prompt(
-                    self.agent, self.template, self.tokenizer, question
-                )
-            return rendered[question]
+        def prompt_of(row: dict[str, Any], question: str) -> RenderedPrompt:
+            key = (question, repr(row.get("images")))
+            if key not in rendered:
+                rendered[key] = self._render(row, question)
+            return rendered[key]
 
         async def one(
             row: dict[str, Any], question: str, group_id: int, k: int, base: SamplingParams
         ) -> Trajectory:
-            prompt, attempt = prompt_of(question), 0
+            try:
+                prompt, attempt = prompt_of(row, question), 0
+            except ImageError as e:  # this row's images cannot be used: its chains fail alone
+                first = self._encode(question)[:1] or [0]  # as prompt_too_long: one token kept
+                return Trajectory(prompt_ids=first, group_id=group_id, chain_index=k, row=dict(row),
+                                  finish_reason="error", error=f"ImageError: {e}")
             while True:
                 chain_sampling = base
                 if self.seed is not None and not base.greedy:
@@ -329,6 +348,51 @@ class AgentLoop:
     def _encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
+    def _render(self, row: dict[str, Any], question: str) -> RenderedPrompt:
+        """The chain's first prompt; a row with ``images`` puts them in the user message and
+        their placeholder runs, widened to each image's tokens, in the ids."""
+        if not row.get("images"):
+            return render_prompt(self.agent, self.template, self.tokenizer, question)
+        if self.vision is None:
+            raise ImageError(
+                f"the row has {len(row['images'])} images but the model has no image processor "
+                f"(template {self.template.name!r}): use a vision-language model and template"
+            )
+        where = f"the row of group question {question[:40]!r}"
+        images = [self.vision.process(b, where) for b in row_image_bytes(row, where)]
+        messages = self.agent.initial_messages(question.replace(IMAGE_MARKER, ""))
+        messages[-1] = {**messages[-1], "content": user_content(question, len(images))}
+        tools = self.agent.template_tools()
+        ids = self.vision.expand(self._encode(self.template.prompt(messages, tools)), images)
+        return RenderedPrompt(messages, tools, ids, images)
+
+    def _observation_images(
+        self, observations: list[dict[str, Any]], results: list[ToolResult]
+    ) -> list[ImageInput]:
+        """The images the turn's tool results returned, processed, each placed in its tool
+        message's content (in the last message when the agent joins observations)."""
+        if not any(r.images for r in results):
+            return []
+        if self.vision is None:
+            raise ImageError(
+                f"a tool returned an image but the model has no image processor (template "
+                f"{self.template.name!r})"
+            )
+        per_message = len(observations) == len(results)
+        placed: dict[int, list[ImageInput]] = {}  # message -> its images, in result order
+        for k, result in enumerate(results):
+            target = k if per_message else len(observations) - 1
+            placed.setdefault(target, []).extend(
+                self.vision.process(b, f"the image of tool call {k}") for b in result.images
+            )
+        images: list[ImageInput] = []
+        for target, processed in sorted(placed.items()):
+            content = observations[target]["content"]
+            items = content if isinstance(content, list) else [{"type": "text", "text": content}]
+            observations[target]["content"] = [*({"type": "image"} for _ in processed), *items]
+            images.extend(processed)
+        return images
+
     async def _chain(
         self,
         row: dict[str, Any],
@@ -344,6 +408,7 @@ class AgentLoop:
             group_id=group_id,
             chain_index=chain_index,
             row=dict(row),
+            images=list(prompt.images),
         )
         if len(prompt.ids) >= self.max_model_len:  # no room to generate: never sent, never trained
             traj.prompt_ids = prompt.ids[:1]  # a collated batch stays within the context
@@ -393,7 +458,8 @@ class AgentLoop:
                 break
             turn_sampling = replace(sampling, max_tokens=min(sampling.max_tokens, budget))
             with self._timer("generation"):
-                (out,) = (await self.engine.generate([traj.input_ids], turn_sampling))[0]
+                ids = ImagePrompt(traj.input_ids, traj.images) if traj.images else traj.input_ids
+                (out,) = (await self.engine.generate([ids], turn_sampling))[0]
             traj.append_sampled(out.token_ids, out.logprobs, getattr(out, "weights_version", 0))
             traj.num_turns += 1
             traj.turn_rewards.append(0.0)
@@ -430,21 +496,28 @@ class AgentLoop:
                 break
             fold = next((r for c, r in zip(parsed.calls, results, strict=True)
                          if r.ok and getattr(self._tool(c.name), "folds_context", False)), None)
+            if fold is not None and traj.images:
+                raise ImageError("folding the history of a chain that holds images is not built")
             if fold is not None:  # the history is dropped: the next turn starts a new segment
                 fold_chain(traj, fold.observation, self.template, tools, self.tokenizer)
                 continue
             observations = self.agent.observation_messages(
                 parsed.calls, [r.observation for r in results]
             )
+            new_images = self._observation_images(observations, results)
             between_ids = self._encode(
                 self.template.between_turns([*traj.messages, *observations], tools, closed=closed)
             )
+            if new_images:
+                assert self.vision is not None
+                between_ids = self.vision.expand(between_ids, new_images)
             room, limit = self._budget(traj)
             if len(between_ids) >= room:  # the observation would leave no room for another turn
                 traj.finish_reason = limit
                 traj.final_response = content
                 return
             traj.append_observation(between_ids)
+            traj.images.extend(new_images)
             traj.messages.extend(observations)
         if not traj.finish_reason:
             traj.finish_reason = "max_turns"

@@ -8,7 +8,8 @@ folded its history (:mod:`agentfly.rollout.folding`) gives one row per segment, 
 with the ids its engine calls were given and sampled; the chain's reward is spread over its rows
 by :func:`~agentfly.rollout.folding.segment_rewards` (``last_only``: at the last row's last sampled
 token, 0 on the earlier rows). The per-turn fields (each token's turn, each turn's own reward, the
-anchor state each turn acted on) are :func:`~agentfly.rollout.turn_fields.turn_fields`'.
+anchor state each turn acted on) are :func:`~agentfly.rollout.turn_fields.turn_fields`'. A row's
+images (a vision chain's) go to ``RolloutBatch.images`` as the trajectory holds them.
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ def collate_trajectories(
         turn_index=turn_index,
         turn_rewards=turn_rewards,
         turn_anchor=turn_anchor,
+        images=[tuple(t.images) for t in trajs] if any(t.images for t in trajs) else None,
     )
 
 

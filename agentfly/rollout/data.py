@@ -2,7 +2,8 @@
 
 Each row is a dict; the question is read from ``question`` (or ``prompt``/``problem``/
 ``instruction``, or a configured key) and every field is handed to the reward. A malformed file
-raises :class:`DataError` naming the file and the line or row; bytes that are not UTF-8 are
+raises :class:`DataError` naming the file and the line or row (an image that cannot be read:
+:class:`~agentfly.rollout.vision.ImageError`, naming the image too); bytes that are not UTF-8 are
 named by file, line and column (a UTF-8 byte-order mark is accepted).
 """
 
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from agentfly.core.errors import InputError
+from agentfly.rollout.vision import resolve_row_images
 
 PROMPT_KEYS = ("question", "prompt", "problem", "instruction")
 
@@ -42,6 +44,7 @@ def load_rows(path: str | Path, prompt_key: str | None = None) -> list[dict[str,
             question_of(row, prompt_key, i)
         except ValueError as e:
             raise DataError(f"{p}: {e}") from None
+        resolve_row_images(row, p.parent, f"{p}: row {i}")  # paths made absolute, each image read
     return rows
 
 

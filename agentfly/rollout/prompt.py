@@ -7,8 +7,11 @@ the data is loaded (:mod:`agentfly.rollout.prompt_fit`) measures each row with
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agentfly.core.images import ImageInput
 
 
 @dataclass
@@ -19,11 +22,13 @@ class RenderedPrompt:
         messages: the chat so far (the system prompt if any, the user's question).
         tools: the tools' schemas handed to the template (None: the agent describes its tools).
         ids: (P,) the rendered prompt's token ids, as the engine is given them.
+        images: the images its placeholder runs stand for, in order (a vision row's).
     """
 
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] | None
     ids: list[int]
+    images: list[ImageInput] = field(default_factory=list)
 
 
 def render_text(

@@ -1,8 +1,9 @@
 """Every data row's prompt fitted into the context when the data is loaded.
 
 Each row is measured as the agent loop will render it (:mod:`agentfly.rollout.prompt`: the
-agent's system prompt, the tools' schemas, the chat template), so the length checked when the
-data is loaded is the length the engine will be given.
+agent's system prompt, the tools' schemas, the chat template, and a vision row's images as
+their placeholder runs), so the length checked when the data is loaded is the length the engine
+will be given (give or take the tokens of the question's ``<image>`` markers, counted here).
 
 verl's keys, with one departure: ``data.filter_overlong_prompts`` defaults to True (verl: False).
 A prompt longer than ``data.max_prompt_length`` (default: the context less one token, room for
@@ -35,12 +36,32 @@ class PromptRenderer:
 
     Attributes:
         max_model_len: prompt + response tokens at most; None: not known before the engine starts.
+        vision: the model's :class:`~agentfly.rollout.vision.VisionProcessor` (a vision-language
+            model's): a row's images count their placeholder runs; None for a text model.
     """
 
     agent: Any
     template: Any
     tokenizer: Any
     max_model_len: int | None
+    vision: Any = None
+
+    def image_tokens(self, row: dict[str, Any], where: str) -> int:
+        """The tokens a row's images add to its rendered prompt: per image, its pads and the
+        vision start and end tokens (0 without images).
+
+        Raises:
+            DataError: the row has images and the model is a text model."""
+        if not row.get("images"):
+            return 0
+        if self.vision is None:
+            raise DataError(
+                f"{where}: the row has images but the model is a text model (no vision config, "
+                "no image processor): train a vision-language model on it, or drop its images"
+            )
+        from agentfly.rollout.vision import row_image_bytes
+
+        return sum(self.vision.process(b, where).num_tokens + 2 for b in row_image_bytes(row, where))
 
     def lengths(self, questions: Sequence[str]) -> list[int]:
         """Token counts of the rendered prompts of ``questions`` (one batched tokenizer call)."""
@@ -58,7 +79,7 @@ class PromptRenderer:
 
 def renderer_from_loop(loop: Any) -> PromptRenderer:
     """The agent loop's own renderer and context (after its engine has started)."""
-    return PromptRenderer(loop.agent, loop.template, loop.tokenizer, loop.max_model_len)
+    return PromptRenderer(loop.agent, loop.template, loop.tokenizer, loop.max_model_len, loop.vision)
 
 
 def renderer_from_plan(plan: Any) -> PromptRenderer:
@@ -70,9 +91,11 @@ def renderer_from_plan(plan: Any) -> PromptRenderer:
     from transformers import AutoTokenizer
 
     from agentfly.core.plugins import load_plugins
+    from agentfly.models.loading import is_vision_model
     from agentfly.rollout.agents import get_agent
     from agentfly.rollout.templates import get_template
     from agentfly.rollout.tools.bind import bind_tools
+    from agentfly.rollout.vision import VisionProcessor
 
     load_plugins(plan.plugins)
     kwargs = plan.engine_kwargs
@@ -83,7 +106,10 @@ def renderer_from_plan(plan: Any) -> PromptRenderer:
     tools = bind_tools(list(plan.tools), dict(plan.tool_config or {}))
     agent = get_agent(plan.agent_type, tools, plan.system_prompt, parser=plan.tool_parser)
     template = get_template(plan.template, tokenizer)
-    return PromptRenderer(agent, template, tokenizer, plan.loop.get("max_model_len"))
+    vision = None
+    if is_vision_model(kwargs["model"], bool(kwargs.get("trust_remote_code", False))):
+        vision = VisionProcessor.from_pretrained(kwargs["model"], tokenizer)
+    return PromptRenderer(agent, template, tokenizer, plan.loop.get("max_model_len"), vision)
 
 
 @dataclass
@@ -195,6 +221,7 @@ def fit_prompts(
     start = time.perf_counter()
     keys = [_question_key(row, prompt_key) for _, _, row in rows]
     lengths = renderer.lengths([row[k] for (_, _, row), k in zip(rows, keys, strict=True)])
+    lengths = [n + renderer.image_tokens(row, f"{f}: row {i}") for (f, i, row), n in zip(rows, lengths, strict=True)]
     over = [(f, i, n) for (f, i, _), n in zip(rows, lengths, strict=True) if n > limit]
     context = f"data.max_prompt_length={limit} (agent.init_config.max_model_len={renderer.max_model_len})"
     out = FittedPrompts(rows=[])

@@ -81,12 +81,14 @@ def worker_pool(plan: RolloutPlan, tools: list[Any]) -> WorkerPool:
 
 def build_rollout(plan: RolloutPlan, *, ray_init: dict[str, Any] | None = None) -> RolloutSession:
     """The engine pool (Ray, started on demand) and the agent loop of a rollout plan."""
+    from agentfly.models.loading import is_vision_model
     from agentfly.rollout.agents import get_agent
     from agentfly.rollout.engines import EnginePool
     from agentfly.rollout.rewards import get_reward
     from agentfly.rollout.rewards.reward_config import configure_reward
     from agentfly.rollout.templates import get_template
     from agentfly.rollout.tools.resources import ResourcePool
+    from agentfly.rollout.vision import VisionProcessor
 
     load_plugins(plan.plugins)  # done when the config was composed; a no-op then
     tools = configure_tools(plan.tools, plan.tool_config)
@@ -116,10 +118,15 @@ def build_rollout(plan: RolloutPlan, *, ray_init: dict[str, Any] | None = None) 
     tokenizer = pool.tokenizer
     loop_kwargs = dict(plan.loop)
     loop_kwargs["max_model_len"] = loop_kwargs["max_model_len"] or pool.max_model_len
+    model_path = plan.engine_kwargs.get("model")
+    vision = None
+    if model_path and is_vision_model(model_path, plan.engine_kwargs.get("trust_remote_code", False)):
+        vision = VisionProcessor.from_pretrained(model_path, tokenizer)
     loop = AgentLoop(
         engine=pool,
         tokenizer=tokenizer,
         template=get_template(plan.template, tokenizer),
+        vision=vision,
         agent=agent,
         reward=reward,
         resources=ResourcePool(backend=plan.resource_backend),

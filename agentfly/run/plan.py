@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from omegaconf import OmegaConf
+
 from agentfly.config.keys import plain
 from agentfly.config.schema_actor_critic import PREFIX_CACHING_ENGINES
 from agentfly.core.errors import ConfigError
@@ -117,6 +119,40 @@ def check_folding(cfg: Any, world_size: int) -> None:
             "ranks' batches would differ in size and the update's collectives would wait "
             "forever; train on one rank or drop the folding tool"
         )
+
+
+def check_vision(cfg: Any, needs_critic: bool) -> None:
+    """What a vision-language actor (:func:`agentfly.models.loading.is_vision_model`) cannot run
+    with yet: a critic (no value head reads images), padding-free packing (image rows run
+    whole, with the model's multimodal positions) and an engine whose class does not take
+    images (``takes_images``: vLLM is handed token ids only, the images would not reach it).
+
+    Raises:
+        ConfigError: naming each key and what to set instead.
+    """
+    from agentfly.models.loading import is_vision_model
+
+    model = cfg.actor_rollout_ref.model
+    path = Path(str(model.path)).expanduser()
+    if not (path / "config.json").is_file() or not is_vision_model(path, bool(model.get("trust_remote_code", False))):
+        return
+    errors = []
+    if needs_critic:
+        errors.append(f"algorithm.adv_estimator={cfg.algorithm.adv_estimator!r} needs a critic, which "
+                      "is not built for vision-language models; use grpo, rloo, reinforce_plus_plus, "
+                      "remax, opo or gigpo")
+    for key in ("actor_rollout_ref.model.use_remove_padding",):
+        if OmegaConf.select(cfg, key):
+            errors.append(f"{key}=true: padding-free packing of rows holding images is not built "
+                          "(they run whole, with the model's multimodal positions); set it false")
+    import agentfly.rollout.engines.builtin  # noqa: F401  (registers the engines; no torch)
+    from agentfly.rollout.engines.base import ENGINES
+
+    if not getattr(ENGINES.get(str(cfg.actor_rollout_ref.rollout.name)), "takes_images", False):
+        errors.append(f"actor_rollout_ref.rollout.name={cfg.actor_rollout_ref.rollout.name!r} "
+                      "does not take images yet; use transformers")
+    if errors:
+        raise ConfigError(f"{path} is a vision-language model: " + "; ".join(errors))
 
 
 def total_iterations(cfg: Any, rows: int) -> int:
@@ -394,6 +430,7 @@ def plan_run(cfg: Any, hardware: Hardware | None = None) -> RunPlan:
     estimator = get_estimator(cfg.algorithm.adv_estimator)  # resolved once, here
     needs_critic = estimator.needs_critic
     check_model_paths(cfg, needs_critic)
+    check_vision(cfg, needs_critic)
     check_batches(cfg, topology.world_size, needs_critic)
     check_failed_chains(cfg, topology.world_size)
     check_folding(cfg, topology.world_size)

@@ -8,8 +8,8 @@ policy and its tokenizer to ``<run>/hf_actor``, the progress bar, ``trainer.call
 config record in every checkpoint, resume (``trainer.resume_mode``, ``--ckpt_path``; refused
 across a change of meaning or from a fit's checkpoint), SLURM's requeue, the error note and the
 run folder's clean-up. The run folder holds ``config.yaml`` (``agentfly sft --config`` reads it
-back), ``metrics/``, ``checkpoints/``, ``hf_actor/`` and, when rows were skipped,
-``bad_rows.txt``.
+back), ``metrics/``, ``checkpoints/``, ``hf_actor/`` (a vision-language model's with its image
+processor, which ``agentfly fit`` needs) and, when rows were skipped, ``bad_rows.txt``.
 """
 
 from __future__ import annotations
@@ -37,9 +37,10 @@ conf/examples/sft_demo.yaml.
 """
 
 
-def prepare(cfg: Any, hardware: Hardware | None = None) -> tuple[Any, Any, Any, Any]:
-    """``(cfg, plan, data, tokenizer)``: the config with a Hub model id resolved to its folder,
-    the run's plan, the examples of both splits and the model's tokenizer.
+def prepare(cfg: Any, hardware: Hardware | None = None) -> tuple[Any, Any, Any, Any, Any]:
+    """``(cfg, plan, data, tokenizer, vision)``: the config with a Hub model id resolved to its
+    folder, the run's plan, the examples of both splits, the model's tokenizer and, for a
+    vision-language model, its image processor (:func:`vision_of`; else None).
 
     Raises:
         ConfigError: a model path that cannot be had, what the machine cannot run, batches that
@@ -57,14 +58,27 @@ def prepare(cfg: Any, hardware: Hardware | None = None) -> tuple[Any, Any, Any, 
     hw = hardware or Hardware.detect()
     plan_rollout(cfg, sft_topology(cfg, hw))  # the cheap checks first, then a Hub id is resolved
     cfg = resolve_model_paths(cfg, needs_critic=False)
-    parts = renderer_from_plan(plan_rollout(cfg, sft_topology(cfg, hw)))
-    renderer = ConversationRenderer(parts.agent, parts.template, parts.tokenizer)
+    rollout = plan_rollout(cfg, sft_topology(cfg, hw))
+    parts = renderer_from_plan(rollout)
+    renderer = ConversationRenderer(parts.agent, parts.template, parts.tokenizer, vision_of(rollout, parts.tokenizer))
     make = ExampleMaker(renderer, **example_settings(cfg))
     data = load_sft_data(
         [str(f) for f in cfg.data.train_files], [str(f) for f in cfg.data.val_files], make,
         bad_rows=str(cfg.data.bad_rows),
     )
-    return cfg, plan_sft(cfg, len(data.train.kept), hw), data, parts.tokenizer
+    return cfg, plan_sft(cfg, len(data.train.kept), hw), data, parts.tokenizer, renderer.vision
+
+
+def vision_of(rollout: Any, tokenizer: Any) -> Any:
+    """The model's image processor (:class:`~agentfly.rollout.vision.VisionProcessor`) when the
+    policy is a vision-language model, as the rollout builds it; None for a text model."""
+    from agentfly.models.loading import is_vision_model
+    from agentfly.rollout.vision import VisionProcessor
+
+    path = rollout.engine_kwargs["model"]
+    if not is_vision_model(path, bool(rollout.engine_kwargs.get("trust_remote_code", False))):
+        return None
+    return VisionProcessor.from_pretrained(path, tokenizer)
 
 
 def _say_data(run_dir: Path, data: Any) -> None:
@@ -109,7 +123,7 @@ def build(
     from agentfly.sft.datamodule import SFTDataModule
 
     started = time.perf_counter()
-    cfg, plan, data, tokenizer = prepare(cfg, hardware)
+    cfg, plan, data, tokenizer, vision = prepare(cfg, hardware)
     own = OmegaConf.create(sft_view(cfg))  # what a resume compares: agentfly sft's keys
     ckpt = resume_checkpoint(own, plan, ckpt_path)
     open_run(plan, stack)
@@ -124,7 +138,9 @@ def build(
     stack.callback(finish_wandb, trainer)
     trainer.started_at = started
     module = AgentSFTModule(**plan.module)
-    datamodule = SFTDataModule(data.train.kept, data.val.kept, tokenizer, counts=data.counts, **plan.datamodule)
+    datamodule = SFTDataModule(
+        data.train.kept, data.val.kept, tokenizer, counts=data.counts, vision=vision, **plan.datamodule
+    )
     return plan, trainer, module, datamodule, ckpt
 
 

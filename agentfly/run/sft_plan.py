@@ -82,6 +82,26 @@ def check_sft_batches(cfg: Any, world: int, examples: int) -> int:
     return share
 
 
+def check_sft_vision(cfg: Any) -> None:
+    """What a vision-language policy cannot be trained with yet: padding-free packing (rows
+    holding images run whole, with the model's multimodal positions).
+
+    Raises:
+        ConfigError: naming the key.
+    """
+    from agentfly.models.loading import is_vision_model
+
+    model = cfg.actor_rollout_ref.model
+    path = Path(str(model.path)).expanduser()
+    if not model.use_remove_padding or not (path / "config.json").is_file():
+        return
+    if is_vision_model(path, bool(model.trust_remote_code)):
+        raise ConfigError(
+            f"{path} is a vision-language model: actor_rollout_ref.model.use_remove_padding=true "
+            "packs rows without their images; set it false"
+        )
+
+
 def example_settings(cfg: Any) -> dict[str, Any]:
     """How a row becomes an example: :class:`~agentfly.sft.examples.ExampleMaker`'s keyword
     arguments (the renderer aside)."""
@@ -101,11 +121,13 @@ def plan_sft(cfg: Any, train_examples: int, hardware: Hardware | None = None) ->
 
     Raises:
         ConfigError: a model path that cannot be loaded, what the machine cannot run, batch
-            sizes that do not split (:func:`check_sft_batches`).
+            sizes that do not split (:func:`check_sft_batches`), packing for a vision-language
+            model (:func:`check_sft_vision`).
     """
     hw = hardware or Hardware.detect()
     topology = sft_topology(cfg, hw)
     check_model_paths(cfg, needs_critic=False)
+    check_sft_vision(cfg)
     share = check_sft_batches(cfg, topology.world_size, train_examples)
     data, trainer = cfg.data, cfg.trainer
     actor, model = cfg.actor_rollout_ref.actor, cfg.actor_rollout_ref.model

@@ -5,8 +5,8 @@ are addressed by optimizer step as ``agentfly fit``'s prompts are by iteration
 (:class:`~agentfly.rollout.loaders.IterationBatches`: epoch ``e`` is a permutation seeded by
 ``seed + e``, step ``k`` its ``k``-th slice, each rank its share), so a resumed run sees exactly
 the batches the uninterrupted one would have. Each batch is collated as a rollout is
-(:func:`~agentfly.rollout.collate.collate_trajectories`) and carries the data's counts as its
-metrics.
+(:func:`~agentfly.rollout.collate.collate_trajectories`: examples holding images bring their
+processed pixels, ``RolloutBatch.images``) and carries the data's counts as its metrics.
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ class SFTDataModule(pl.LightningDataModule):
         shuffle: shuffle the examples each epoch.
         seed: the shuffling seed.
         counts: the data's counts, logged with every step.
+        vision: a vision-language model's image processor (saved beside the exported model);
+            None for a text model.
     """
 
     def __init__(
@@ -47,6 +49,7 @@ class SFTDataModule(pl.LightningDataModule):
         shuffle: bool = True,
         seed: int = 0,
         counts: dict[str, float] | None = None,
+        vision: Any = None,
     ) -> None:
         super().__init__()
         self.train = list(train)
@@ -57,6 +60,7 @@ class SFTDataModule(pl.LightningDataModule):
         self.shuffle = shuffle
         self.seed = seed
         self.counts = dict(counts or {})
+        self.vision = vision
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.pad_id = int(pad or 0)
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentfly.core.errors import InputError
 from agentfly.core.trajectory import Trajectory
 from agentfly.rollout.data import DataError, jsonl_lines, read_rows
 from agentfly.sft.conversations import BadRow, ConversationRenderer
@@ -65,11 +66,13 @@ class ExampleMaker:
     min_reward: float | None = None
     max_length: int = 2048
 
-    def __call__(self, row: Any) -> Trajectory | None:
-        """The row's example; None when the reward filter leaves it out.
+    def __call__(self, row: Any, base_dir: Path | None = None) -> Trajectory | None:
+        """The row's example; None when the reward filter leaves it out. ``base_dir``: where
+        the row's relative image paths start (its file's folder).
 
         Raises:
             BadRow: why the row cannot be trained on.
+            InputError: what no row of this run can be trained on (images for a text model).
         """
         if isinstance(row, BadRow):
             raise row
@@ -79,11 +82,13 @@ class ExampleMaker:
             if not passes(traj.reward, self.min_reward):
                 return None
             check_turns(traj, r.agent, r.template, r.tokenizer)
+            if r.vision is not None and r.vision.count_tokens(traj.prompt_ids + traj.response_ids):
+                raise BadRow("the record holds image tokens, and a rollout record keeps no pixels")
         else:
             if not isinstance(row, dict) or self.messages_key not in row:
                 fields = sorted(row) if isinstance(row, dict) else type(row).__name__
                 raise BadRow(f"no {self.messages_key!r} field (data.messages_key); the row has {fields}")
-            traj = self.renderer.render(row[self.messages_key])
+            traj = self.renderer.render(row[self.messages_key], row.get("images"), base_dir)
         length = len(traj.prompt_ids) + len(traj.response_ids)
         if length > self.max_length:
             raise BadRow(f"{length} tokens, longer than data.max_length={self.max_length}")
@@ -111,10 +116,12 @@ def read_examples(files: list[str], make: ExampleMaker) -> Examples:
     for f in files:
         for where, row in located_rows(f):
             try:
-                traj = make(row)
+                traj = make(row, Path(f).parent)
             except BadRow as e:
                 out.bad.append(f"{where}: {e}")
                 continue
+            except InputError as e:  # not the row's fault: the run's (a text model given images)
+                raise DataError(f"{where}: {e}") from None
             if traj is None:
                 out.filtered += 1
             else:

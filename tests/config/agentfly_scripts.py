@@ -401,7 +401,8 @@ TRAIN_ALFWORLD_RAY = [
     "trainer.val_before_train=False",
 ]
 
-# run_gui_agent.sh
+# run_gui_agent.sh: as published, its agent.num_chains=8 and rollout.n=4 are one key in agentfly
+# (refused); with one chain count it trains
 RUN_GUI_AGENT = [
     "algorithm.adv_estimator=grpo",
     "data.train_files=data/rlhf/gui/gui_r1_train.parquet",
@@ -1154,7 +1155,9 @@ TRAIN_SWE_R2E_GYM_TOOLS_32B_SLURM = [
     "trainer.val_before_train=False",
 ]
 
-# vqa/run_vlm_qa.sh
+# vqa/run_vlm_qa.sh: its asyncdense_retrieve reads AgentFly's fixed cache files (e5_Flat.index,
+# wiki-18.jsonl, intfloat/e5-base-v2), which agentfly takes as settings the script does not give
+# (agent.init_config.tool_config.async_dense_retrieve.index_path, corpus_path, encoder_path)
 RUN_VLM_QA = [
     "algorithm.adv_estimator=reinforce_plus_plus",
     "data.train_files=./data/rlhf/qa/infoseek_train.json",
@@ -1319,7 +1322,7 @@ SCRIPTS = [
     {"script": "train_example.sh", "args": TRAIN_EXAMPLE, "env": {}, "missing": None},
     {"script": "alfworld/train_alfworld.sh", "args": TRAIN_ALFWORLD, "env": {}, "missing": "empty generation_config.max_tokens (max_new_tokens_per_turn never set); past it, the alfworld package and game files"},
     {"script": "alfworld/train_alfworld_ray.sh", "args": TRAIN_ALFWORLD_RAY, "env": {}, "missing": "the alfworld package and its game files (alfworld-download) are not installed here"},
-    {"script": "run_gui_agent.sh", "args": RUN_GUI_AGENT, "env": {}, "missing": "agent.num_chains=8 vs rollout.n=4; past it, the gui agent (vision), gui_reward, qwen2.5-vl, pyautogui_code_generator"},
+    {"script": "run_gui_agent.sh", "args": RUN_GUI_AGENT, "env": {}, "missing": None},
     {"script": "scienceworld/train_science_world.sh", "args": TRAIN_SCIENCE_WORLD, "env": {}, "missing": None},
     {"script": "scienceworld/train_science_world.slurm", "args": TRAIN_SCIENCE_WORLD_SLURM, "env": {}, "missing": None},
     {"script": "scienceworld/train_science_world_qwen35_ray.slurm", "args": TRAIN_SCIENCE_WORLD_QWEN35_RAY_SLURM, "env": {}, "missing": "Ulysses sequence parallelism 4; use_remove_padding=True"},
@@ -1332,7 +1335,7 @@ SCRIPTS = [
     {"script": "swe/train_swe_r2e_gym.slurm", "args": TRAIN_SWE_R2E_GYM_SLURM, "env": {"ENROOT_IMAGES_PATH": "/path/to/enroot/images/r2e-gym-lite"}, "missing": "r2e_gym_reward (an R2E-Gym image per row), Ulysses 2, use_remove_padding=True"},
     {"script": "swe/train_swe_r2e_gym_tools.slurm", "args": TRAIN_SWE_R2E_GYM_TOOLS_SLURM, "env": {"ENROOT_IMAGES_PATH": "/path/to/enroot/images/r2e-gym-lite", "SSPO_MULTITURN_VALUE_POSITION": "first_response"}, "missing": "r2e_gym_reward (an R2E-Gym image per row), Ulysses 4, use_remove_padding=True"},
     {"script": "swe/train_swe_r2e_gym_tools_32B.slurm", "args": TRAIN_SWE_R2E_GYM_TOOLS_32B_SLURM, "env": {"ENROOT_IMAGES_PATH": "/path/to/enroot/images/r2e-gym-lite"}, "missing": "r2e_gym_reward (an R2E-Gym image per row), Ulysses 4, use_remove_padding=True"},
-    {"script": "vqa/run_vlm_qa.sh", "args": RUN_VLM_QA, "env": {}, "missing": "infoseek_reward, qwen2.5-vl template (a vision model), asyncdense_retrieve's index, corpus and encoder (settings the script does not give)"},
+    {"script": "vqa/run_vlm_qa.sh", "args": RUN_VLM_QA, "env": {}, "missing": None},
     {"script": "webshop/train_webshop.sh", "args": TRAIN_WEBSHOP, "env": {}, "missing": None},
     {"script": "webshop/train_webshop.slurm", "args": TRAIN_WEBSHOP_SLURM, "env": {}, "missing": None},
     {"script": "webshop/train_webshop_ray.sh", "args": TRAIN_WEBSHOP_RAY, "env": {}, "missing": None},

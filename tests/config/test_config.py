@@ -611,9 +611,9 @@ def test_model_path_is_required_for_a_run() -> None:
     load_config(only_rest, check_required=False)
 
 
-def test_gui_agents_are_out_of_scope() -> None:
-    msg = error_of([*BASE, "agent.init_config.agent_type=gui"])
-    assert "agent.init_config.agent_type" in msg and "vision" in msg
+def test_the_gui_agent_type_composes() -> None:
+    cfg = load_config([*BASE, "agent.init_config.agent_type=gui", "agent.init_config.template=qwen2.5-vl"])
+    assert (cfg.agent.init_config.agent_type, cfg.agent.init_config.template) == ("gui", "qwen2.5-vl")
 
 
 def test_vllm_on_cpu_ranks_is_accepted() -> None:

@@ -78,11 +78,26 @@ def test_action_agent_reads_turns_as_agentflys_action_agent():
         ToolCallRequest("chess_move", {"move": "e2e4"})]
 
 
-def test_gui_is_out_of_scope_and_unknown_types_list_known_ones():
-    with pytest.raises(ValueError, match="out of scope"):
-        get_agent("gui", [])
+def test_unknown_types_list_known_ones():
     with pytest.raises(UnknownNameError, match="react"):
         get_agent("reactt", [])
+
+
+def test_gui_reads_agentflys_thought_action_turns():
+    step = get_agent("gui", tools("gui_step"))
+    turn = "Thought: the OK button is low.\nAction: click(start_box='(30,90)')"
+    assert step.parse(turn).calls == [ToolCallRequest("gui_step", {"action": "click(start_box='(30,90)')"})]
+    # no "Action:" but an action word: read as if it began with "Action:" (AgentFly's reformat)
+    assert step.parse("type(content='hello')").calls == [
+        ToolCallRequest("gui_step", {"action": "type(content='hello')"})]
+    # nothing readable: no call (AgentFly would invent a click at the screen's centre)
+    assert step.parse("I am not sure.") == ParsedTurn()
+    assert step.parse("Action: click(start_box='(oops)')") == ParsedTurn()  # a bad box: no action
+    # AgentFly's one-turn script (pyautogui_code_generator): the turn is the answer gui_reward scores
+    one = get_agent("gui", tools("pyautogui_code_generator"))
+    assert one.parse(turn) == ParsedTurn(answer=turn)
+    assert step.write_calls([ToolCallRequest("gui_step", {"action": "scroll(direction='down')"})]) == (
+        "Action: scroll(direction='down')")
 
 
 def test_a_user_agent_type_registers_by_name():

@@ -141,7 +141,7 @@ def test_tool_parser_name_picks_it_for_any_agent_and_an_unknown_one_is_refused_n
         get_agent("hermes", FILE_TOOLS, parser="qwen3coder")
     message = str(info.value)
     assert "unknown tool parser 'qwen3coder'" in message and "did you mean 'qwen3_coder'" in message
-    assert "known: action, bash_swe, code, hermes, hf, qwen3_coder" in message
+    assert "known: action, bash_swe, code, gui, hermes, hf, qwen3_coder" in message
     error = error_of([*BASE, "agent.init_config.tool_parser_name=qwen3coder"])
     assert "agent.init_config.tool_parser_name='qwen3coder': unknown tool parser 'qwen3coder'" in error
     assert "agent type" not in error

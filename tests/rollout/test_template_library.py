@@ -26,7 +26,7 @@ from tests.rollout.test_templates import CALCULATOR
 CHAT_BRICKS = [
     "qwen2.5-think", "qwen3", "qwen3-instruct", "llama-3.2", "glm-4", "glm-4.5", "phi-4",
     "nemotron", "deepseek-r1-distill-qwen", "deepseek-v3.1", "deepseek-prover", "llemma",
-    "kimi-k2-instruct",
+    "kimi-k2-instruct", "qwen2.5-vl", "qwen2.5-vl-system-tool", "qwen3-vl-instruct",
 ]
 AGENTFLY = [
     "search-r1", "qwen3-instruct-no-tool", "qwen3-think-no-tool", "qwen3-think", "qwen3-miniswe",

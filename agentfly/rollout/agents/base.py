@@ -177,7 +177,7 @@ def register_parser(name: str, *, aliases: tuple[str, ...] = ()):
 def get_agent(
     name: str, tools: list[Any], system_prompt: str | None = None, parser: str | None = None
 ) -> Agent:
-    """Build the agent type ``name``; ``gui`` is refused with a clear reason.
+    """Build the agent type ``name``.
 
     Args:
         name: registered agent type (prompting and parsing).
@@ -191,11 +191,6 @@ def get_agent(
     Raises:
         UnknownNameError: an unknown agent type or tool parser (the message names the known ones).
     """
-    if name == "gui":
-        raise ValueError(
-            "agent_type 'gui' (vision agents) is out of scope for now; "
-            f"available agent types: {', '.join(AGENTS.names())}"
-        )
     agent = AGENTS.get(name)(tools, system_prompt)
     if parser is not None:
         reader = TOOL_PARSERS.get(parser)  # an unknown name is refused even where it is ignored

@@ -104,6 +104,9 @@ class Engine(ABC):
     #: :meth:`load_weights` takes a :class:`~agentfly.core.weights.LoraAdapter` (a LoRA actor's
     #: engines then receive its adapter; others receive its merged weights)
     serves_adapters: ClassVar[bool] = False
+    #: :meth:`generate` reads a prompt's images (:class:`~agentfly.core.images.ImagePrompt`), so a
+    #: vision-language actor may roll out with it; an engine handed token ids only does not
+    takes_images: ClassVar[bool] = False
 
     @property
     @abstractmethod

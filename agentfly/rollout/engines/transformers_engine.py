@@ -11,7 +11,11 @@ compute only the rows still generating. A finished row's K/V go to a prefix cach
 chain's next turn) prefills only the rest. On CUDA (unless ``enforce_eager``) a call decodes
 instead from static K/V slots with the step captured as a CUDA graph
 (:mod:`agentfly.rollout.engines.static_decode`), a finished row's slot taking the next waiting
-row (:mod:`agentfly.rollout.engines.continuous_batching`). A hand-written loop rather than
+row (:mod:`agentfly.rollout.engines.continuous_batching`). Prompts holding images
+(:class:`~agentfly.core.images.ImagePrompt`, a vision-language model's) prefill with their pixels
+and the model's multimodal rotary positions (:mod:`agentfly.models.vision_inputs`) and decode
+with the dynamic cache; they skip the prefix cache, whose keys (token ids) do not tell images
+apart, and are prefilled once per distinct ids *and* images. A hand-written loop rather than
 ``model.generate`` gives the exact log-probabilities defined in
 :mod:`agentfly.rollout.engines.base` and stop strings that keep the completing token.
 """
@@ -26,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import agentfly.rollout.engines.kv_cache as kv_cache
 import agentfly.rollout.engines.static_decode as static_decode
+from agentfly.core.images import ImageInput, prompt_images
 from agentfly.core.weights import LoraAdapter
 from agentfly.models.attention import use_grouped_sdpa
 from agentfly.rollout.engines.base import (
@@ -89,6 +94,7 @@ class TransformersEngine(Engine):
     """
 
     serves_adapters = True
+    takes_images = True
 
     def __init__(
         self,
@@ -107,14 +113,16 @@ class TransformersEngine(Engine):
         enforce_eager: bool | None = None,
     ) -> None:
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoTokenizer
+
+        from agentfly.models.loading import causal_lm_class
 
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         torch_dtype = dtype if dtype == "auto" else getattr(torch, dtype)
         kwargs: dict[str, Any] = {"dtype": torch_dtype, "trust_remote_code": trust_remote_code}
         if attn_implementation:
             kwargs["attn_implementation"] = attn_implementation
-        self.model = AutoModelForCausalLM.from_pretrained(os.fspath(model), **kwargs)
+        self.model = causal_lm_class(model, trust_remote_code).from_pretrained(os.fspath(model), **kwargs)
         if not attn_implementation:
             use_grouped_sdpa(self.model)
         self.model.to(self.device).eval()
@@ -158,20 +166,24 @@ class TransformersEngine(Engine):
             self.wake_up()
         generators = [self._generator_for(sp, torch) for sp in params]  # one per prompt
         rows = [
-            _Row(list(p), sp, generators[i], prompt_index=i)
+            _Row(list(p), sp, generators[i], prompt_index=i, images=prompt_images(p))
             for i, (p, sp) in enumerate(zip(prompts, params, strict=True))
             for _ in range(sp.n)
         ]
-        outputs: list[GenerationOutput] = []
+        # prompts with images decode dynamically, without the prefix cache (module docstring)
+        text_rows = [r for r in rows if not r.images]
+        image_rows = [r for r in rows if r.images]
         with _no_cudnn_attention(self.device):
             if self.static:
-                outputs = self._generate_static(rows)
+                self._generate_static(text_rows)
             else:
-                for start in range(0, len(rows), self.max_num_seqs):
-                    outputs += self._generate_rows(rows[start : start + self.max_num_seqs])
+                for start in range(0, len(text_rows), self.max_num_seqs):
+                    self._generate_rows(text_rows[start : start + self.max_num_seqs])
+            for start in range(0, len(image_rows), self.max_num_seqs):
+                self._generate_rows(image_rows[start : start + self.max_num_seqs])
         grouped: list[list[GenerationOutput]] = [[] for _ in prompts]
-        for row, out in zip(rows, outputs, strict=True):
-            grouped[row.prompt_index].append(out)
+        for row in rows:
+            grouped[row.prompt_index].append(_output(row))
         return grouped
 
     def load_weights(self, weights: Weights | LoraAdapter) -> None:
@@ -294,8 +306,11 @@ class TransformersEngine(Engine):
         limits = [min(r.sampling.max_tokens, self.max_model_len - len(r.prompt)) for r in rows]
         stop_ids = [self._stop_ids(r.sampling) for r in rows]
         # identical prompts (a request's n rows, or chains of one task) are prefilled once
-        distinct: dict[tuple[int, ...], int] = {}
-        inverse = [distinct.setdefault(tuple(r.prompt), len(distinct)) for r in rows]
+        distinct: dict[tuple[Any, ...], int] = {}
+        inverse = [distinct.setdefault(r.key, len(distinct)) for r in rows]
+        firsts = {k: r for r, k in zip(rows, inverse, strict=True)}
+        images = [firsts[k].images for k in range(len(distinct))]
+        remember = self._prefixes.store is not None and not any(images)
 
         # per-row sampling settings, on the device once per batch (rows leaving are dropped
         # with the cache), so a decode step copies nothing to the device but its uniforms
@@ -305,14 +320,19 @@ class TransformersEngine(Engine):
         temperature, top_p, top_k = (t.to(device) for t in (temperature, top_p, top_k))
 
         with torch.inference_mode():
-            out, attention_mask, position_ids = self._prefill(list(distinct), max(limits), torch)
+            prompts = [tuple(firsts[k].prompt) for k in range(len(distinct))]
+            if any(images):
+                out, attention_mask, position_ids = self._prefill_images(prompts, images, max(limits), torch)
+            else:
+                out, attention_mask, position_ids = self._prefill(prompts, max(limits), torch)
             cache = out.past_key_values
             expand = torch.tensor(inverse, device=device)  # (B,) row -> its prompt
             if len(distinct) < len(rows):
                 cache.reorder_cache(expand)  # (U, ...) -> (B, ...)
             logits = out.logits[:, -1, :].float().index_select(0, expand)  # (B, V)
             attention_mask = attention_mask.index_select(0, expand)  # (B, C + S)
-            positions = position_ids[:, -1:].index_select(0, expand)  # (B, 1)
+            # (B, 1), or (3, B, 1) for multimodal rotary positions
+            positions = position_ids[..., -1:].index_select(-2, expand)
             active = list(range(len(rows)))  # rows still generating, in batch order
             for step in range(max(limits)):
                 live = [rows[i] for i in active]
@@ -327,7 +347,7 @@ class TransformersEngine(Engine):
                 keep = self._append_step(
                     rows, active, chosen.tolist(), chosen_logprobs.tolist(), stop_ids, limits, step
                 )
-                if self._prefixes.store is not None and len(keep) < len(active):
+                if remember and len(keep) < len(active):
                     self._remember(rows, active, keep, cache, attention_mask)
                 if not keep:
                     break
@@ -336,7 +356,7 @@ class TransformersEngine(Engine):
                     cache.reorder_cache(kept)
                     chosen = chosen.index_select(0, kept)
                     attention_mask = attention_mask.index_select(0, kept)
-                    positions = positions.index_select(0, kept)
+                    positions = positions.index_select(-2, kept)
                     temperature, top_p, top_k = (
                         t.index_select(0, kept) for t in (temperature, top_p, top_k)
                     )
@@ -370,6 +390,32 @@ class TransformersEngine(Engine):
             attention_mask=attention_mask,
             position_ids=position_ids,
             past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        return out, attention_mask, position_ids
+
+    def _prefill_images(
+        self, prompts: list[tuple[int, ...]], images: list[tuple[ImageInput, ...]], decode_steps: int,
+        torch: Any,
+    ) -> tuple[Any, Any, Any]:
+        """:meth:`_prefill` for prompts holding images: every token prefilled (no prefix cache:
+        its keys are token ids, which do not tell images apart), the images' pixel patches
+        through the vision tower, and the model's multimodal rotary positions (3, U, S) from
+        :func:`agentfly.models.vision_inputs.rope_positions`, as the trainer computes them."""
+        from agentfly.models.vision_inputs import image_tensors, rope_positions
+
+        input_ids, attention_mask = self._left_padded(prompts, torch)  # (U, S)
+        self.prefill_stats.prefilled_tokens += sum(len(p) for p in prompts)
+        pixel_values, grid_thw = image_tensors([im for row in images for im in row], self.device)
+        position_ids = rope_positions(self.model, input_ids, attention_mask, grid_thw)
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            pixel_values=pixel_values.to(self.model.dtype),
+            image_grid_thw=grid_thw,
+            past_key_values=kv_cache.growing_cache(self.model, reserve=decode_steps),
             use_cache=True,
             logits_to_keep=1,
         )
@@ -533,6 +579,12 @@ class _Row:
     sampling: SamplingParams
     generator: Any
     prompt_index: int
+    images: tuple[ImageInput, ...] = ()
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     finish: str | None = None
+
+    @property
+    def key(self) -> tuple[Any, ...]:
+        """What makes two rows' prompts the same: their ids and their images' digests."""
+        return (tuple(self.prompt), *(im.digest for im in self.images))

@@ -6,7 +6,9 @@ this package registers the built-ins: ``math_equal_reward``, ``math_equal_reward
 ``math_equal_reward_think``, ``math_reward_thought_with_tool``, ``math_string_equal_reward_tool``,
 ``math_reward_string_equal``, ``math_reward_format``, ``qa_f1_reward``, ``qa_f1_reward_tool``,
 ``qa_em_reward``, ``qa_em_format_reward``, ``qa_em_reward_tool_call``, ``code_reward``,
-``code_reward_test``, and the environments' (:mod:`agentfly.rollout.rewards.env_rewards`):
+``code_reward_test``, the vision-language ones (:mod:`agentfly.rollout.rewards.gui_rewards`):
+``gui_reward``, ``gui_episode_reward``, ``ok_vqa_reward``, ``infoseek_reward``, and the
+environments' (:mod:`agentfly.rollout.rewards.env_rewards`):
 ``webshop_reward``, ``scienceworld_reward``, ``alfworld_episode_reward``, ``chess_puzzle_reward``,
 ``chess_puzzle_reward_simple``, ``textworld_reward``; ``swe_test_reward`` (the offline SWE
 task's tests, :mod:`agentfly.rollout.rewards.swe_rewards`); AgentFly's LLM judges
@@ -37,6 +39,12 @@ from agentfly.rollout.rewards.env_rewards import (
     scienceworld_reward,
     textworld_reward,
     webshop_reward,
+)
+from agentfly.rollout.rewards.gui_rewards import (
+    gui_episode_reward,
+    gui_reward,
+    infoseek_reward,
+    ok_vqa_reward,
 )
 from agentfly.rollout.rewards.llm_judge import llm_as_judge_math_reward, llm_as_judge_reward
 from agentfly.rollout.rewards.math_rewards import (
@@ -73,6 +81,9 @@ __all__ = [
     "code_reward_test",
     "compute_reward",
     "get_reward",
+    "gui_episode_reward",
+    "gui_reward",
+    "infoseek_reward",
     "llm_as_judge_math_reward",
     "llm_as_judge_reward",
     "math_equal_reward",
@@ -82,6 +93,7 @@ __all__ = [
     "math_reward_string_equal",
     "math_reward_thought_with_tool",
     "math_string_equal_reward_tool",
+    "ok_vqa_reward",
     "qa_em_format_reward",
     "qa_em_reward",
     "qa_em_reward_tool_call",

@@ -14,6 +14,11 @@ Two departures from plain concatenation, both declared per template and reported
 
 Either way the trajectory keeps the tokens the model sampled after the generation prompt; only a
 re-render of the whole conversation differs from them.
+
+Message content is a string or a list of parts: ``{"type": "text", "text": ...}`` and, for a
+template with an ``image_placeholder`` (the vision templates), images ``{"type": "image", ...}`` or
+``{"type": "image_url", ...}``, each written where it stands as one placeholder, in user and tool
+messages (chat-bricks' rule). A text-only template refuses an image rather than drop it.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agentfly.core.errors import InputError
 from agentfly.rollout.templates.base import (
     ChatTemplate,
     Message,
@@ -32,6 +38,9 @@ from agentfly.rollout.templates.base import (
 
 _PLACEHOLDER = re.compile(r"\{(system|tools|content|observations|observation)\}")
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
+
+#: Content part types that hold an image (OpenAI's chat API sends ``image_url``).
+IMAGE_PART_TYPES = ("image", "image_url")
 
 
 @dataclass(frozen=True, repr=False)
@@ -75,6 +84,9 @@ class FormatTemplate(ChatTemplate):
             even when it does not show the tools (chat-bricks' rule; the library's templates).
         strip_earlier_thinking: :meth:`render` drops ``<think>...</think>`` from every assistant
             turn but a final one (Qwen3).
+        image_placeholder: the text of one image part of a user or tool message (Qwen-VL's
+            ``<|vision_start|><|image_pad|><|vision_end|>``: one pad, which the caller widens to
+            the image's token count); None: the template is text-only and refuses images.
     """
 
     name: str
@@ -98,6 +110,7 @@ class FormatTemplate(ChatTemplate):
     prefix: str = ""
     strip_earlier_thinking: bool = False
     system_turn_for_tools: bool = False
+    image_placeholder: str | None = None
 
     @property
     def end_of_turn(self) -> str:
@@ -152,7 +165,7 @@ class FormatTemplate(ChatTemplate):
 
     def _system(self, messages: Sequence[Message], tools: Sequence[Any] | None) -> str:
         given = bool(messages) and messages[0]["role"] == "system"
-        system = _text(messages[0]["content"]) if given else self.default_system
+        system = self._text(messages[0]["content"], "system") if given else self.default_system
         if system is None:
             shows_tools = self.system_turn_for_tools or (
                 self.tools_template is not None
@@ -191,7 +204,8 @@ class FormatTemplate(ChatTemplate):
         parts: list[str] = []
         pending: list[str] = []  # observations of the current tool turn
         for i, message in enumerate(messages):
-            role, content = message["role"], _text(message["content"])
+            role = message["role"]
+            content = self._text(message["content"], role)
             if role == "tool":
                 pending.append(_fill(self.observation_template, observation=content))
                 continue
@@ -217,6 +231,43 @@ class FormatTemplate(ChatTemplate):
             parts.append(self._observations(pending))
         return "".join(parts)
 
+    def _text(self, content: Any, role: str) -> str:
+        """Message content as text: a string as is; a list of parts joined in order, each image
+        part written as :attr:`image_placeholder`.
+
+        Raises:
+            InputError: an image for a text-only template, or in a system or assistant message
+                (no Qwen-VL template renders those); a part of another type.
+        """
+        if isinstance(content, str):
+            return content
+        if not isinstance(content, list):
+            raise TypeError(f"unsupported message content {content!r}")
+        parts: list[str] = []
+        for part in content:
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind == "text":
+                parts.append(part["text"])
+            elif kind in IMAGE_PART_TYPES:
+                if self.image_placeholder is None:
+                    raise InputError(
+                        f"template {self.name!r} is text-only and cannot show the image in a "
+                        f"{role} message; name a vision template (e.g. 'qwen2.5-vl')"
+                    )
+                if role not in ("user", "tool"):
+                    raise InputError(
+                        f"template {self.name!r} shows images in user and tool messages only, "
+                        f"not in a {role} message"
+                    )
+                parts.append(self.image_placeholder)
+            else:
+                what = "text and image" if self.image_placeholder is not None else "text"
+                raise InputError(
+                    f"template {self.name!r} cannot render a content part of type {kind!r} in a "
+                    f"{role} message: it renders {what} parts ({{'type': 'text', 'text': ...}})"
+                )
+        return "".join(parts)
+
     def _observations(self, observations: list[str]) -> str:
         joined = self.observation_separator.join(observations)
         return _fill(self.observations_template, observations=joined)
@@ -227,11 +278,3 @@ def _fill(template: str, **values: str) -> str:
     scanned for placeholders, so content holding ``{content}`` stays as it is)."""
     return _PLACEHOLDER.sub(lambda m: values.get(m[1], m[0]), template)
 
-
-def _text(content: Any) -> str:
-    """Message content as text; a list of ``{"type": "text", "text": ...}`` parts is joined."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(p["text"] for p in content if p.get("type") == "text")
-    raise TypeError(f"unsupported message content {content!r}")

@@ -1,7 +1,8 @@
 """The built-in templates of chat-bricks 0.1.5 (``chat_bricks/registry/builtin.py``), AgentFly's
 template library: ``qwen2.5-think``, ``qwen3``, ``qwen3-instruct``, ``llama-3.2``, ``glm-4``,
 ``glm-4.5``, ``phi-4``, ``nemotron``, ``deepseek-r1-distill-qwen``, ``deepseek-v3.1``,
-``deepseek-prover``, ``llemma``, ``kimi-k2-instruct``.
+``deepseek-prover``, ``llemma``, ``kimi-k2-instruct``, and the vision templates ``qwen2.5-vl``,
+``qwen2.5-vl-system-tool``, ``qwen3-vl-instruct``.
 
 Transcribed, not imported: agentfly does not depend on chat-bricks at run time. Each constant
 says which chat-bricks facts it carries and where agentfly departs from them. Common to all:
@@ -22,16 +23,35 @@ the sampled tokens, a re-render of the whole conversation differs from them): ``
 generation prompt holds an empty think block that earlier turns lose on re-render),
 ``glm-4.5`` (the newline after ``<think></think>``) and ``deepseek-r1-distill-qwen`` (the
 ``<think>\\n`` opener).
+
+Images (the vision templates): as chat-bricks' renderer writes them
+(``chat_bricks/templates/renderer.py``: ``_encode_user_message``, ``_render_tool_observation``),
+each image part of a user or tool message (``{"type": "image"}`` or ``{"type": "image_url"}``)
+becomes one ``<|vision_start|><|image_pad|><|vision_end|>`` where it stands among the text parts,
+which are joined with nothing; Qwen-VL's official templates place them the same way. The single
+``<|image_pad|>`` is widened to the image's token count after tokenization
+(``agentfly.rollout.vision``); chat-bricks widens it in the text, with the processor. Departures:
+
+- Video parts are refused (chat-bricks writes ``<|video_pad|>`` for one in a user message, and
+  raises on one in a tool message); so are images in system and assistant messages (chat-bricks
+  reads only the first part of those and Qwen3-VL's template only their text, while
+  Qwen2.5-VL's writes an image in any message).
+- Only the three ``-vl`` templates show images; every other template refuses an image part with
+  an error naming the template. chat-bricks also declares vision tokens for ``qwen2.5-think``,
+  ``qwen3-instruct`` and ``kimi-k2-instruct`` (text models), and fails with a ``TypeError`` on
+  an image for a template that declares none.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from typing import Any
 
 from agentfly.rollout.templates.base import tool_schema
 from agentfly.rollout.templates.format import FormatTemplate
+from agentfly.rollout.templates.qwen import HERMES_TOOLS
 from agentfly.rollout.templates.registry import register_template
 
 HERMES_CALL = (
@@ -53,6 +73,9 @@ LLAMA_DEFAULT_DATE = "26 Jul 2024"
 GLM_STOPS = ("<|user|>", "<|observation|>", "<|endoftext|>")
 DEEPSEEK_BOS = "<｜begin▁of▁sentence｜>"
 DEEPSEEK_EOS = "<｜end▁of▁sentence｜>"
+
+#: One image in Qwen-VL's text: a single pad between the vision markers.
+QWEN_VL_IMAGE = "<|vision_start|><|image_pad|><|vision_end|>"
 
 
 def _qwen3_system(system: str, has_tools: bool) -> str:
@@ -179,6 +202,30 @@ QWEN3_INSTRUCT = FormatTemplate(
     system_template="<|im_start|>system\n{system}{tools}<|im_end|>\n",
     system_processor=_qwen3_system,
     tools_template=QWEN3_TOOLS,
+)
+
+#: ``qwen2.5-vl`` (Qwen2.5-VL-Instruct): ChatML, Qwen-VL's default system prompt ("You are a
+#: helpful assistant."), no tool catalogue (the agent's prompt describes its tools); tool
+#: results in a ``tool`` turn, consecutive ones written back to back with nothing between (Qwen2.5-VL's
+#: own template gives each tool message a turn of its own; the text is the same for one).
+QWEN25_VL = FormatTemplate(
+    name="qwen2.5-vl",
+    default_system="You are a helpful assistant.",
+    observations_template="<|im_start|>tool\n{observations}<|im_end|>\n",
+    observation_template="{observation}",
+    image_placeholder=QWEN_VL_IMAGE,
+)
+
+#: ``qwen2.5-vl-system-tool``: ``qwen2.5-vl`` with Qwen2.5's hermes tool block appended to the
+#: system text; tool results still in a ``tool`` turn.
+QWEN25_VL_SYSTEM_TOOL = dataclasses.replace(
+    QWEN25_VL, name="qwen2.5-vl-system-tool", tools_template=HERMES_TOOLS
+)
+
+#: ``qwen3-vl-instruct`` (Qwen3-VL-Instruct): ``qwen3-instruct`` with images (chat-bricks'
+#: definitions of the two are the same but for the name).
+QWEN3_VL_INSTRUCT = dataclasses.replace(
+    QWEN3_INSTRUCT, name="qwen3-vl-instruct", image_placeholder=QWEN_VL_IMAGE
 )
 
 #: ``glm-4``: ``[gMASK]<sop>``, ``<|system|>`` / ``<|user|>`` / ``<|assistant|>`` role lines,
@@ -358,6 +405,7 @@ KIMI_K2_INSTRUCT = FormatTemplate(
 LIBRARY = (
     QWEN25_THINK, QWEN3, QWEN3_INSTRUCT, llama32(), GLM4, GLM45, PHI4, NEMOTRON,
     DEEPSEEK_R1_DISTILL_QWEN, DEEPSEEK_V31, DEEPSEEK_PROVER, LLEMMA, KIMI_K2_INSTRUCT,
+    QWEN25_VL, QWEN25_VL_SYSTEM_TOOL, QWEN3_VL_INSTRUCT,
 )
 for _template in LIBRARY:
     register_template(_template.name, _template)

@@ -6,8 +6,10 @@ Importing this package registers the built-ins: ``calculator``, ``answer`` (and 
 ``summarize``, and the environment tools with AgentFly's names (``webshop_browser_action``,
 ``webshop_browser``, ``scienceworld_explorer``, ``alfworld_step``, ``alfworld_reset``,
 ``alfworld_get_admissible_commands``, ``alfworld_get_task_objective``, ``chess_move``,
-``chess_get_state``, ``chess_get_legal_moves``) and ``textworld_step``
-(:mod:`agentfly.rollout.tools.environment`), and the SWE tools on a chain's workspace
+``chess_get_state``, ``chess_get_legal_moves``), ``textworld_step``
+(:mod:`agentfly.rollout.tools.environment`), the GUI tools (:mod:`agentfly.rollout.tools.gui`:
+AgentFly's ``pyautogui_code_generator`` and ``capture_screenshot``, and ``gui_step``), and the
+SWE tools on a chain's workspace
 (:mod:`agentfly.rollout.tools.workspace`: ``create_file``, ``read_file``, ``edit_file``,
 ``list_files``, ``grep_search``, ``run_python``, ``undo_edit``, ``run_shell_command``). Heavy dependencies (sympy, bm25s, an environment's
 package) are imported only when a tool first needs them. A tool's
@@ -23,6 +25,7 @@ from agentfly.rollout.tools import (  # noqa: F401
     code_interpreter,
     dense_retrieve,
     files,
+    gui,
     scienceworld,
     search,
     shell,

@@ -99,6 +99,8 @@ class ToolResult:
         reward: the reward this call earned its turn: an environment's reward for the step it
             took, or any tool's own (None: none). It goes to ``Trajectory.turn_rewards`` and
             enters the token rewards with ``algorithm.use_turn_rewards``.
+        images: images the call shows the model beside ``observation``, as PNG bytes (a GUI
+            environment's screenshot after the step, ``capture_screenshot``); empty for text.
     """
 
     observation: str
@@ -108,6 +110,7 @@ class ToolResult:
     final_answer: str | None = None
     finish_reason: str | None = None
     reward: float | None = None
+    images: list[bytes] = field(default_factory=list)
 
     @classmethod
     def failure(cls, error: str, observation: str) -> ToolResult:

@@ -10,7 +10,10 @@ of any of them). The agent loop starts every session when the chain starts (the 
 it when the chain ends, however it ends. The session records the episode (:meth:`EnvSession.record`),
 which the loop puts on the trajectory (``Trajectory.environments``) for the reward; each step's
 reward rides on its tool call's result (``ToolResult.reward``) to its turn
-(``Trajectory.turn_rewards``).
+(``Trajectory.turn_rewards``), and each step's screen (``StepResult.images``, PNG bytes) on its
+result's ``images`` to the model. The session keeps the latest screen (of ``reset``, given as
+``info["images"]``, or of the last step) for tools that show it without acting
+(``capture_screenshot``); the episode's record holds no images.
 
 Who is at fault:
 
@@ -116,6 +119,7 @@ class EnvSession:
         self._seed: int | None = None
         self._reset_info: dict[str, Any] = {}
         self._info: dict[str, Any] = {}
+        self._images: list[bytes] = []
         self._steps: list[dict[str, Any]] = []
         self._resets = 0
         self._over = False
@@ -132,6 +136,8 @@ class EnvSession:
                 reset_timeout=s.reset_timeout, step_timeout=s.step_timeout, label=self.env,
             )
         observation, info = self._process.reset(dict(row), seed)
+        info = dict(info)
+        self._images = list(info.pop("images", None) or [])
         self._row, self._seed = dict(row), seed
         self._reset_info, self._info = dict(info), dict(info)
         self._steps, self._over = [], False
@@ -152,6 +158,7 @@ class EnvSession:
         began = time.time()
         result = self._process.step(action)
         self._info, self._over = dict(result.info), result.done
+        self._images = list(result.images)
         self._steps.append({
             "action": action, "reward": float(result.reward), "terminated": bool(result.terminated),
             "truncated": bool(result.truncated), "info": _lean(result.info),
@@ -162,6 +169,11 @@ class EnvSession:
     def info(self) -> dict[str, Any]:
         """The latest info (of the last step, else of ``reset``), with ``admissible_actions``."""
         return dict(self._info)
+
+    def images(self) -> list[bytes]:
+        """The latest screen (PNG bytes, of the last step, else of ``reset``); empty for a text
+        environment."""
+        return list(self._images)
 
     def reset_info(self) -> dict[str, Any]:
         """The info of the episode's ``reset`` (its ``goal``...)."""
@@ -233,8 +245,9 @@ def act(session: Any, action: str) -> ToolResult:
 
 
 def step_result(result: StepResult) -> ToolResult:
-    """A step as a tool result: the observation, its reward, the chain's end with the episode's."""
-    out = ToolResult(observation=result.observation, reward=float(result.reward))
+    """A step as a tool result: the observation, its screen, its reward, the chain's end with
+    the episode's."""
+    out = ToolResult(observation=result.observation, reward=float(result.reward), images=list(result.images))
     if result.done:
         out.ends_chain, out.final_answer, out.finish_reason = True, result.observation, EPISODE_OVER
     return out
