@@ -388,8 +388,8 @@ MUTATIONS = [
     Mutation(
         "sft conversation: the text between turns laid out as sampled (mask 1)",
         "agentfly/sft/conversations.py",
-        "traj.append_observation(self._encode(between))",
-        "traj.append_sampled(self._encode(between), [0.0] * len(self._encode(between)))",
+        "traj.append_observation(self._encode_with(between, shown))",
+        "traj.append_sampled(self._encode_with(between, shown), [0.0] * len(self._encode_with(between, shown)))",
         ("tests/sft/test_conversations.py::test_the_mask_is_one_exactly_on_the_assistant_tokens",),
     ),
     Mutation(
