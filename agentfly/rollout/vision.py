@@ -60,7 +60,7 @@ def resolve_row_images(row: dict[str, Any], base_dir: Path, where: str) -> None:
         if isinstance(spec, dict) and "path" in spec:
             spec = spec["path"]
         if isinstance(spec, str) and not spec.startswith("data:"):
-            path = Path(spec) if os.path.isabs(spec) else base_dir / spec
+            path = local_image(spec, base_dir)
             if not path.is_file():
                 raise ImageError(f"{where}: image {k} ({spec!r}) does not exist (looked for {path})")
             spec = str(path)
@@ -74,6 +74,12 @@ def resolve_row_images(row: dict[str, Any], base_dir: Path, where: str) -> None:
             f"{where}: the question has {markers} {IMAGE_MARKER} markers but the row has "
             f"{len(resolved)} images"
         )
+
+
+def local_image(path: str, base_dir: Path) -> Path:
+    """The file an image path names: an absolute path as is, a relative one under ``base_dir``
+    (the data file's folder)."""
+    return Path(path) if os.path.isabs(path) else base_dir / path
 
 
 def image_bytes(spec: Any, where: str) -> bytes:

@@ -17,19 +17,16 @@ is what the model samples, text only.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agentfly.rollout.vision import ImageError, image_bytes
+from agentfly.rollout.templates.format import IMAGE_PART_TYPES as IMAGE_PARTS
+from agentfly.rollout.vision import ImageError, image_bytes, local_image
 
 if TYPE_CHECKING:
     from agentfly.core.images import ImageInput
     from agentfly.rollout.vision import VisionProcessor
-
-#: Content part types that hold an image (OpenAI's chat API sends ``image_url``).
-IMAGE_PARTS = ("image", "image_url")
 
 
 class RowImageError(ValueError):
@@ -96,7 +93,7 @@ def read_source(source: Any, base_dir: Path, where: str) -> bytes:
         raise RowImageError(f"{where}: image {source!r} is a remote URL; download it and give its path")
     if isinstance(source, str) and not source.startswith("data:"):
         source = source.removeprefix("file://")
-        path = Path(source) if os.path.isabs(source) else base_dir / source
+        path = local_image(source, base_dir)
         if not path.is_file():
             raise RowImageError(f"{where}: image {source!r} does not exist (looked for {path})")
         source = str(path)
