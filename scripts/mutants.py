@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-COPIED = ("agentfly", "tests", "conf", "pyproject.toml")
+COPIED = ("agentfly", "tests", "conf", "examples", "pyproject.toml")
 from mutations import LEARNING, MUTATIONS, Mutation  # noqa: E402  (scripts/, beside this file)
 
 

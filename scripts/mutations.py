@@ -21,6 +21,7 @@ PACKING = "tests/modules/test_packing.py"
 MICRO = "tests/modules/test_micro_batches.py"
 STATIC = "tests/rollout/test_static_decode.py"
 VISION = "tests/rollout/test_vision_tokens.py"
+HARNESS = "tests/rollout/test_harness.py"
 
 
 @dataclass(frozen=True)
@@ -665,5 +666,26 @@ MUTATIONS = [
         "images = images[rows] if isinstance(rows, slice) else [images[int(i)] for i in rows]",
         "images = images[::-1][rows] if isinstance(rows, slice) else [images[-1 - int(i)] for i in rows]",
         (f"{VISION}::test_engine_and_trainer_logprobs_agree",),
+    ),
+    Mutation(
+        "a harness chain's tool results are trained on as if sampled",
+        "agentfly/rollout/endpoint/chain.py",
+        "            traj.append_observation(between)\n",
+        "            traj.append_sampled(between, [0.0] * len(between))\n",
+        (f"{HARNESS}::test_the_example_program_as_a_function_samples_what_the_builtin_loop_does_seeded",),
+    ),
+    Mutation(
+        "a harness request that rewrote its history extends the old segment (tokens never given)",
+        "agentfly/rollout/endpoint/chain.py",
+        "        return (all(_view(a) == _view(b) for a, b in zip(messages, expected, strict=False))\n",
+        "        return (True or all(_view(a) == _view(b) for a, b in zip(messages, expected, strict=False))\n",
+        (f"{HARNESS}::test_every_training_token_is_what_the_engine_was_given_and_sampled",),
+    ),
+    Mutation(
+        "a harness chain's earlier segments train with no reward",
+        "agentfly/rollout/harness.py",
+        '            traj.segment_reward = "broadcast"\n',
+        "            pass\n",
+        (f"{HARNESS}::test_each_segment_trains_with_the_chain_s_reward",),
     ),
 ]

@@ -189,8 +189,21 @@ def plan_rollout_run(
     return plan_rollout(resolve_model_paths(cfg, needs_critic=False), topology), rows
 
 
+def _options_and_config(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[Any, Any] | None:
+    """A command's own options and the config its other words compose (the task's defaults
+    beneath); None, said on stderr, when the config is refused."""
+    from agentfly.config import ConfigError
+
+    args, words = parser.parse_known_args(argv)
+    try:
+        return args, parse_config(words, check_required=False, default_task=True)
+    except ConfigError as e:
+        print(f"agentfly: config error: {e}", file=sys.stderr)
+        return None
+
+
 def _rollout(argv: list[str]) -> int:
-    from agentfly.config import ConfigError, config_to_yaml
+    from agentfly.config import config_to_yaml
     from agentfly.rollout.runner import run_rollout
 
     parser = argparse.ArgumentParser(prog="agentfly rollout", description="run rollouts alone and write trajectories as JSONL")
@@ -198,12 +211,10 @@ def _rollout(argv: list[str]) -> int:
     parser.add_argument("--split", choices=["train", "val"], default="train", help="which data files")
     parser.add_argument("--limit", type=int, help="roll out only the first N rows")
     parser.add_argument("--print_config", action="store_true", help="print the composed config and exit")
-    args, words = parser.parse_known_args(argv)
-    try:
-        cfg = parse_config(words, check_required=False, default_task=True)
-    except ConfigError as e:
-        print(f"agentfly: config error: {e}", file=sys.stderr)
+    parsed = _options_and_config(parser, argv)
+    if parsed is None:
         return 2
+    args, cfg = parsed
     if args.print_config:
         print(config_to_yaml(cfg))
         return 0
@@ -223,6 +234,26 @@ def _rollout(argv: list[str]) -> int:
     return 0
 
 
+def _serve(argv: list[str]) -> int:
+    from agentfly.run.serve import serve
+
+    parser = argparse.ArgumentParser(
+        prog="agentfly serve",
+        description="the configured model, template and tool-call parser behind an OpenAI-compatible endpoint",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    parser.add_argument("--port", type=int, default=8000, help="port (0: a free one, printed)")
+    parser.add_argument("--api-key", help="the key clients must send (default: none)")
+    parser.add_argument("--request-timeout", type=float, default=300.0,
+                        help="seconds an engine call may take before the request is answered 504")
+    parsed = _options_and_config(parser, argv)
+    if parsed is None:
+        return 2
+    args, cfg = parsed
+    return serve(cfg, host=args.host, port=args.port, api_key=args.api_key,
+                 request_timeout=args.request_timeout)
+
+
 class _StderrHandler(logging.StreamHandler):
     """Writes to whatever ``sys.stderr`` is when a record is emitted (not when it was made), so a
     process that calls :func:`main` more than once, redirecting stderr between calls, never writes
@@ -240,7 +271,7 @@ class _StderrHandler(logging.StreamHandler):
         pass
 
 
-USAGE = """usage: agentfly {fit,sft,validate,test,predict,rollout} [--help] [KEY=VALUE | --KEY VALUE ...]
+USAGE = """usage: agentfly {fit,sft,validate,test,predict,rollout,serve} [--help] [KEY=VALUE | --KEY VALUE ...]
 
   fit        train (AgentFly's `python -m agentfly.cli train ...` is the same command)
   sft        supervised warm start on conversations or on rollout records (agentfly sft --help)
@@ -249,6 +280,7 @@ USAGE = """usage: agentfly {fit,sft,validate,test,predict,rollout} [--help] [KEY
   test       same as validate
   predict    same as validate (the trajectories are written to <run>/trajectories)
   rollout    run rollouts alone and write trajectories as JSONL
+  serve      the model behind an OpenAI-compatible endpoint (agentfly serve --help)
 """
 
 
@@ -270,6 +302,8 @@ def main(argv: list[str] | None = None) -> int:
     command, rest = argv[0], argv[1:]
     if command == "rollout":
         return _rollout(rest)
+    if command == "serve":
+        return _serve(rest)
     if command == "sft":
         from agentfly.run.sft import main as sft_main
 

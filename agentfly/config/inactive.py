@@ -94,6 +94,12 @@ def _steps_given(cfg: Any) -> str | None:
     return None if steps is None else f"trainer.total_training_steps={steps} sets the run's length"
 
 
+def _no_harness(cfg: Any) -> str | None:
+    harness = cfg.agent.harness
+    none = harness.command is None and harness.function is None
+    return "no agent.harness.command or .function: the built-in agent loop runs the chains" if none else None
+
+
 def _nothing_resumed(cfg: Any) -> str | None:
     mode = cfg.trainer.resume_mode
     return "trainer.resume_mode=disable: nothing is resumed" if mode == "disable" else None
@@ -313,6 +319,7 @@ RULES: tuple[Rule, ...] = (
         _no_validation,
     ),
     Rule(("trainer.total_epochs",), _steps_given),
+    Rule(("agent.harness.timeout", "agent.harness.request_timeout"), _no_harness),
     Rule(("trainer.resume_from_path",), _unless("trainer.resume_mode", "resume_path")),
     Rule(("trainer.resume_changed_config",), _nothing_resumed),
     Rule(("trainer.max_staleness",), _unless("trainer.rollout_mode", "async")),

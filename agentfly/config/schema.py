@@ -208,6 +208,31 @@ class AgentRunConfig:
 
 
 @dataclass
+class HarnessConfig:
+    """The user's own agent program in place of the built-in agent loop
+    (:mod:`agentfly.rollout.harness`): each chain runs it against an OpenAI-compatible endpoint
+    of its own, and trains on exactly what the engine sampled for its requests.
+
+    Attributes:
+        command: a shell command run once per chain with ``OPENAI_BASE_URL``,
+            ``OPENAI_API_KEY`` and ``AGENTFLY_TASK`` (a file holding the row as JSON) set; its
+            answer is the last line of its standard output. ``None``: not a command.
+        function: ``module:attr`` (or ``file.py:attr``) of an ``async def f(task: dict, client)
+            -> str`` given an ``openai.AsyncOpenAI`` client bound to the chain's endpoint.
+            ``None``: not a function. At most one of ``command`` and ``function``; neither: the
+            built-in agent loop.
+        timeout: seconds the program may run for one chain; past it the chain fails (its
+            processes killed).
+        request_timeout: seconds one engine call may take; past it the request is answered 504.
+    """
+
+    command: str | None = None
+    function: str | None = None
+    timeout: PositiveFloat = 300.0
+    request_timeout: PositiveFloat = 120.0
+
+
+@dataclass
 class AgentConfig:
     """The agent rollout path (AgentFly's own namespace).
 
@@ -217,12 +242,14 @@ class AgentConfig:
         train_on_last_turn: compute the loss on the last assistant turn only.
         init_config: how the agent is built.
         run_config: how chains are run.
+        harness: the user's agent program instead of the built-in loop.
     """
 
     use_agent: bool = True
     train_on_last_turn: bool = False
     init_config: AgentInitConfig = field(default_factory=AgentInitConfig)
     run_config: AgentRunConfig = field(default_factory=AgentRunConfig)
+    harness: HarnessConfig = field(default_factory=HarnessConfig)
 
 
 # ---------------------------------------------------------------------------------- algorithm

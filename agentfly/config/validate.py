@@ -224,6 +224,32 @@ def _check_overlong_buffer(get: Get, errors: list[str]) -> None:
         )
 
 
+def _check_harness(get: Get, errors: list[str]) -> None:
+    """``agent.harness``: one program, importable and async when a function; the built-in
+    loop's tools are not run by it (:mod:`agentfly.rollout.harness`)."""
+    command, function = get("agent.harness.command"), get("agent.harness.function")
+    if command is None and function is None:
+        return
+    if command is not None and function is not None:
+        errors.append("agent.harness.command and agent.harness.function are both set: a chain runs "
+                      "one program; set one")
+        return
+    if command is not None and not str(command).strip():
+        errors.append("agent.harness.command is empty")
+    if function is not None:
+        from agentfly.rollout.harness import Harness
+
+        try:
+            Harness(function=str(function)).resolve_function()
+        except ValueError as exc:
+            errors.append(str(exc))
+    tools = list(get("agent.init_config.tools") or [])
+    if tools:
+        errors.append(f"agent.init_config.tools={tools} with agent.harness: the harness program runs "
+                      "its own tools (the server only reads its model's calls); set "
+                      "agent.init_config.tools=[]")
+
+
 def _check_correction_thresholds(get: Get, errors: list[str]) -> None:
     """The off-policy correction's thresholds, a number or verl's ``lower_upper`` band."""
     from agentfly.modules.settings import threshold_bounds
@@ -355,6 +381,7 @@ def validate(cfg: Any, check_required: bool = True) -> None:
     _check_filter_groups(get, errors)
     _check_overlong_buffer(get, errors)
     _check_correction_thresholds(get, errors)
+    _check_harness(get, errors)
     if errors:
         raise ConfigError(errors)
     _warn(get, estimator)

@@ -94,6 +94,12 @@ class Trajectory:
     overlong_reward: float = 0.0  # DAPO's length penalty included in `reward` (rewards/overlong.py)
     error: str | None = None
     folded: list[Trajectory] = field(default_factory=list)  # the segments before each fold
+    # how the reward spreads over the segments (rollout.folding.decompose_reward's modes): a
+    # fold's `last_only`, a harness chain's `broadcast` (each segment gets the chain's reward)
+    segment_reward: str = "last_only"
+    # a harness chain's counts (rollout.harness): requests, breaks (requests that rewrote the
+    # history: a new segment each), malformed (requests answered 400); empty for built-in chains
+    harness: dict[str, int] = field(default_factory=dict)
     images: list[ImageInput] = field(default_factory=list)
 
     @property

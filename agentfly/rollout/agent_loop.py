@@ -435,6 +435,12 @@ class AgentLoop:
             if chain_resources is not None:
                 traj.environments = await environment_records(chain_resources, self.agent.tools)
                 await chain_resources.release_all()
+        await self._finish(traj)
+        return traj
+
+    async def _finish(self, traj: Trajectory) -> None:
+        """A chain that ran: its loss mask on the last turn only (``train_on_last_turn``), its
+        reward, DAPO's length penalty."""
         if self.train_on_last_turn:
             traj.mask_all_but_last_turn()
         if self.reward is not None:
@@ -445,7 +451,6 @@ class AgentLoop:
                 )
             if self.overlong is not None:
                 self.overlong.shape(traj)
-        return traj
 
     async def _turns(
         self, traj: Trajectory, tools: Any, sampling: SamplingParams, chain_resources: Any

@@ -88,8 +88,9 @@ def decompose_reward(
     return [reward * w / sum(weights) for w in weights]
 
 
-def segment_rewards(traj: Any, mode: str = "last_only") -> list[float | None]:
-    """Each segment's reward (None where the chain is unscored)."""
+def segment_rewards(traj: Any, mode: str | None = None) -> list[float | None]:
+    """Each segment's reward (None where the chain is unscored); ``mode`` None: the chain's own
+    (``Trajectory.segment_reward``)."""
     if traj.reward is None:
         return [None] * len(traj.segments)
-    return decompose_reward(float(traj.reward), len(traj.segments), mode)
+    return decompose_reward(float(traj.reward), len(traj.segments), mode or traj.segment_reward)

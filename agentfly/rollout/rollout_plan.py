@@ -38,6 +38,8 @@ class RolloutPlan:
             has a worker for each (up to a cap).
         loop: :class:`~agentfly.rollout.agent_loop.AgentLoop` keyword arguments (``max_model_len``
             None = the engine's).
+        harness: :class:`~agentfly.rollout.harness.Harness` arguments: chains run the user's
+            program (:class:`~agentfly.rollout.harness.HarnessLoop`); None: the built-in loop.
     """
 
     engine: str
@@ -58,3 +60,4 @@ class RolloutPlan:
     reward_timeout: float | None = None
     reward_config: dict[str, Any] = field(default_factory=dict)
     chains_in_flight: int = 0
+    harness: dict[str, Any] | None = None

@@ -9,6 +9,7 @@ settings, the template, the search corpus, the data file and its rows.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -122,7 +123,13 @@ def build_rollout(plan: RolloutPlan, *, ray_init: dict[str, Any] | None = None) 
     vision = None
     if model_path and is_vision_model(model_path, plan.engine_kwargs.get("trust_remote_code", False)):
         vision = VisionProcessor.from_pretrained(model_path, tokenizer)
-    loop = AgentLoop(
+    loop_class: Any = AgentLoop
+    if plan.harness is not None:
+        from agentfly.rollout.harness import Harness, HarnessLoop
+
+        loop_class = functools.partial(HarnessLoop, harness=Harness(**plan.harness),
+                                       model_name=Path(str(model_path)).name if model_path else "agentfly")
+    loop = loop_class(
         engine=pool,
         tokenizer=tokenizer,
         template=get_template(plan.template, tokenizer),

@@ -59,6 +59,8 @@ def summarize(trajs: list[Trajectory]) -> dict[str, Any]:
     for counts in ("failures/tool_kinds", "failures/reward_kinds", "finish_reasons"):  # flat numbers, to log
         for kind, n in out[counts].items():
             out[f"{counts}/{kind}"] = n
+    for key in sorted({k for t in trajs for k in t.harness}):  # harness chains' requests, breaks...
+        out[f"harness/{key}"] = sum(t.harness.get(key, 0) for t in trajs)
     extras = sorted({k for t in trajs for k in t.reward_extras})
     for key in extras:
         vals = [float(t.reward_extras[key]) for t in trajs if key in t.reward_extras]

@@ -112,6 +112,13 @@ def check_folding(cfg: Any, world_size: int) -> None:
 
     names = [str(n) for n in cfg.agent.init_config.tools or []]
     folding = [n for n in names if n in TOOLS and TOOLS.get(n).folds_context]
+    harness = any(OmegaConf.select(cfg, f"agent.harness.{k}") is not None for k in ("command", "function"))
+    if harness and world_size > 1:  # a program that rewrites its history trains as segments too
+        raise ConfigError(
+            f"agent.harness cannot run on {world_size} ranks yet: a harness program that rewrites "
+            "its history trains as one row per segment, so the ranks' batches could differ in "
+            "size and the update's collectives would wait forever; train on one rank"
+        )
     if folding and world_size > 1:
         raise ConfigError(
             f"agent.init_config.tools {folding} fold the chain's history, which cannot run on "
@@ -364,7 +371,20 @@ def plan_rollout(
             run.max_concurrent_chains or int(cfg.data.train_batch_size) * int(run.num_chains)
         ),
         reward_timeout=float(init.reward_timeout) if init.reward_timeout is not None else None,
+        harness=_harness(cfg),
     )
+
+
+def _harness(cfg: Any) -> dict[str, Any] | None:
+    """``agent.harness`` as :class:`~agentfly.rollout.harness.Harness`' arguments (None: the
+    built-in loop); a function's file path made absolute."""
+    from agentfly.core.plugins import portable
+
+    h = cfg.agent.harness
+    if h.command is None and h.function is None:
+        return None
+    return dict(command=h.command, function=portable(str(h.function)) if h.function else None,
+                timeout=float(h.timeout), request_timeout=float(h.request_timeout))
 
 
 def sends_adapter(cfg: Any) -> bool:

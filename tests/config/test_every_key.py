@@ -44,6 +44,8 @@ OVERLONG = [OB + "enable=true", OB + "len=64", OB + "penalty_factor=1.0"]
 GIGPO = ["algorithm.adv_estimator=gigpo"]
 FILTER = ["algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=acc"]
 PL = "actor_rollout_ref.actor.policy_loss."
+ONE_RANK = ["trainer.n_gpus_per_node=1"]  # a harness runs on one rank
+HARNESS = ["agent.init_config.tools=[]", "agent.harness.command=./agent", *ONE_RANK]
 
 
 def loss(mode: str) -> list[str]:
@@ -74,6 +76,10 @@ CHANGES: dict[str, tuple[str, list[str]]] = {
     "data.filter_overlong_prompts": ("false", []),
     "data.truncation": ("left", ["data.filter_overlong_prompts=false"]),
     "agent.train_on_last_turn": ("true", []),
+    "agent.harness.command": ("./agent", ["agent.init_config.tools=[]", *ONE_RANK]),
+    "agent.harness.function": ("tests.rollout.harness_programs:by_mode", ["agent.init_config.tools=[]", *ONE_RANK]),
+    "agent.harness.timeout": ("7", HARNESS),
+    "agent.harness.request_timeout": ("7", HARNESS),
     "agent.init_config.agent_type": ("react", []),
     "agent.init_config.template": ("qwen2.5", []),
     "agent.init_config.tools": ("[calculator,answer]", []),
@@ -360,6 +366,10 @@ RECEIVES = {
     "agent.run_config.max_turns": "rollout.loop.max_turns",
     "agent.run_config.num_chains": "rollout.loop.num_chains",
     "agent.train_on_last_turn": "rollout.loop.train_on_last_turn",
+    "agent.harness.command": "rollout.harness",
+    "agent.harness.function": "rollout.harness",
+    "agent.harness.timeout": "rollout.harness.timeout",
+    "agent.harness.request_timeout": "rollout.harness.request_timeout",
     "algorithm.adv_estimator": "callbacks",
     "algorithm.gamma": "callbacks",
     "algorithm.kl_ctrl.horizon": "callbacks",
@@ -604,6 +614,7 @@ def _warning(args: list[str]) -> str:
 
 # a context where each rule's reason holds, and a key it covers with a non-default value
 INACTIVE = [
+    ("agent.harness.timeout=30", []),
     ("agent.init_config.backend_config.backend=async_verl", []),
     ("agent.use_agent=true", []),
     ("critic.ppo_epochs=3", GRPO),

@@ -34,3 +34,15 @@ ROWS = [
     {"question": "What is 12*34?", "answer": "408"},
     {"question": "What is 7+8?", "answer": "15"},
 ]
+
+
+def assert_segment_is_what_the_engine_sampled(segment, recorded, calls):
+    """``segment``'s ids are the last of ``calls`` given and sampled, and its trained tokens,
+    log-probabilities and versions are each call's: ``recorded[k]`` is call ``k``'s (given ids,
+    sampled ids), and call ``k`` reported log-probability ``-(k + 1) / 10`` and version ``k``."""
+    last_given, last_sampled = recorded[calls[-1]]
+    assert last_given + last_sampled == segment.input_ids  # nothing after the last turn
+    trained = [k for k, m in enumerate(segment.loss_mask) if m]
+    assert [segment.response_ids[k] for k in trained] == [i for c in calls for i in recorded[c][1]]
+    assert [segment.rollout_logprobs[k] for k in trained] == [-(c + 1) / 10 for c in calls for _ in recorded[c][1]]
+    assert [segment.policy_versions[k] for k in trained] == [c for c in calls for _ in recorded[c][1]]

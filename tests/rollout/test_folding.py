@@ -16,7 +16,7 @@ from agentfly.rollout.folding import decompose_reward, fold_messages
 from agentfly.rollout.templates import get_template
 from agentfly.rollout.tools import get_tool
 from agentfly.run.plan import check_folding
-from tests.rollout.scripted_loops import ROWS, call
+from tests.rollout.scripted_loops import ROWS, assert_segment_is_what_the_engine_sampled, call
 
 SCRIPT = [
     call("calculator", expression="12*34"),
@@ -71,14 +71,7 @@ def test_each_segment_is_what_its_engine_calls_were_given_and_sampled(folded):
         given = [engine.calls[k][0] for k in calls]
         assert all(g[: len(segment.prompt_ids)] == segment.prompt_ids for g in given)
         assert given[0] == segment.prompt_ids  # the segment's first call sees its prompt alone
-        last_input, last_sampled = engine.calls[calls[-1]]
-        assert last_input + last_sampled == segment.input_ids  # nothing after the last turn
-        sampled = [i for i, m in zip(segment.response_ids, segment.loss_mask, strict=True) if m]
-        assert sampled == [i for k in calls for i in engine.calls[k][1]]
-        logps = [lp for lp, m in zip(segment.rollout_logprobs, segment.loss_mask, strict=True) if m]
-        assert logps == [-(k + 1) / 10 for k in calls for _ in engine.calls[k][1]]
-        versions = [v for v, m in zip(segment.policy_versions, segment.loss_mask, strict=True) if m]
-        assert versions == [k for k in calls for _ in engine.calls[k][1]]
+        assert_segment_is_what_the_engine_sampled(segment, engine.calls, calls)
     # the observations between the turns of a segment carry mask 0; a fold shows none
     assert 0 in traj.segments[0].loss_mask and 0 in traj.segments[1].loss_mask
     assert all(traj.segments[2].loss_mask)

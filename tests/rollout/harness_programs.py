@@ -1,0 +1,77 @@
+"""Agent programs for the harness tests: each speaks only OpenAI's API, and ``by_mode`` does what
+its row's ``mode`` says (answers, rewrites its history, hangs, raises...)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+
+import openai
+
+
+async def by_mode(task: dict, client) -> object:
+    mode = task.get("mode", "ok")
+    messages = [{"role": "user", "content": task["question"]}]
+    if mode == "silent":
+        return "42"  # never asks the model
+    if mode == "hang":
+        await asyncio.sleep(3600)
+    if mode == "malformed":
+        await client.chat.completions.create(model="m", messages=messages, tool_choice="required",
+                                             tools=[{"type": "function", "function": {"name": "f"}}])
+    reply = await client.chat.completions.create(model="m", messages=messages)
+    if mode == "raise":
+        raise ValueError("the program broke")
+    if mode == "not_a_string":
+        return 42
+    if mode == "forever":  # asks again and again: the chain's max_turns ends it
+        while True:
+            messages += [reply.choices[0].message.model_dump(exclude_none=True), {"role": "user", "content": "again"}]
+            reply = await client.chat.completions.create(model="m", messages=messages)
+    if mode == "rewrite":
+        # turn 2 extends turn 1; turn 3 drops the history for a summary (a new segment); turn 4
+        # extends turn 3; turn 5 edits an earlier message (another segment)
+        messages += [reply.choices[0].message.model_dump(exclude_none=True), {"role": "tool", "content": "408"}]
+        reply = await client.chat.completions.create(model="m", messages=messages)
+        messages = [{"role": "user", "content": task["question"] + " (so far: 408)"}]
+        reply = await client.chat.completions.create(model="m", messages=messages)
+        messages += [reply.choices[0].message.model_dump(exclude_none=True), {"role": "user", "content": "sure?"}]
+        reply = await client.chat.completions.create(model="m", messages=messages)
+        messages[0] = {"role": "user", "content": "edited"}
+        messages += [reply.choices[0].message.model_dump(exclude_none=True), {"role": "user", "content": "well?"}]
+        reply = await client.chat.completions.create(model="m", messages=messages)
+    return reply.choices[0].message.content or ""
+
+
+def command_main() -> None:
+    """The command form: the row from $AGENTFLY_TASK; modes ``ok``, ``exit``, ``quiet``, ``hang``
+    and ``orphan`` (leaves a child behind, writing its pid to the row's ``pid_file``)."""
+    with open(os.environ["AGENTFLY_TASK"]) as f:
+        task = json.load(f)
+    mode = task.get("mode", "ok")
+    if mode == "orphan":
+        import subprocess
+
+        child = subprocess.Popen(["sleep", "3600"])
+        with open(task["pid_file"], "w") as f:
+            f.write(str(child.pid))
+        mode = "hang"
+    if mode == "hang":
+        import time
+
+        time.sleep(3600)
+    client = openai.OpenAI(max_retries=0)
+    reply = client.chat.completions.create(model="m", messages=[{"role": "user", "content": task["question"]}])
+    if mode == "exit":
+        print("it went wrong", file=sys.stderr)
+        sys.exit(3)
+    if mode == "quiet":
+        return
+    print("thinking...")
+    print(reply.choices[0].message.content)
+
+
+if __name__ == "__main__":
+    command_main()
