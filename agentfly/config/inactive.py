@@ -319,7 +319,7 @@ RULES: tuple[Rule, ...] = (
         _no_validation,
     ),
     Rule(("trainer.total_epochs",), _steps_given),
-    Rule(("agent.harness.timeout", "agent.harness.request_timeout"), _no_harness),
+    Rule(("agent.harness.timeout", "agent.harness.request_timeout", "agent.harness.sandbox"), _no_harness),
     Rule(("trainer.resume_from_path",), _unless("trainer.resume_mode", "resume_path")),
     Rule(("trainer.resume_changed_config",), _nothing_resumed),
     Rule(("trainer.max_staleness",), _unless("trainer.rollout_mode", "async")),

@@ -224,12 +224,17 @@ class HarnessConfig:
         timeout: seconds the program may run for one chain; past it the chain fails (its
             processes killed).
         request_timeout: seconds one engine call may take; past it the request is answered 504.
+        sandbox: run the command in the code sandbox (bubblewrap: a read-only file system with
+            the working directory read-only and a private ``/tmp``, its own processes, a uid of
+            its own under a root trainer, only its endpoint's variables set), with the host's
+            network so that it reaches its endpoint. Needs ``command`` and bubblewrap.
     """
 
     command: str | None = None
     function: str | None = None
     timeout: PositiveFloat = 300.0
     request_timeout: PositiveFloat = 120.0
+    sandbox: bool = False
 
 
 @dataclass

@@ -243,6 +243,14 @@ def _check_harness(get: Get, errors: list[str]) -> None:
             Harness(function=str(function)).resolve_function()
         except ValueError as exc:
             errors.append(str(exc))
+    if get("agent.harness.sandbox"):
+        from agentfly.rollout.execution.sandbox_isolation import isolation_problem
+
+        if command is None:
+            errors.append("agent.harness.sandbox=true needs agent.harness.command: a function runs "
+                          "in the trainer's own process")
+        elif (problem := isolation_problem("bwrap", opt_in="agent.harness.sandbox=false")) is not None:
+            errors.append(f"agent.harness.sandbox=true: {problem}")
     tools = list(get("agent.init_config.tools") or [])
     if tools:
         errors.append(f"agent.init_config.tools={tools} with agent.harness: the harness program runs "

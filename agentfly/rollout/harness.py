@@ -27,7 +27,12 @@ ends with that finish reason whatever its program does next.
 
 A chain whose program rewrote its history trains as several segments (one row each); each gets
 the chain's reward (``Trajectory.segment_reward`` ``broadcast``), so every segment carries the
-chain's outcome. The harness runs on the trainer's host, outside the code sandbox.
+chain's outcome. With ``agent.harness.sandbox=true`` a command runs in the code sandbox
+(bubblewrap; :func:`~agentfly.rollout.execution.sandbox_isolation.program_command`): a read-only
+file system with the working directory read-only and a private ``/tmp``, its own processes, a
+uid of its own under a root trainer, only its endpoint's variables, and the host's network (its
+endpoint is on this host). Otherwise it runs as the trainer's user, with the trainer's
+environment and files.
 """
 
 from __future__ import annotations
@@ -77,10 +82,14 @@ class Harness:
     function: str | None = None
     timeout: float = 300.0
     request_timeout: float = 120.0
+    sandbox: bool = False
 
     def __post_init__(self) -> None:
         if (self.command is None) == (self.function is None):
             raise ValueError("agent.harness needs exactly one of command and function")
+        if self.sandbox and self.command is None:
+            raise ValueError("agent.harness.sandbox=true needs agent.harness.command: a function "
+                             "runs in the trainer's own process")
 
     def resolve_function(self) -> Any:
         """The harness function, checked: importable and ``async``.
@@ -234,19 +243,42 @@ class HarnessLoop(AgentLoop):
                                  "answer as a string")
         return answer
 
+    @staticmethod
+    def _sandboxed(command: str, task_file: str, env: dict[str, str]) -> list[str]:
+        """``command`` in the code sandbox (:func:`~agentfly.rollout.execution.sandbox_isolation.program_command`):
+        the working directory and the task file read-only, the host's network (its endpoint is
+        on this host), only ``env``, ``AGENTFLY_TASK`` and the sandbox's own variables set."""
+        from agentfly.rollout.execution.sandbox_isolation import program_command
+
+        os.chmod(task_file, 0o644)  # a root trainer's sandbox runs as a uid of its own
+        cwd = os.getcwd()
+        inside = "/tmp/agentfly-task.json"
+        return program_command(
+            ["sh", "-c", command], env={**env, "AGENTFLY_TASK": inside},
+            read_only=[(cwd, cwd), (task_file, inside)], chdir=cwd,
+        )
+
     async def _run_command(self, row: dict[str, Any], url: str, token: str, chain: str) -> str:
         command, timeout = self.harness.command, self.harness.timeout
+        assert command is not None
         with tempfile.NamedTemporaryFile("w", suffix=".json", prefix="agentfly-task-", delete=False) as f:
             json.dump(row, f, ensure_ascii=False, default=str)
             task_file = f.name
-        env = {**os.environ, "OPENAI_BASE_URL": url, "OPENAI_API_KEY": token,
-               "AGENTFLY_TASK": task_file, "AGENTFLY_CHAIN": chain}
+        given = {"OPENAI_BASE_URL": url, "OPENAI_API_KEY": token, "AGENTFLY_CHAIN": chain}
         proc = None
         try:
-            proc = await asyncio.create_subprocess_shell(
-                command, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE, env=env, start_new_session=True,
-            )
+            if self.harness.sandbox:
+                argv = self._sandboxed(command, task_file, given)
+                proc = await asyncio.create_subprocess_exec(
+                    *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.PIPE, start_new_session=True,
+                )
+            else:
+                proc = await asyncio.create_subprocess_shell(
+                    command, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.PIPE, env={**os.environ, **given, "AGENTFLY_TASK": task_file},
+                    start_new_session=True,
+                )
             try:
                 out, err = await asyncio.wait_for(proc.communicate(), timeout)
             except TimeoutError:

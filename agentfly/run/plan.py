@@ -384,7 +384,8 @@ def _harness(cfg: Any) -> dict[str, Any] | None:
     if h.command is None and h.function is None:
         return None
     return dict(command=h.command, function=portable(str(h.function)) if h.function else None,
-                timeout=float(h.timeout), request_timeout=float(h.request_timeout))
+                timeout=float(h.timeout), request_timeout=float(h.request_timeout),
+                sandbox=bool(h.sandbox))
 
 
 def sends_adapter(cfg: Any) -> bool:

@@ -46,8 +46,9 @@ async def by_mode(task: dict, client) -> object:
 
 
 def command_main() -> None:
-    """The command form: the row from $AGENTFLY_TASK; modes ``ok``, ``exit``, ``quiet``, ``hang``
-    and ``orphan`` (leaves a child behind, writing its pid to the row's ``pid_file``)."""
+    """The command form: the row from $AGENTFLY_TASK; modes ``ok``, ``exit``, ``quiet``, ``hang``,
+    ``orphan`` (leaves a child behind, writing its pid to the row's ``pid_file``) and ``probe``
+    (prints what it could see and do, as JSON)."""
     with open(os.environ["AGENTFLY_TASK"]) as f:
         task = json.load(f)
     mode = task.get("mode", "ok")
@@ -68,6 +69,17 @@ def command_main() -> None:
         print("it went wrong", file=sys.stderr)
         sys.exit(3)
     if mode == "quiet":
+        return
+    if mode == "probe":  # what the program can see and do (the sandbox test)
+        try:
+            with open("written-by-the-harness", "w") as f:
+                f.write("x")
+            wrote = True
+        except OSError:
+            wrote = False
+        pids = [p for p in os.listdir("/proc") if p.isdigit()]
+        print(json.dumps({"wrote_cwd": wrote, "uid": os.getuid(), "secret": os.environ.get("AGENTFLY_TEST_SECRET"),
+                          "processes": len(pids), "reply": reply.choices[0].message.content}))
         return
     print("thinking...")
     print(reply.choices[0].message.content)

@@ -209,6 +209,23 @@ def test_a_command_that_fails_fails_its_chain_only_and_leaves_no_process(model_d
         time.sleep(0.1)
 
 
+@pytest.mark.needs_bwrap
+def test_a_sandboxed_command_reaches_its_endpoint_and_nothing_else(model_dir, monkeypatch):
+    monkeypatch.setenv("AGENTFLY_TEST_SECRET", "the trainer's")
+    command = f"{sys.executable} -m {PROGRAMS}"
+    loop, engine = recording_loop(model_dir, Harness(command=command, timeout=60.0, sandbox=True), max_turns=2)
+    (traj,) = loop.run([{"question": "q", "mode": "probe"}])
+    assert traj.finish_reason == "answer", traj.error
+    seen = json.loads(traj.final_response)
+    assert seen["reply"] == "reply 0" and len(engine.calls) == 1  # over the host's network
+    assert seen["wrote_cwd"] is False  # the working directory is read-only
+    assert not (REPO / "written-by-the-harness").exists()
+    assert seen["secret"] is None  # only the endpoint's variables
+    assert seen["processes"] < 10  # its own PID namespace
+    if os.geteuid() == 0:
+        assert seen["uid"] != 0  # a root trainer's sandbox drops to a uid of its own
+
+
 # ---------------------------------------------------------------------- config
 
 
@@ -223,6 +240,7 @@ def compose(*overrides):
     ([f"agent.harness.function={EXAMPLE}:calculate"], "must be an async function"),
     (["agent.harness.function=no_such_module:f"], "cannot be imported"),
     (["agent.harness.command=./agent", "agent.init_config.tools=[calculator]"], "runs its own tools"),
+    ([f"agent.harness.function={EXAMPLE}:solve", "agent.harness.sandbox=true"], "needs agent.harness.command"),
 ])
 def test_a_harness_the_config_cannot_run_is_refused_at_compose_time(overrides, message):
     if "runs its own tools" not in message:
@@ -247,7 +265,7 @@ def test_the_harness_keys_reach_the_rollout_plan():
     cfg = compose("agent.init_config.tools=[]", f"agent.harness.function={EXAMPLE}:solve",
                   "agent.harness.timeout=7", "agent.harness.request_timeout=3")
     assert _harness(cfg) == {"command": None, "function": f"{EXAMPLE}:solve", "timeout": 7.0,
-                             "request_timeout": 3.0}
+                             "request_timeout": 3.0, "sandbox": False}
     assert _harness(compose()) is None
     assert os.path.isabs(_harness(cfg)["function"].split(":")[0])
 

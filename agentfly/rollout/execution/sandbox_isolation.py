@@ -179,6 +179,41 @@ def worker_command(
     return [*prefix, *python]
 
 
+_DROP_AND_EXEC = (
+    "import os, sys\n"
+    "uid = int(sys.argv[1])\n"
+    "os.setgroups([]); os.setgid(uid); os.setuid(uid)\n"
+    "if os.getuid() == 0 or os.geteuid() == 0: raise SystemExit('sandbox: could not drop root privileges')\n"
+    "os.execvp(sys.argv[2], sys.argv[2:])\n"
+)
+
+
+def program_command(
+    argv: list[str], *, env: dict[str, str], read_only: list[tuple[str, str]], chdir: str
+) -> list[str]:
+    """``argv`` under bubblewrap for a program that must reach a server on this host (an
+    ``agent.harness`` command): the sandbox's containment (a read-only ``/``, a private ``/tmp``,
+    the hidden folders, its own PID, IPC and UTS namespaces, no capabilities, a root trainer's
+    uid drop, every process dying with it) but the host's network; ``read_only`` binds
+    ``(source, target)`` pairs read-only (after the hidden folders, so a hidden one can come
+    back), ``chdir`` is its working directory, and its environment is ``SANDBOX_ENV`` plus
+    ``env``.
+    """
+    prefix = list(bwrap_prefix())[:-1]  # "--" last
+    if "--unshare-net" in prefix:
+        prefix.remove("--unshare-net")
+    if "--unshare-all" in prefix:
+        prefix.insert(prefix.index("--unshare-all") + 1, "--share-net")
+    at = prefix.index("--chdir")
+    binds = [arg for source, target in read_only for arg in ("--ro-bind", source, target)]
+    prefix[at : at + 2] = [*binds, "--chdir", chdir]
+    for name, value in env.items():
+        prefix += ["--setenv", name, value]
+    if is_root():  # the child drops to a uid of its own before running the program
+        argv = [sys.executable, "-I", "-c", _DROP_AND_EXEC, str(sandbox_uid()), *argv]
+    return [*prefix, "--", *argv]
+
+
 @cache
 def bwrap_problem() -> str | None:
     """Why bubblewrap cannot sandbox code here, or ``None`` when it can (probed once: the real
