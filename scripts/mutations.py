@@ -688,4 +688,11 @@ MUTATIONS = [
         "            pass\n",
         (f"{HARNESS}::test_each_segment_trains_with_the_chain_s_reward",),
     ),
+    Mutation(
+        "a chain's room left is the looser of its context and response budgets",
+        "agentfly/core/trajectory.py",
+        'return (context, "max_model_len") if context <= response else (response, "max_response_len")',
+        'return (context, "max_model_len") if context >= response else (response, "max_response_len")',
+        ("tests/rollout/test_agent_loop.py::test_the_room_left_is_the_tighter_of_the_context_and_the_response_budget",),
+    ),
 ]

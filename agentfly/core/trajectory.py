@@ -121,6 +121,16 @@ class Trajectory:
         self.response_ids, self.loss_mask, self.rollout_logprobs = [], [], []
         self.turn_ids, self.policy_versions = [], []
 
+    def room(self, max_model_len: int, max_response_len: int | None) -> tuple[int, str]:
+        """Tokens the chain may still add, and the limit that binds (its finish reason):
+        ``max_model_len`` counts the prompt and response, ``max_response_len`` (None: no such
+        limit) the response alone."""
+        context = max_model_len - len(self.input_ids)
+        if max_response_len is None:
+            return context, "max_model_len"
+        response = max_response_len - len(self.response_ids)
+        return (context, "max_model_len") if context <= response else (response, "max_response_len")
+
     def append_sampled(self, ids: list[int], logprobs: list[float], version: int = 0) -> None:
         """Append tokens the engine sampled (trained on) with policy ``version``."""
         if len(ids) != len(logprobs):

@@ -530,11 +530,7 @@ class AgentLoop:
 
     def _budget(self, traj: Trajectory) -> tuple[int, str]:
         """Tokens the chain may still add, and the limit that binds (its finish reason)."""
-        context = self.max_model_len - len(traj.input_ids)
-        if self.max_response_len is None:
-            return context, "max_model_len"
-        response = self.max_response_len - len(traj.response_ids)
-        return (context, "max_model_len") if context <= response else (response, "max_response_len")
+        return traj.room(self.max_model_len, self.max_response_len)
 
     async def _call(self, call: ToolCallRequest, chain_resources: Any) -> ToolResult:
         if call.error is not None:

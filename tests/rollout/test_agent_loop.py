@@ -190,3 +190,15 @@ def test_calls_that_are_not_json_are_not_blamed_on_the_template(model_dir, caplo
         trajs = loop.run(ROWS[:1])
     assert [c.error for t in trajs for c in t.tool_calls] == ["invalid_arguments"] * 4
     assert [r for r in caplog.records if r.name == "agentfly.rollout.unseen_tools"] == []
+
+
+def test_the_room_left_is_the_tighter_of_the_context_and_the_response_budget():
+    from agentfly.core.trajectory import Trajectory
+
+    traj = Trajectory(prompt_ids=list(range(10)))
+    traj.append_sampled([1] * 3, [0.0] * 3)
+    traj.append_observation([2] * 2)  # 10 prompt + 5 response tokens
+    assert traj.room(40, 20) == (15, "max_response_len")  # 40 - 15 = 25 left in context, 20 - 5 = 15
+    assert traj.room(25, 20) == (10, "max_model_len")  # 25 - 15 = 10 < 15
+    assert traj.room(30, 20) == (15, "max_model_len")  # a tie: the context's name
+    assert traj.room(40, None) == (25, "max_model_len")

@@ -91,11 +91,7 @@ class ChainRecord:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
     def _budget(self) -> tuple[int, str]:
-        context = self.max_model_len - len(self.traj.input_ids)
-        if self.max_response_len is None:
-            return context, "max_model_len"
-        response = self.max_response_len - len(self.traj.response_ids)
-        return (context, "max_model_len") if context <= response else (response, "max_response_len")
+        return self.traj.room(self.max_model_len, self.max_response_len)
 
     def _refuse(self, reason: str, message: str) -> RequestError:
         self.finish_reason = self.finish_reason or reason
