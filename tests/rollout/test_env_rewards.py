@@ -73,6 +73,38 @@ def test_textworld_progress_reward_counts_the_walkthrough_played_in_order():
     assert failed.failed and "walkthrough" in failed.error
 
 
+def test_textworld_progress_reward_gives_each_turn_the_share_its_step_earned():
+    from agentfly.core.trajectory import ToolCallRecord
+
+    route = ["go south", "go east", "take coin"]
+
+    def chain(turns: list[list[str]], taken: list[str], won: bool) -> Trajectory:
+        """``turns``: each turn's textworld_step actions; ``taken``: the actions the game took."""
+        traj = played("textworld", [(a, float(won and k == len(taken) - 1), won and k == len(taken) - 1,
+                                     {"won": won and k == len(taken) - 1}) for k, a in enumerate(taken)])
+        traj.num_turns = len(turns)
+        traj.tool_calls = [ToolCallRecord("textworld_step", {"action": a}, "", True, None, t)
+                           for t, actions in enumerate(turns) for a in actions]
+        return traj
+
+    # turn 0: south (1/3 of the route: 0.5/3), turn 1: west (nothing), turn 2: east (0.5/3),
+    # turn 3: a malformed call the game never took, then the coin, which won: the rest up to 1.0
+    won = chain([["go south"], ["go west"], ["go east"], ["take coin"]],
+                ["go south", "go west", "go east", "take coin"], won=True)
+    won.tool_calls.insert(3, ToolCallRecord("textworld_step", "{not json", "", False, "invalid_arguments", 3))
+    result = compute_reward("textworld_progress_reward", "", won, {"walkthrough": route})
+    assert result.reward == 1.0
+    assert result.turn_rewards == pytest.approx([1 / 6, 0.0, 1 / 6, 2 / 3])
+    # lost: south twice (the second is not the route's next command) and east in one turn: 2 of 3
+    # played in order, 0.5 * 2/3, all of it earned by turns 0 and 1, none by the last turn
+    lost = chain([["go south"], ["go south", "go east"], ["look"]], ["go south", "go south", "go east", "look"],
+                 won=False)
+    result = compute_reward("textworld_progress_reward", "", lost, {"walkthrough": route})
+    assert result.reward == pytest.approx(1 / 3)
+    assert result.turn_rewards == pytest.approx([1 / 6, 1 / 6, 0.0])
+    assert sum(result.turn_rewards) == pytest.approx(result.reward)
+
+
 def test_chess_puzzle_reward_weighs_solving_and_move_quality():
     # a solution of 4 moves: the opponent's setup move, then player, opponent, player
     moves = "e2e4 e7e5 g1f3 b8c6"

@@ -70,18 +70,45 @@ def textworld_progress_reward(trajectory: Any, walkthrough: list[str] | None = N
     """1.0 for a game won; else half the share of the row's ``walkthrough`` (the commands of a
     winning play, which :func:`agentfly.envs.textworld.make_game` puts in the row) that the chain
     played in order, so a chain that got further along the way scores more than one that did not.
-    Extras: ``won`` and ``progress`` (that share; 1.0 for a game won)."""
+    Extras: ``won`` and ``progress`` (that share; 1.0 for a game won).
+
+    ``turn_rewards`` spread that reward over the turns that earned it (they add up to it): a turn
+    whose step played the walkthrough's next command gets ``0.5 / len(walkthrough)``, the turn
+    that won the rest up to 1.0; they enter training with ``algorithm.use_turn_rewards``."""
     if not walkthrough:
         raise ValueError("textworld_progress_reward needs the row's walkthrough (make_game writes it)")
     steps = episode(trajectory, "textworld", "textworld_progress_reward", "textworld_step")["steps"]
-    if steps and steps[-1]["info"].get("won"):
-        return {"reward": 1.0, "won": 1.0, "progress": 1.0}
+    earned = [0.0] * len(steps)  # each step's share of the reward
     done = 0
-    for step in steps:  # the walkthrough's longest prefix played as a subsequence of the actions
+    for k, step in enumerate(steps):  # the walkthrough's longest prefix played as a subsequence of the actions
         if done < len(walkthrough) and _command(step["action"]) == _command(walkthrough[done]):
             done += 1
-    progress = done / len(walkthrough)
-    return {"reward": 0.5 * progress, "won": 0.0, "progress": progress}
+            earned[k] = 0.5 / len(walkthrough)
+    won = bool(steps and steps[-1]["info"].get("won"))
+    if won:
+        earned[-1] += 1.0 - sum(earned)
+    result = {"reward": 1.0, "won": 1.0, "progress": 1.0} if won else \
+        {"reward": 0.5 * done / len(walkthrough), "won": 0.0, "progress": done / len(walkthrough)}
+    if trajectory.num_turns:
+        turn_rewards = [0.0] * trajectory.num_turns
+        for turn, share in zip(_step_turns(trajectory, "textworld_step", steps), earned, strict=True):
+            turn_rewards[turn] += share
+        result["turn_rewards"] = turn_rewards
+    return result
+
+
+def _step_turns(trajectory: Any, tool: str, steps: list[dict[str, Any]]) -> list[int]:
+    """The assistant turn of each step of an episode: that of the ``tool`` call that played its
+    action, matched in order (a call the environment did not take, a malformed one, is skipped);
+    the chain's last turn for a step no call matches."""
+    calls = [c for c in trajectory.tool_calls if c.name == tool and isinstance(c.arguments, dict)]
+    last, turns, i = max(trajectory.num_turns - 1, 0), [], 0
+    for step in steps:
+        while i < len(calls) and _command(calls[i].arguments.get("action", "")) != _command(step["action"]):
+            i += 1
+        turns.append(min(calls[i].turn, last) if i < len(calls) else last)
+        i += 1
+    return turns
 
 
 def _command(text: str) -> str:
