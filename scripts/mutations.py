@@ -570,6 +570,13 @@ MUTATIONS = [
         (f"{TURNS}::test_a_reward_function_gives_each_turn_its_reward",),
     ),
     Mutation(
+        "TextWorld's progress reward puts every turn's share on the last turn",
+        "agentfly/rollout/rewards/env_rewards.py",
+        "        turns.append(min(calls[i].turn, last) if i < len(calls) else last)\n",
+        "        turns.append(last)\n",
+        ("tests/rollout/test_env_rewards.py::test_textworld_progress_reward_gives_each_turn_the_share_its_step_earned",),
+    ),
+    Mutation(
         "dynamic sampling keeps the groups whose chains all score alike",
         "agentfly/rollout/dynamic_sampling.py",
         "    return [g for g, v in values.items() if len(v) > 1 and min(v) == max(v)]\n",
