@@ -116,10 +116,10 @@ def report(out: Path, plot: Path | None = None) -> str:
         def cell(values: list[float]) -> str:
             return f"{sum(values) / len(values):.3f} ({', '.join(f'{v:.2f}' for v in values)})"
 
+        second_half = [p for p in points if p >= last // 2]
         rows.append((label, len(runs), {p: cell([r[0][p] for r in runs.values()]) for p in points},
                      cell([r[1][last] for r in runs.values() if last in r[1]]),
-                     cell([sum(r[0][p] for p in points if p >= last // 2) / len([p for p in points if p >= last // 2])
-                           for r in runs.values()]),
+                     cell([sum(r[0][p] for p in second_half) / len(second_half) for r in runs.values()]),
                      cell(train20)))
     held.set_xlabel("iteration")
     held.set_ylabel("held-out accuracy, sampled")
