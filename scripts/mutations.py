@@ -702,4 +702,11 @@ MUTATIONS = [
         'return (context, "max_model_len") if context >= response else (response, "max_response_len")',
         ("tests/rollout/test_agent_loop.py::test_the_room_left_is_the_tighter_of_the_context_and_the_response_budget",),
     ),
+    Mutation(
+        "gui_point_reward's Gaussian spreads by the box's height across and its width down",
+        "agentfly/rollout/rewards/gui_rewards.py",
+        "math.exp(-(dx * dx / (2 * w * w) + dy * dy / (2 * h * h)))",
+        "math.exp(-(dx * dx / (2 * h * h) + dy * dy / (2 * w * w)))",
+        ("tests/rollout/test_gui_tools_rewards.py::test_gui_point_reward_is_one_inside_the_box_and_a_gaussian_of_the_distance_outside",),
+    ),
 ]

@@ -9,7 +9,9 @@ fields (``gt_action``, ``gt_bbox`` in first-screen pixels, ``gt_input_text``; re
 - ``shape``: "Click the red circle." among shapes of other colours and kinds, and buttons;
 - ``button``: "Click the button labelled OK." among other labels, and shapes;
 - ``form``: type a word into the text field, then click Submit (first action: click the field);
-- ``scroll``: the button to click is below the first screen (first action: scroll down).
+- ``scroll``: the button to click is below the first screen (first action: scroll down);
+- ``locate``: one shape alone on the screen, "Click the red circle." (grounding a position only;
+  not among the kinds drawn by default).
 
 Train and held-out rows never share a layout seed: row ``i`` of a split with ``seed`` lays out
 from ``2 * (seed * 1_000_003 + i)`` for train and that plus one for held-out.
@@ -34,6 +36,7 @@ from typing import Any
 from agentfly.envs.gui import COLORS, SHAPES, describe, render_png
 
 KINDS = ("shape", "button", "form", "scroll")
+ALL_KINDS = (*KINDS, "locate")
 SPLITS = ("train", "heldout")
 LABELS = ("OK", "Cancel", "Save", "Open", "Next", "Back", "Help", "Quit", "Send", "Edit")
 WORDS = ("cat", "blue", "hello", "paris", "seven", "apple", "river", "light")
@@ -61,8 +64,8 @@ def make_screen(seed: int, width: int = 112, height: int = 112, kind: str | None
         raise ValueError(f"a gui screen is at least {2 * COLUMN_WIDTH}x{4 * ROW_HEIGHT} pixels, got {width}x{height}")
     rng = random.Random(seed)
     kind = kind or rng.choice(KINDS)
-    if kind not in KINDS:
-        raise ValueError(f"kind is one of {', '.join(KINDS)}, got {kind!r}")
+    if kind not in ALL_KINDS:
+        raise ValueError(f"kind is one of {', '.join(ALL_KINDS)}, got {kind!r}")
     columns, rows = width // COLUMN_WIDTH, height // ROW_HEIGHT
     cells = [(r, c) for r in range(rows) for c in range(columns)]
     rng.shuffle(cells)
@@ -80,7 +83,10 @@ def make_screen(seed: int, width: int = 112, height: int = 112, kind: str | None
         left, top = x1 + (COLUMN_WIDTH - 20) // 2, y1 + (ROW_HEIGHT - 20) // 2
         return {"kind": "shape", "shape": form, "color": color, "box": [left, top, left + 19, top + 19]}
 
-    if kind == "shape":
+    if kind == "locate":
+        elements.append(shape(cells.pop(), *combos.pop()))
+        target = 0
+    elif kind == "shape":
         elements += [shape(cells.pop(), *combos.pop()) for _ in range(rng.randint(3, 5))]
         elements += [button(cells.pop(), labels.pop()) for _ in range(rng.randint(0, 2))]
         target = rng.randrange(len(elements) - sum(e["kind"] == "button" for e in elements))
@@ -152,16 +158,16 @@ def make_gui_tasks(
         height: the screen's height in pixels.
         image_dir: where the data file goes: each row's first screenshot is written to
             ``image_dir/screens/<task_id>.png`` and the row's ``images`` names it relatively.
-        kinds: the kinds of task (:data:`KINDS`), taken in turn.
+        kinds: the kinds of task (of :data:`ALL_KINDS`), taken in turn.
 
     Returns:
         Rows with ``task_id``, ``split``, ``seed`` (the layout's), ``kind``, ``question`` (the
         goal and how to answer), ``goal``, ``screen`` (the page, the ``gui`` environment's task),
         ``gt_action``, ``gt_bbox``, ``gt_input_text`` and, with ``image_dir``, ``images``.
     """
-    unknown = sorted(set(kinds) - set(KINDS))
+    unknown = sorted(set(kinds) - set(ALL_KINDS))
     if unknown or not kinds:
-        raise ValueError(f"kinds are some of {', '.join(KINDS)}; got {list(kinds)}")
+        raise ValueError(f"kinds are some of {', '.join(ALL_KINDS)}; got {list(kinds)}")
     rows = []
     for i in range(n):
         layout = layout_seed(seed, split, i)
@@ -199,7 +205,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--width", type=int, default=112)
     parser.add_argument("--height", type=int, default=112)
-    parser.add_argument("--kinds", default=",".join(KINDS), help=f"comma-separated, of: {', '.join(KINDS)}")
+    parser.add_argument("--kinds", default=",".join(KINDS), help=f"comma-separated, of: {', '.join(ALL_KINDS)}")
     args = parser.parse_args(argv)
     rows = write_gui_tasks(args.out, args.n, args.split, args.seed, width=args.width,
                            height=args.height, kinds=tuple(args.kinds.split(",")))

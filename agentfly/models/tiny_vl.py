@@ -124,6 +124,7 @@ def build_tiny_vl_model(
     min_pixels: int = 56 * 56,
     max_pixels: int = 112 * 112,
     initializer_range: float = 0.02,
+    rope_theta: float = 1_000_000.0,
     seed: int = 0,
 ) -> Path:
     """Save a tiny random Qwen2.5-VL, its tokenizer and its image processor into ``path``.
@@ -144,6 +145,7 @@ def build_tiny_vl_model(
         min_pixels: the image processor's lower bound on an image's area.
         max_pixels: its upper bound (112² gives at most 64 patches, 16 image tokens).
         initializer_range: std of the random weights.
+        rope_theta: the language model's rotary base (Qwen2.5-VL's 1e6 by default).
         seed: weights seed; the same seed gives byte-identical weights.
 
     Returns:
@@ -173,7 +175,7 @@ def build_tiny_vl_model(
             max_position_embeddings=max_position_embeddings,
             rope_parameters={
                 "rope_type": "default",
-                "rope_theta": 1_000_000.0,
+                "rope_theta": rope_theta,
                 "mrope_section": mrope_section(head_dim),
             },
             initializer_range=initializer_range,

@@ -465,13 +465,22 @@ class AgentLoop:
             with self._timer("generation"):
                 ids = ImagePrompt(traj.input_ids, traj.images) if traj.images else traj.input_ids
                 (out,) = (await self.engine.generate([ids], turn_sampling))[0]
-            traj.append_sampled(out.token_ids, out.logprobs, getattr(out, "weights_version", 0))
+            token_ids, logprobs = list(out.token_ids), list(out.logprobs)
+            # An image pad the model wrote stands for no pixels: the turn is cut before it and the
+            # chain ends there ("image_token"), so its ids and images still agree for the trainer.
+            cut = self.vision.first_placeholder(token_ids) if self.vision is not None else None
+            if cut is not None:
+                token_ids, logprobs = token_ids[:cut], logprobs[:cut]
+            traj.append_sampled(token_ids, logprobs, getattr(out, "weights_version", 0))
             traj.num_turns += 1
             traj.turn_rewards.append(0.0)
             traj.turn_anchors.append(anchor)  # the observation this turn acts on (GiGPO's state)
-            text = self.tokenizer.decode(out.token_ids, skip_special_tokens=False)
+            text = self.tokenizer.decode(token_ids, skip_special_tokens=False)
             content, closed = self.template.split_turn(text)
             traj.messages.append({"role": "assistant", "content": content})
+            if cut is not None:
+                traj.final_response, traj.finish_reason = content, "image_token"
+                return
             if out.finish_reason == "length":
                 traj.truncated = True
             parsed = self.agent.parse(content)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import statistics
 from collections import Counter
 from dataclasses import asdict
@@ -11,8 +12,14 @@ from agentfly.core.trajectory import Trajectory
 
 
 def trajectory_record(traj: Trajectory, tokenizer: Any = None) -> dict[str, Any]:
-    """One JSON-serialisable line per chain (messages as text, ids, mask, logprobs, reward...)."""
-    rec = asdict(traj)
+    """One JSON-serialisable line per chain (messages as text, ids, mask, logprobs, reward...);
+    each image as its grid, token count and digest, not its pixels."""
+    bare = copy.copy(traj)
+    bare.images = []
+    rec = asdict(bare)
+    rec["images"] = [
+        {"grid_thw": list(i.grid_thw), "num_tokens": i.num_tokens, "digest": i.digest} for i in traj.images
+    ]
     rec["tool_calls"] = [asdict(c) for c in traj.tool_calls]
     rec["num_tool_calls"] = traj.num_tool_calls
     if tokenizer is not None:

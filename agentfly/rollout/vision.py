@@ -30,6 +30,7 @@ from agentfly.core.images import ImageInput
 
 IMAGE_MARKER = "<image>"
 VISION_START, VISION_END, IMAGE_PAD = "<|vision_start|>", "<|vision_end|>", "<|image_pad|>"
+VIDEO_PAD = "<|video_pad|>"
 
 
 class ImageError(InputError):
@@ -160,6 +161,9 @@ class VisionProcessor:
         self.vision_start_id, self.image_pad_id, self.vision_end_id = (
             ids[VISION_START], ids[IMAGE_PAD], ids[VISION_END]
         )
+        video = tokenizer.convert_tokens_to_ids(VIDEO_PAD)
+        #: the placeholder ids only the processor may put in a chain (a pad stands for pixels)
+        self.placeholder_ids = frozenset({self.image_pad_id} | ({video} if video not in (None, unk) else set()))
         self._cache: OrderedDict[str, ImageInput] = OrderedDict()
         self._cache_size = cache_size
 
@@ -175,6 +179,11 @@ class VisionProcessor:
                 "image processor saved beside it"
             )
         return cls(AutoImageProcessor.from_pretrained(os.fspath(path), backend="pil"), tokenizer)
+
+    def first_placeholder(self, ids: list[int]) -> int | None:
+        """The index of the first image or video pad token in ``ids`` (a model's own output),
+        or None."""
+        return next((k for k, i in enumerate(ids) if i in self.placeholder_ids), None)
 
     def process(self, data: bytes, where: str = "an image") -> ImageInput:
         """One image file's bytes → its pixel patches, grid and token count (cached by digest)."""

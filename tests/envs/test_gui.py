@@ -178,6 +178,25 @@ def test_the_rows_first_action_is_a_correct_one():
             assert env.step(f"click({(bx1 + bx2) // 2}, {(by1 + by2) // 2})").reward == 1.0
 
 
+def test_a_locate_screen_holds_one_shape_in_one_of_the_eight_cells():
+    """The ``locate`` kind: one shape, the goal naming it, its box centred in a 56x28 cell; over
+    enough rows every one of the 2 x 4 cells is used, and the centre of gt_bbox wins."""
+    rows = make_gui_tasks(64, "train", 3, kinds=("locate",))
+    cells = set()
+    for row in rows:
+        (shape,) = row["screen"]["elements"]
+        assert shape["kind"] == "shape" and row["goal"] == f"Click the {shape['color']} {shape['shape']}."
+        x1, y1, x2, y2 = row["gt_bbox"]
+        assert (x2 - x1, y2 - y1) == (19, 19) and x1 % 56 == 18 and y1 % 28 == 4
+        cells.add((x1 // 56, y1 // 28))
+        env = GUIEnv(max_steps=None)
+        env.reset(row)
+        assert env.step(f"click({(x1 + x2) // 2}, {(y1 + y2) // 2})").reward == 1.0
+    assert cells == {(c, r) for c in range(2) for r in range(4)}
+    with pytest.raises(ValueError, match="locate"):
+        make_gui_tasks(1, "train", 0, kinds=("nowhere",))
+
+
 def test_written_rows_show_resets_first_screen(tmp_path):
     path = tmp_path / "data" / "train.json"
     rows = write_gui_tasks(path, 4, "train", 0)

@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import io
 import json
+import math
 
 import pytest
 
 pytest.importorskip("PIL")
 from PIL import Image
 
+from agentfly.core.trajectory import Trajectory
 from agentfly.envs.ui_actions import parse_actions, read_action
 from agentfly.rollout.rewards import get_reward
 from agentfly.rollout.rewards.gui_rewards import (
     gui_episode_reward,
+    gui_point_reward,
     gui_reward,
     gui_token_f1,
     infoseek_reward,
@@ -122,8 +125,35 @@ def test_gui_reward_without_ground_truth_fails():
         gui_reward("Action: click(start_box='(1,1)')")
 
 
+def test_gui_point_reward_is_one_inside_the_box_and_a_gaussian_of_the_distance_outside():
+    """Box [18, 4, 37, 23]: 20 x 20 pixels, centre (27.5, 13.5); outside, exp(-(dx² / 2w² + dy² / 2h²))."""
+    box = [18, 4, 37, 23]
+    assert gui_point_reward("Action: click(start_box='(37,23)')", box) == {"reward": 1.0, "acc": 1.0}  # edge
+    below = gui_point_reward("Action: click(start_box='(27,41)')", box)  # dx -0.5, dy 27.5
+    assert below["acc"] == 0.0 and below["reward"] == pytest.approx(math.exp(-(0.25 + 756.25) / 800))
+    beside = gui_point_reward("Action: click(start_box='(83,13)')", box)  # dx 55.5, dy -0.5: a column over
+    assert beside["reward"] == pytest.approx(math.exp(-(3080.25 + 0.25) / 800))
+    assert beside["reward"] < below["reward"] < 1.0
+    # a wide box [0, 0, 39, 9] (40 x 10, centre (19.5, 4.5)) spreads 40 across and 10 down
+    wide = gui_point_reward("Action: click(start_box='(20,30)')", [0, 0, 39, 9])["reward"]
+    assert wide == pytest.approx(math.exp(-(0.25 / 3200 + 650.25 / 200)))
+    for no_click in ("Action: scroll(direction='down')", "Action: type(content='hi')", "I would click it"):
+        assert gui_point_reward(no_click, box) == {"reward": 0.0, "acc": 0.0}
+    with pytest.raises(ValueError, match="gt_bbox"):
+        gui_point_reward("Action: click(start_box='(1,1)')", [])
+    # a chain: its first turn's action is scored (gt_bbox is on the first screen), not the answer
+    chain = Trajectory(prompt_ids=[0], messages=[
+        {"role": "user", "content": "Click the red circle."},
+        {"role": "assistant", "content": "click(start_box='(27,41)')"},
+        {"role": "tool", "content": "Clicked (27, 41): nothing is there."},
+        {"role": "assistant", "content": "Action: click(start_box='(27,13)')"},
+    ])
+    assert gui_point_reward("Clicked the red circle", box, chain) == below
+
+
 def test_rewards_are_registered():
     for name, fn in (("gui_reward", gui_reward), ("ok_vqa_reward", ok_vqa_reward),
+                     ("gui_point_reward", gui_point_reward),
                      ("infoseek_reward", infoseek_reward), ("gui_episode_reward", gui_episode_reward)):
         assert get_reward(name) is fn
 

@@ -192,6 +192,30 @@ def test_a_row_image_and_a_tool_screenshot_enter_the_chain_token_exact(tmp_path,
     assert batch.images == [tuple(traj.images)]
 
 
+def test_an_image_pad_the_model_writes_ends_the_chain_before_it(tmp_path, engine, vision):
+    """A model emitting ``<|image_pad|>`` (garbage from a random or drifting policy) would leave
+    more image tokens in the ids than its images stand for, and the trainer's forward would
+    refuse the whole batch. The turn is cut before the pad, the chain ends ("image_token"), and
+    its ids, images and log-probs still agree."""
+    (tmp_path / "s.png").write_bytes(png((200, 30, 30)))
+    data = tmp_path / "rows.json"
+    data.write_text(json.dumps([{"question": "<image>Click.", "images": ["s.png"]}]))
+    (row,) = load_rows(data)
+    scripted = ScriptedVisionEngine(engine.tokenizer, ["Action: cl<|image_pad|>ick(5,5)<|im_end|>"])
+    loop = AgentLoop(
+        engine=scripted, tokenizer=engine.tokenizer, template=get_template("qwen2.5-vl"),
+        agent=get_agent("gui", [get_tool("test_vision_snap")]), vision=vision, max_turns=3,
+    )
+    (traj,) = asyncio.run(loop.arun([row]))
+    kept = engine.tokenizer.encode("Action: cl", add_special_tokens=False)
+    assert traj.finish_reason == "image_token" and traj.num_turns == 1 and not traj.tool_calls
+    assert traj.response_ids == kept and traj.rollout_logprobs == [-0.5] * len(kept)
+    assert vision.count_tokens(traj.input_ids) == sum(im.num_tokens for im in traj.images) == 16
+    batch = collate_trajectories([traj], engine.tokenizer.pad_token_id)
+    with torch.no_grad():
+        trainer_logprobs(engine.model, batch)  # the trainer takes the chain
+
+
 def test_a_missing_image_is_named_by_file_and_row(tmp_path):
     data = tmp_path / "rows.json"
     data.write_text(json.dumps([{"question": "q"}, {"question": "q", "images": ["nope.png"]}]))

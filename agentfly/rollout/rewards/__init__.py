@@ -7,7 +7,7 @@ this package registers the built-ins: ``math_equal_reward``, ``math_equal_reward
 ``math_reward_string_equal``, ``math_reward_format``, ``qa_f1_reward``, ``qa_f1_reward_tool``,
 ``qa_em_reward``, ``qa_em_format_reward``, ``qa_em_reward_tool_call``, ``code_reward``,
 ``code_reward_test``, the vision-language ones (:mod:`agentfly.rollout.rewards.gui_rewards`):
-``gui_reward``, ``gui_episode_reward``, ``ok_vqa_reward``, ``infoseek_reward``, and the
+``gui_reward``, ``gui_episode_reward``, ``gui_point_reward``, ``ok_vqa_reward``, ``infoseek_reward``, and the
 environments' (:mod:`agentfly.rollout.rewards.env_rewards`):
 ``webshop_reward``, ``scienceworld_reward``, ``alfworld_episode_reward``, ``chess_puzzle_reward``,
 ``chess_puzzle_reward_simple``, ``textworld_reward``; ``swe_test_reward`` (the offline SWE
@@ -42,6 +42,7 @@ from agentfly.rollout.rewards.env_rewards import (
 )
 from agentfly.rollout.rewards.gui_rewards import (
     gui_episode_reward,
+    gui_point_reward,
     gui_reward,
     infoseek_reward,
     ok_vqa_reward,
@@ -82,6 +83,7 @@ __all__ = [
     "compute_reward",
     "get_reward",
     "gui_episode_reward",
+    "gui_point_reward",
     "gui_reward",
     "infoseek_reward",
     "llm_as_judge_math_reward",

@@ -38,6 +38,7 @@ AgentFly reads strings only when the first entry is one and raises on an empty l
 
 from __future__ import annotations
 
+import math
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -119,6 +120,39 @@ def gui_reward(
     accuracy = 0.5 * type_match + 0.5 * param
     return {"reward": 0.8 * accuracy + 0.2 * fmt, "format": fmt, "accuracy": accuracy,
             "action_match": float(type_match)}
+
+
+@reward(name="gui_point_reward", runs_in="thread")
+def gui_point_reward(prediction: str, gt_bbox: Any = None, trajectory: Chain = None) -> dict[str, float]:
+    """The chain's first action (its first assistant turn, where ``gt_bbox`` holds: the first
+    screen; the prediction when the chain has no turns), a click scored by how near it lands to
+    the row's ``gt_bbox``: 1.0 inside the box, else
+    ``exp(-((x - cx)**2 / (2 * w**2) + (y - cy)**2 / (2 * h**2)))`` about the box's centre
+    ``(cx, cy)``, ``w`` and ``h`` its width and height: GUI-G²'s Gaussian point reward (a dense
+    grounding reward whose spread follows the element's size). No click, or no point: 0.
+
+    Returns:
+        ``{"reward", "acc"}``: ``acc`` is 1.0 for a click inside the box (the click accuracy).
+
+    Raises:
+        ValueError: the row has no 4-number ``gt_bbox``.
+    """
+    box = [float(v) for v in (gt_bbox.tolist() if hasattr(gt_bbox, "tolist") else gt_bbox or [])]
+    if len(box) != 4:
+        raise ValueError(f"gui_point_reward needs the row's gt_bbox as [x1, y1, x2, y2], got {gt_bbox!r}")
+    text = next(iter(assistant_texts(trajectory)), prediction or "")
+    # read as the gui agent reads a turn: a bare action is read as if after "Action:"
+    actions = parse_actions(text) or ([] if "Action:" in text else parse_actions(f"Action: {text}"))
+    point = actions[0].point if actions and actions[0].action_type == "click" else None
+    if point is None:
+        return {"reward": 0.0, "acc": 0.0}
+    if in_box(point, box):
+        return {"reward": 1.0, "acc": 1.0}
+    x1, x2 = sorted((box[0], box[2]))
+    y1, y2 = sorted((box[1], box[3]))
+    w, h = max(x2 - x1 + 1, 1.0), max(y2 - y1 + 1, 1.0)
+    dx, dy = point[0] - (x1 + x2) / 2, point[1] - (y1 + y2) / 2
+    return {"reward": math.exp(-(dx * dx / (2 * w * w) + dy * dy / (2 * h * h))), "acc": 0.0}
 
 
 @reward(name="gui_episode_reward", runs_in="thread")
