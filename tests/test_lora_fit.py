@@ -112,7 +112,10 @@ def test_merged_weights_reach_the_engine_with_merge(task, tmp_path):
     # the merged export (the default): a plain model computing what the adapted actor does
     exported = AutoModelForCausalLM.from_pretrained(tmp_path / "run" / "hf_actor", dtype=torch.float32).eval()
     gap = (teacher_forced(exported, IDS, 20) - teacher_forced(module.actor.eval(), IDS, 20)).abs().max().item()
-    assert gap < 1e-5
+    # W + s*B@A in one matrix sums in another order than W@x + s*B@(A@x): float32 rounding, up to
+    # about 1e-5 in these log-probs (measured 1.05e-5 and 1.14e-5), against a gap
+    # above 1e-3 for a merge that drops or misscales the adapter (base_lp above)
+    assert gap < 1e-4
 
 
 def test_checkpoints_hold_the_adapter_and_its_optimizer_state_only(adapter_run):
