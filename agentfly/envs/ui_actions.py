@@ -200,3 +200,13 @@ def parse_box(text: str) -> Box | None:
     if len(values) != 4:
         return None
     return values[0], values[1], values[2], values[3]
+
+
+def read_turn(text: str) -> list[UIAction]:
+    """A model's turn read as the ``gui`` agent reads it: :func:`parse_actions`, and a turn
+    without ``Action:`` that names a click, type or scroll read again as if it began with it."""
+    actions = parse_actions(text)
+    if not actions and "Action:" not in text and any(w in text.lower() for w in ("click", "type", "scroll")):
+        actions = parse_actions(f"Action: {text.strip()}")
+    return actions
+

@@ -26,7 +26,7 @@ AgentFly's does).
 
 from __future__ import annotations
 
-from agentfly.envs.ui_actions import parse_actions
+from agentfly.envs.ui_actions import read_turn
 from agentfly.rollout.agents.base import Agent, ParsedTurn, ToolCallRequest, register_agent
 
 SYSTEM_PROMPT = """You are a GUI automation agent. Given a task and screenshot, you must analyze the screen and perform the next action.
@@ -56,7 +56,6 @@ Action: type(content='hello world')
 - Always provide both Thought and Action lines
 - Coordinates are pixels of the screenshot"""
 
-ACTION_WORDS = ("click", "type", "scroll")
 ONE_TURN_TOOLS = ("pyautogui_code_generator",)
 
 
@@ -68,10 +67,8 @@ class GUIAgent(Agent):
         return SYSTEM_PROMPT
 
     def parse(self, text: str) -> ParsedTurn:
-        actions = parse_actions(text)
+        actions = read_turn(text)
         body = text.split("Action:")[-1].strip() if "Action:" in text else text.strip()
-        if not actions and "Action:" not in text and any(w in text.lower() for w in ACTION_WORDS):
-            actions = parse_actions(f"Action: {body}")
         if not actions or not self.tools:
             return ParsedTurn()
         tool = self.tools[0].name

@@ -42,7 +42,7 @@ import math
 import re
 from typing import TYPE_CHECKING, Any
 
-from agentfly.envs.ui_actions import NORMALIZED_TYPES, UIAction, parse_actions
+from agentfly.envs.ui_actions import NORMALIZED_TYPES, UIAction, parse_actions, read_turn
 from agentfly.rollout.rewards.base import reward
 from agentfly.rollout.rewards.chain import assistant_texts, tool_call_count
 from agentfly.rollout.rewards.env_rewards import episode
@@ -141,8 +141,7 @@ def gui_point_reward(prediction: str, gt_bbox: Any = None, trajectory: Chain = N
     if len(box) != 4:
         raise ValueError(f"gui_point_reward needs the row's gt_bbox as [x1, y1, x2, y2], got {gt_bbox!r}")
     text = next(iter(assistant_texts(trajectory)), prediction or "")
-    # read as the gui agent reads a turn: a bare action is read as if after "Action:"
-    actions = parse_actions(text) or ([] if "Action:" in text else parse_actions(f"Action: {text}"))
+    actions = read_turn(text)  # as the gui agent reads the turn
     point = actions[0].point if actions and actions[0].action_type == "click" else None
     if point is None:
         return {"reward": 0.0, "acc": 0.0}
