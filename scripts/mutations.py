@@ -565,9 +565,25 @@ MUTATIONS = [
     Mutation(
         "a reward function's turn rewards dropped",
         "agentfly/rollout/rewards/call.py",
-        "    if result.turn_rewards:  # beside the tools' rewards of each turn\n",
-        "    if False:  # beside the tools' rewards of each turn\n",
+        "    if result.turn_rewards:  # the reward function's word on each turn replaces the tools' rewards\n",
+        "    if False:  # the reward function's word on each turn replaces the tools' rewards\n",
         (f"{TURNS}::test_a_reward_function_gives_each_turn_its_reward",),
+    ),
+    Mutation(
+        "turn rewards counted beside the outcome they decompose (a won TextWorld chain's return 2, not 1)",
+        "agentfly/callbacks/turn_rewards.py",
+        "            placed = placed - earned[:, None] * last_sampled(batch.response_mask)\n",
+        "            pass\n",
+        (f"{TURNS}::test_decomposed_turn_rewards_move_the_reward_earlier_and_keep_its_sum",
+         "tests/envs/test_textworld.py::test_a_won_chains_token_rewards_add_up_to_its_reward_with_turn_rewards"),
+    ),
+    Mutation(
+        "a reward function's turn rewards added to the environment's step rewards they already count",
+        "agentfly/rollout/rewards/call.py",
+        "        trajectory.turn_rewards = [float(r) for r in result.turn_rewards]\n",
+        "        trajectory.turn_rewards = [a + float(r) for a, r in zip(trajectory.turn_rewards + [0.0] * len(result.turn_rewards), result.turn_rewards)]\n",
+        (f"{TURNS}::test_a_reward_function_gives_each_turn_its_reward",
+         "tests/envs/test_textworld.py::test_a_won_chains_token_rewards_add_up_to_its_reward_with_turn_rewards"),
     ),
     Mutation(
         "TextWorld's progress reward puts every turn's share on the last turn",
@@ -687,6 +703,20 @@ MUTATIONS = [
         "        return (all(_view(a) == _view(b) for a, b in zip(messages, expected, strict=False))\n",
         "        return (True or all(_view(a) == _view(b) for a, b in zip(messages, expected, strict=False))\n",
         (f"{HARNESS}::test_every_training_token_is_what_the_engine_was_given_and_sampled",),
+    ),
+    Mutation(
+        "a harness chain's requests answered at once (a reply stored after one it was not sampled from)",
+        "agentfly/rollout/endpoint/service.py",
+        "        async with chain.lock:  # a chain's requests one after another (endpoint/chain.py)\n",
+        "        async with asyncio.Semaphore(2):  # a chain's requests one after another (endpoint/chain.py)\n",
+        (f"{HARNESS}::test_two_completions_sent_at_once_each_train_after_what_they_were_sampled_from",),
+    ),
+    Mutation(
+        "a harness request that failed keeps what it appended (its retry appends the tool results again)",
+        "agentfly/rollout/endpoint/service.py",
+        "                chain.restore(before)\n",
+        "                pass\n",
+        (f"{HARNESS}::test_a_request_retried_after_a_504_is_recorded_as_if_sent_once",),
     ),
     Mutation(
         "a harness chain's earlier segments train with no reward",

@@ -350,6 +350,7 @@ RULES: tuple[Rule, ...] = (
     Rule((A + "actor.clip_ratio_c",), _loss_ignores(_NO_CLIP_C)),
     Rule(("critic.loss_scale_factor",), _unless("critic.loss_agg_mode", "seq-mean-token-sum-norm")),
     Rule(("algorithm.max_resamples", "algorithm.resample_budget_s"), _unless("algorithm.failed_chains", "resample")),
+    Rule(("algorithm.turn_reward_mode",), _unless("algorithm.use_turn_rewards", True)),
     Rule(("algorithm.filter_groups.metric", "algorithm.filter_groups.max_num_gen_batches"),
          _unless("algorithm.filter_groups.enable", True)),
     Rule(("algorithm.filter_groups",), _one_chain),

@@ -375,9 +375,14 @@ class AlgorithmConfig:
         gamma: discount per sampled token.
         lam: GAE lambda.
         norm_adv_by_std_in_grpo: divide group-relative advantages by the group std.
-        use_turn_rewards: add each turn's own reward (its tools' ``ToolResult.reward``, an
-            environment's step reward, and the reward function's ``turn_rewards``) to the token
-            rewards at the turn's last sampled token, beside the outcome reward.
+        use_turn_rewards: put each turn's own reward (its tools' ``ToolResult.reward``, an
+            environment's step reward, or the reward function's ``turn_rewards`` where it returns
+            them, which then replace the tools') in the token rewards at the turn's last sampled
+            token (:class:`agentfly.callbacks.TurnRewardCallback`).
+        turn_reward_mode: how turn rewards meet the outcome reward (``use_turn_rewards``):
+            ``decompose`` (the default) takes them as a split of the reward, the outcome token
+            keeping the rest, so a chain's token rewards add up to its reward (counted once);
+            ``add`` puts them beside the whole reward, the return then reward + turn rewards.
         gigpo: GiGPO's settings (``adv_estimator=gigpo``).
         use_kl_in_reward: subtract ``kl_coef * KL`` from the token rewards.
         kl_penalty: KL estimator in the reward (``kl``, ``abs``, ``mse``, ``low_var_kl``...).
@@ -404,6 +409,7 @@ class AlgorithmConfig:
     lam: ClosedUnitInterval = 1.0
     norm_adv_by_std_in_grpo: bool = True
     use_turn_rewards: bool = False
+    turn_reward_mode: Literal["decompose", "add"] = "decompose"
     gigpo: GiGPOConfig = field(default_factory=GiGPOConfig)
     use_kl_in_reward: bool = KLSettings.use_kl_in_reward
     kl_penalty: str = KLSettings.kl_penalty

@@ -456,13 +456,18 @@ class AgentRLModule(pl.LightningModule):
         any shaping (verl logs it as ``critic/score/*``, critic or not; a chain without a reward, a
         failed one kept by ``algorithm.failed_chains=keep``, counts as 0 where ``rollout/reward/*``
         leaves it out), the response length, the KL to the reference, the engine-vs-trainer
-        log-prob gap."""
+        log-prob gap. verl's ``critic/score/mean`` is a row's summed scores and
+        ``critic/rewards/mean`` its summed token rewards after shaping (KL in the reward, turn
+        rewards): the return a group estimator reads."""
         mask = batch.response_mask
         scores = batch.token_level_scores.sum(-1)
+        rewards = batch.token_level_rewards.sum(-1)
         out = {
             "training/reward/mean": float(scores.mean()),
             "training/reward/max": float(scores.max()),
             "training/reward/min": float(scores.min()),
+            "critic/score/mean": float(scores.mean()),
+            "critic/rewards/mean": float(rewards.mean()),
             "response_length/mean": float(mask.sum(-1).mean()),
         }
         if batch.ref_log_probs is not None and batch.old_log_probs is not None:

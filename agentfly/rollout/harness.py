@@ -233,7 +233,7 @@ class HarnessLoop(AgentLoop):
         name = self.harness.function
         try:
             answer = await asyncio.wait_for(self._function(dict(row), client), timeout)
-        except TimeoutError:
+        except (TimeoutError, asyncio.TimeoutError):  # one class from 3.11 on, two on 3.10
             raise HarnessFailure(f"harness function {name} did not return within {timeout:g} s "
                                  "(agent.harness.timeout)") from None
         except Exception as e:
@@ -281,7 +281,7 @@ class HarnessLoop(AgentLoop):
                 )
             try:
                 out, err = await asyncio.wait_for(proc.communicate(), timeout)
-            except TimeoutError:
+            except (TimeoutError, asyncio.TimeoutError):  # one class from 3.11 on, two on 3.10
                 raise HarnessFailure(f"harness command {command!r} did not finish within {timeout:g} s "
                                      "(agent.harness.timeout); its processes were killed") from None
         finally:

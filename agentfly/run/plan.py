@@ -418,7 +418,7 @@ def plan_callbacks(cfg: Any, run_dir: Path, iterations: int) -> list[tuple[str, 
         )),
     ]
     if alg.use_turn_rewards:
-        out.append(("TurnRewardCallback", {}))
+        out.append(("TurnRewardCallback", {"mode": str(alg.turn_reward_mode)}))
     if alg.use_kl_in_reward:
         k = alg.kl_ctrl
         out.append(("KLRewardCallback", dict(

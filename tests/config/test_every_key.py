@@ -119,6 +119,7 @@ CHANGES: dict[str, tuple[str, list[str]]] = {
     "algorithm.lam": ("0.9", []),
     "algorithm.norm_adv_by_std_in_grpo": ("false", GRPO),
     "algorithm.use_turn_rewards": ("true", []),
+    "algorithm.turn_reward_mode": ("add", ["algorithm.use_turn_rewards=true"]),
     "algorithm.gigpo.step_advantage_w": ("0.5", GIGPO),
     "algorithm.gigpo.mode": ("mean_std_norm", GIGPO),
     "algorithm.gigpo.enable_similarity": ("true", GIGPO),
@@ -382,6 +383,7 @@ RECEIVES = {
     "algorithm.lam": "callbacks",
     "algorithm.norm_adv_by_std_in_grpo": "callbacks",
     "algorithm.use_turn_rewards": "callbacks",
+    "algorithm.turn_reward_mode": "callbacks",
     "algorithm.gigpo.step_advantage_w": "callbacks",
     "algorithm.gigpo.mode": "callbacks",
     "algorithm.gigpo.enable_similarity": "datamodule.anchor_similarity",
@@ -617,6 +619,7 @@ def _warning(args: list[str]) -> str:
 # a context where each rule's reason holds, and a key it covers with a non-default value
 INACTIVE = [
     ("agent.harness.timeout=30", []),
+    ("algorithm.turn_reward_mode=add", []),  # use_turn_rewards=false
     ("agent.init_config.backend_config.backend=async_verl", []),
     ("agent.use_agent=true", []),
     ("critic.ppo_epochs=3", GRPO),

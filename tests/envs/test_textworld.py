@@ -165,3 +165,39 @@ def test_unknown_kinds_and_difficulties_are_refused(kind, difficulty):
 
 def test_seed_ranges_parse():
     assert tw._seeds("0-2,7") == [0, 1, 2, 7]
+
+
+@pytest.mark.parametrize("reward", ["textworld_progress_reward", "textworld_reward"])
+def test_a_won_chains_token_rewards_add_up_to_its_reward_with_turn_rewards(textworld_game, tiny_model_dir, reward):
+    """A won game played through the agent loop: the game's dense step rewards ride on its tool
+    calls, ``textworld_progress_reward`` splits its reward over the turns as well. With
+    ``use_turn_rewards`` (``decompose``, the default) the row's token rewards still add up to the
+    reward, once; ``add`` puts the turn rewards beside it."""
+    from agentfly.callbacks import TurnRewardCallback
+    from agentfly.rollout.agent_loop import AgentLoop
+    from agentfly.rollout.agents import get_agent
+    from agentfly.rollout.collate import collate_trajectories
+    from agentfly.rollout.engines import EnginePool
+    from agentfly.rollout.templates import get_template
+    from agentfly.rollout.tools import get_tool
+    from tests.envs.env_script import EnvScript  # noqa: F401  (registers env_script)
+
+    (chat,) = tw.walkthrough_conversations([textworld_game])
+    actions = [m["content"] for m in chat["messages"] if m["role"] == "assistant"]
+    pool = EnginePool("env_script", 0, engine_kwargs={"model": str(tiny_model_dir),
+                                                      "scripts": {textworld_game["question"]: [actions]}})
+    agent = get_agent("action", [get_tool("textworld_step")], system_prompt=tw.SYSTEM_PROMPT)
+    loop = AgentLoop(engine=pool, tokenizer=pool.tokenizer, template=get_template("action-agent"), agent=agent,
+                     reward=reward, max_turns=10, max_model_len=4096)
+    (chain,) = loop.run([textworld_game])
+    assert chain.reward == 1.0 and chain.reward_extras["won"] == 1.0
+    assert sum(1 for r in chain.turn_rewards if r > 0) >= 2  # rewards on several turns, not only the last
+    if reward == "textworld_progress_reward":  # its turn shares replace the game's step rewards
+        assert sum(chain.turn_rewards) == pytest.approx(1.0)
+    batch = collate_trajectories([chain], pad_id=0)
+    TurnRewardCallback().on_rollout_batch(None, None, batch)
+    assert batch.token_level_rewards.sum().item() == pytest.approx(1.0, abs=1e-6)
+    assert batch.token_level_rewards.sum().item() == pytest.approx(batch.token_level_scores.sum().item(), abs=1e-6)
+    added = collate_trajectories([chain], pad_id=0)
+    TurnRewardCallback(mode="add").on_rollout_batch(None, None, added)
+    assert added.token_level_rewards.sum().item() == pytest.approx(1.0 + sum(chain.turn_rewards), abs=1e-6)

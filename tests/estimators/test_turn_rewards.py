@@ -78,10 +78,33 @@ def test_collated_turn_rewards_enter_the_token_rewards_through_the_callback():
     assert batch.turn_index.tolist() == TURNS.tolist() and batch.response_mask.tolist() == MASK.tolist()
     assert batch.turn_rewards.tolist() == [[1.0, 2.0, 3.0]]
     assert batch.token_level_rewards.tolist() == [[0, 0, 0, 0, 0, 0, 10.0]]  # the outcome alone
-    metrics = TurnRewardCallback().on_rollout_batch(None, None, batch)
-    assert batch.token_level_rewards.tolist() == [[0, 1.0, 0, 2.0, 0, 0, 13.0]]
+    metrics = TurnRewardCallback(mode="add").on_rollout_batch(None, None, batch)
+    assert batch.token_level_rewards.tolist() == [[0, 1.0, 0, 2.0, 0, 0, 13.0]]  # beside the outcome
     assert batch.token_level_scores.tolist() == [[0, 0, 0, 0, 0, 0, 10.0]]  # the reward, unshaped
     assert metrics == {"training/turn_reward/mean": 6.0}
+
+
+def test_decomposed_turn_rewards_move_the_reward_earlier_and_keep_its_sum():
+    # the default: turns earn 1 and 2 where they were taken, the last turn 3, and the outcome
+    # token keeps the rest of the reward, 10 - (1 + 2 + 3) = 4, so it gets 3 + 4 = 7: the row
+    # adds up to 10, its reward, counted once
+    batch = collate_trajectories([three_turns(10.0, [1.0, 2.0, 3.0])], pad_id=0)
+    metrics = TurnRewardCallback().on_rollout_batch(None, None, batch)
+    assert batch.token_level_rewards.tolist() == [[0, 1.0, 0, 2.0, 0, 0, 7.0]]
+    assert metrics == {"training/turn_reward/mean": 6.0}
+    # on top of a KL-shaped row (stage 1 runs after it) the shaping stays, token for token
+    batch = collate_trajectories([three_turns(10.0, [1.0, 2.0, 3.0])], pad_id=0)
+    batch.token_level_rewards = batch.token_level_rewards - 0.5 * MASK
+    TurnRewardCallback().on_rollout_batch(None, None, batch)
+    assert batch.token_level_rewards.tolist() == [[-0.5, 0.5, 0, 1.5, 0, -0.5, 6.5]]
+    # a row with nothing sampled holds nothing; a turn whose tokens are all masked gives its
+    # reward to the next sampled token, and the outcome token still keeps only the rest
+    batch = collate_trajectories([three_turns(10.0, [1.0, 2.0, 3.0])], pad_id=0)
+    batch.response_mask = torch.tensor([[0, 0, 0, 0, 0, 1, 1.0]])
+    TurnRewardCallback().on_rollout_batch(None, None, batch)
+    assert batch.token_level_rewards.tolist() == [[0, 0, 0, 0, 0, 3.0, 7.0]]
+    with pytest.raises(ValueError, match="'decompose', 'add'"):
+        TurnRewardCallback(mode="sum")
 
 
 def test_a_folded_chain_keeps_each_turn_reward_in_the_row_that_holds_the_turn():
@@ -107,7 +130,7 @@ def test_a_reward_function_gives_each_turn_its_reward():
     traj = three_turns(0.0, [1.0, 0.0, 0.0])  # the tools' rewards so far
     result = asyncio.run(ascore_trajectory(per_turn_reward, traj))
     assert not result.failed and result.extras == {"acc": 1.0}
-    assert traj.turn_rewards == [1.5, 0.0, 0.25] and traj.reward == 1.0
+    assert traj.turn_rewards == [0.5, 0.0, 0.25] and traj.reward == 1.0  # the reward's word replaces the tools'
     # one reward per turn, or the call is malformed (a failed chain, not a guess)
     bad = asyncio.run(acompute_reward(two_turn_rewards, "", three_turns(0.0, [0.0] * 3)))
     assert bad.failed and bad.kind == "malformed" and "2 turn_rewards for a chain of 3 turns" in bad.error

@@ -18,6 +18,16 @@ async def by_mode(task: dict, client) -> object:
         return "42"  # never asks the model
     if mode == "hang":
         await asyncio.sleep(3600)
+    if mode == "gather":  # best-of-two: two completions of one conversation at once
+        replies = await asyncio.gather(*(client.chat.completions.create(model="m", messages=messages)
+                                         for _ in range(2)))
+        return " | ".join(r.choices[0].message.content or "" for r in replies)
+    if mode == "retry":  # the openai SDK as a program writes it: its default retries (two, on a 5xx)
+        client = openai.AsyncOpenAI(base_url=str(client.base_url), api_key=client.api_key)
+        reply = await client.chat.completions.create(model="m", messages=messages)
+        messages += [reply.choices[0].message.model_dump(exclude_none=True), {"role": "tool", "content": "408"}]
+        reply = await client.chat.completions.create(model="m", messages=messages)  # its first try: a 504
+        return reply.choices[0].message.content or ""
     if mode == "malformed":
         await client.chat.completions.create(model="m", messages=messages, tool_choice="required",
                                              tools=[{"type": "function", "function": {"name": "f"}}])

@@ -33,24 +33,34 @@ PROGRAMS = "tests.rollout.harness_programs"
 
 class RecordingEngine:
     """Answers every request ``reply <k>`` (call ``k``), recording what it was given and
-    sampled; call ``k`` reports log-probability ``-(k + 1) / 10`` and weights version ``k``."""
+    sampled; call ``k`` reports log-probability ``-(k + 1) / 10`` and weights version ``k``.
+    Each call takes ``delay`` seconds; the attempts numbered in ``stall`` (0-based, every
+    request counted) never answer, and what they were given goes to ``stalled``."""
 
-    def __init__(self, tokenizer):
+    def __init__(self, tokenizer, delay=0.0, stall=()):
         self.tokenizer, self.calls = tokenizer, []
+        self.delay, self.stall, self.stalled, self.attempts = delay, set(stall), [], 0
 
     async def generate(self, prompts, sampling):
+        import asyncio
+
         (prompt,) = prompts
+        self.attempts += 1
+        if self.attempts - 1 in self.stall:
+            self.stalled.append(list(prompt))
+            await asyncio.sleep(3600)  # past the request's deadline: cancelled there
+        await asyncio.sleep(self.delay)
         k = len(self.calls)
         ids = self.tokenizer.encode(f"reply {k}<|im_end|>", add_special_tokens=False)
         self.calls.append((list(prompt), ids))
         return [[GenerationOutput(ids, [-(k + 1) / 10] * len(ids), "stop", weights_version=k)]]
 
 
-def recording_loop(model_dir, harness, **kw):
+def recording_loop(model_dir, harness, engine_kw=None, **kw):
     from transformers import PreTrainedTokenizerFast
 
     tok = PreTrainedTokenizerFast.from_pretrained(str(model_dir))
-    engine = RecordingEngine(tok)
+    engine = RecordingEngine(tok, **(engine_kw or {}))
     loop = HarnessLoop(engine=engine, tokenizer=tok, template=get_template("qwen2.5"),
                        agent=get_agent("hermes", []), harness=harness, max_model_len=512, **kw)
     return loop, engine
@@ -163,6 +173,36 @@ def test_each_segment_trains_with_the_chain_s_reward(rewritten):
     batch = collate_trajectories([traj], pad_id=0)
     assert len(batch) == 3 and batch.index.tolist() == [0, 0, 0]
     assert batch.token_level_scores.sum(-1).tolist() == [1.0, 1.0, 1.0]
+
+
+def test_two_completions_sent_at_once_each_train_after_what_they_were_sampled_from(model_dir):
+    # the engine takes 0.2 s a call, so both requests are in the server at once; the second is
+    # answered after the first is recorded and, not extending it, is a segment of its own
+    loop, engine = recording_loop(model_dir, Harness(function=f"{PROGRAMS}:by_mode"), max_turns=4,
+                                  engine_kw={"delay": 0.2}, reward=lambda prediction, **_: 1.0)
+    (traj,) = loop.run([{"question": "What is 12*34?", "mode": "gather"}])
+    assert traj.finish_reason == "answer", traj.error
+    assert sorted(traj.final_response.split(" | ")) == ["reply 0", "reply 1"] and len(engine.calls) == 2
+    assert engine.calls[0][0] == engine.calls[1][0]  # both sampled from the prompt alone
+    assert len(traj.segments) == 2 and traj.harness["breaks"] == 1
+    for segment, k in zip(traj.segments, (0, 1), strict=True):
+        assert_segment_is_what_the_engine_sampled(segment, engine.calls, (k,))
+    batch = collate_trajectories([traj], pad_id=0)
+    assert batch.response_mask.sum(-1).tolist() == [len(engine.calls[0][1]), len(engine.calls[1][1])]
+
+
+def test_a_request_retried_after_a_504_is_recorded_as_if_sent_once(model_dir):
+    # the program's second request (attempt 1) meets the engine's deadline: a 504, which the
+    # openai SDK retries by itself; the record is what one request that succeeded makes
+    loop, engine = recording_loop(model_dir, Harness(function=f"{PROGRAMS}:by_mode", request_timeout=1.0),
+                                  max_turns=4, engine_kw={"stall": {1}}, reward=lambda prediction, **_: 1.0)
+    (traj,) = loop.run([{"question": "What is 12*34?", "mode": "retry"}])
+    assert traj.finish_reason == "answer", traj.error
+    assert engine.attempts == 3 and len(engine.calls) == 2 and traj.final_response == "reply 1"
+    assert engine.stalled == [engine.calls[1][0]]  # the retry was given what the first try was
+    assert len(traj.segments) == 1 and traj.harness["breaks"] == 0 and traj.num_turns == 2
+    assert_segment_is_what_the_engine_sampled(traj, engine.calls, (0, 1))
+    assert traj.harness["requests"] == 3
 
 
 # ---------------------------------------------------------------------- faults, each its chain's own

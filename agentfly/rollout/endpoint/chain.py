@@ -19,10 +19,20 @@ without ever re-tokenizing what the engine sampled:
 The chain's limits hold as in the built-in loop: ``max_turns`` replies at most, and the
 context and response budgets; a request past one is refused (the program sees a 400 naming it)
 and the chain ends with that finish reason.
+
+A chain's requests are answered one after another (:attr:`ChainRecord.lock`, held by
+:class:`~agentfly.rollout.endpoint.service.ChatService` from the prompt to the recorded reply):
+a program that sends two at once (best-of-n, parallel branches, sub-agents on one conversation)
+has the second rendered after the first is recorded, so it extends it or starts a segment of its
+own, and never lands after a reply it was not sampled from. A request whose engine call fails
+(504 past ``request_timeout``, an engine error, a client gone) leaves the record as it found it
+(:meth:`ChainRecord.saved` / :meth:`ChainRecord.restore`): the client's retry of it is
+recorded once, as if it had been sent once.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import replace
 from typing import Any
@@ -86,6 +96,26 @@ class ChainRecord:
         self.last_content = ""
         self.open = True
         self._anchor = ""
+        self.lock = asyncio.Lock()  # one request of the chain at a time (the module docstring)
+
+    _TOKEN_FIELDS = ("prompt_ids", "response_ids", "loss_mask", "rollout_logprobs", "turn_ids",
+                     "policy_versions", "messages", "folded", "images")
+
+    def saved(self) -> tuple[Any, ...]:
+        """What :meth:`prompt` changes, to put back with :meth:`restore` when the engine call
+        that follows it fails."""
+        traj = self.traj
+        fields = {k: list(getattr(traj, k)) for k in self._TOKEN_FIELDS}
+        observations = [c.observation for c in traj.tool_calls]
+        return fields, observations, self.expected, self.tools, self.breaks, self._anchor
+
+    def restore(self, saved: tuple[Any, ...]) -> None:
+        """Undo the :meth:`prompt` of a request whose engine call failed (see :meth:`saved`)."""
+        fields, observations, self.expected, self.tools, self.breaks, self._anchor = saved
+        for name, value in fields.items():
+            setattr(self.traj, name, value)
+        for call, text in zip(self.traj.tool_calls, observations, strict=True):
+            call.observation = text
 
     def _encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False))

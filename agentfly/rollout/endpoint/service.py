@@ -69,7 +69,7 @@ class ChatService:
     async def _generate(self, ids: list[int], sampling: SamplingParams) -> list[GenerationOutput]:
         try:
             (outs,) = await asyncio.wait_for(self.engine.generate([ids], sampling), self.request_timeout)
-        except TimeoutError:
+        except (TimeoutError, asyncio.TimeoutError):  # one class from 3.11 on, two on 3.10
             raise RequestError(f"the engine did not answer within {self.request_timeout:g} s "
                                "(request_timeout)", status=504, code="timeout") from None
         return list(outs)
@@ -129,12 +129,18 @@ class ChatService:
     async def _complete_chain(self, request: ChatRequest, chain: ChainRecord, tag: str) -> dict[str, Any]:
         if request.n != 1:
             raise RequestError("a chain's endpoint samples one reply per request (n=1)", param="n")
-        chain.requests += 1
-        ids = chain.prompt(request.messages, request.tools)
-        outs = await self._generate(ids, chain.sampling_for(request.max_tokens, request.stop))
-        (out,) = outs
-        content, closed, calls, choice = self._reply(out, request, tag, 0)
-        reply = {"role": "assistant", "content": choice.content or "",
-                 "tool_calls": [(name, args) for _, name, args in choice.tool_calls]}
-        chain.record(request.messages, out, content, closed, calls, reply)
+        async with chain.lock:  # a chain's requests one after another (endpoint/chain.py)
+            chain.requests += 1
+            before = chain.saved()
+            ids = chain.prompt(request.messages, request.tools)
+            try:
+                outs = await self._generate(ids, chain.sampling_for(request.max_tokens, request.stop))
+            except BaseException:  # a 504, an engine error, a cancelled request: its retry is its first time
+                chain.restore(before)
+                raise
+            (out,) = outs
+            content, closed, calls, choice = self._reply(out, request, tag, 0)
+            reply = {"role": "assistant", "content": choice.content or "",
+                     "tool_calls": [(name, args) for _, name, args in choice.tool_calls]}
+            chain.record(request.messages, out, content, closed, calls, reply)
         return completion_body(f"chatcmpl-{tag}", self.model_name, [choice], len(ids), len(out.token_ids))

@@ -175,7 +175,7 @@ class RayEngines:
         ref = getattr(self.hosts[index], method).remote(*args)
         try:
             return await asyncio.wait_for(asyncio.wrap_future(ref.future()), seconds)
-        except TimeoutError:
+        except (TimeoutError, asyncio.TimeoutError):  # one class from 3.11 on, two on 3.10
             raise EngineTimeoutError(self._timed_out(index, method)) from None
         except ray.exceptions.RayActorError as exc:
             raise EngineLostError(self._died(index, exc)) from exc

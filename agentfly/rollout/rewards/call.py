@@ -275,11 +275,8 @@ async def ascore_trajectory(
 def _record(trajectory: Trajectory, result: RewardResult) -> None:
     trajectory.reward = result.reward
     trajectory.reward_extras = dict(result.extras)
-    if result.turn_rewards:  # beside the tools' rewards of each turn
-        own = trajectory.turn_rewards
-        own.extend([0.0] * (len(result.turn_rewards) - len(own)))
-        for k, reward in enumerate(result.turn_rewards):
-            own[k] += reward
+    if result.turn_rewards:  # the reward function's word on each turn replaces the tools' rewards
+        trajectory.turn_rewards = [float(r) for r in result.turn_rewards]
     trajectory.reward_failed = result.failed
     trajectory.reward_error = result.kind
     if result.failed:

@@ -2,7 +2,7 @@
 
 A reward returns a float, or a dict with key ``reward`` plus extra numeric metrics to log and,
 optionally, ``turn_rewards``: a list of numbers, one per assistant turn of the chain, each turn's
-own reward (added to ``Trajectory.turn_rewards``, beside its tools' rewards; they enter the token
+own reward (it replaces ``Trajectory.turn_rewards``, its tools' rewards; they enter the token
 rewards with ``algorithm.use_turn_rewards``, :class:`agentfly.callbacks.TurnRewardCallback`).
 Anything else (NaN, a magnitude beyond float32's range, a string, a dict without ``reward``) is
 malformed: a :class:`RewardError` of kind ``malformed``, which the safe call
