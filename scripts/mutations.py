@@ -635,11 +635,18 @@ MUTATIONS = [
         (f"{PACKING}::test_log_probs_and_gradients_equal_the_padded_pass",),
     ),
     Mutation(
-        "packed rows attend across each other",
-        "agentfly/modules/packing.py",
-        "        return (same_row & causal)[None, None]  # (1, 1, N, N)\n",
-        "        return causal[None, None]  # (1, 1, N, N)\n",
+        "packed rows attend across each other under agentfly_sdpa (one block for every row)",
+        "agentfly/models/attention.py",
+        "    _, counts = torch.unique_consecutive(rows.flatten(), return_counts=True)\n",
+        "    counts = torch.tensor([rows.numel()])\n",
         (f"{PACKING}::test_log_probs_and_gradients_equal_the_padded_pass",),
+    ),
+    Mutation(
+        "a packed critic pass keeps a cache, so transformers does not read its rows off the positions",
+        "agentfly/modules/packing.py",
+        "        use_cache=False,  # with a cache transformers would not read the rows off the positions\n",
+        "",
+        (f"{PACKING}::test_values_and_gradients_equal_the_padded_pass",),
     ),
     Mutation(
         "token-budget micro-batches come back in the wrong rows",
@@ -703,6 +710,23 @@ MUTATIONS = [
         "        return (all(_view(a) == _view(b) for a, b in zip(messages, expected, strict=False))\n",
         "        return (True or all(_view(a) == _view(b) for a, b in zip(messages, expected, strict=False))\n",
         (f"{HARNESS}::test_every_training_token_is_what_the_engine_was_given_and_sampled",),
+    ),
+    Mutation(
+        "packed rows attend across rows under eager (a boolean block mask, which eager adds to the scores)",
+        "agentfly/modules/packing.py",
+        "        return packed_rows(self.rows) if implementation == NAME else None\n",
+        "        n = self.rows.shape[0]\n"
+        "        same = (self.rows[:, None] == self.rows[None, :]) & torch.ones(n, n, dtype=torch.bool).tril()\n"
+        "        return packed_rows(self.rows) if implementation == NAME else same[None, None]\n",
+        (f"{PACKING}::test_log_probs_and_gradients_equal_the_padded_pass",
+         "tests/modules/test_packed_fit.py::test_every_metric_of_the_iteration_is_the_padded_one"),
+    ),
+    Mutation(
+        "agentfly_sdpa's packed rows see their own later tokens",
+        "agentfly/models/attention.py",
+        "            dropout_p=dropout, scale=scaling, is_causal=True, enable_gqa=grouped,\n",
+        "            dropout_p=dropout, scale=scaling, is_causal=False, enable_gqa=grouped,\n",
+        (f"{PACKING}::test_log_probs_and_gradients_equal_the_padded_pass",),
     ),
     Mutation(
         "a harness chain's requests answered at once (a reply stored after one it was not sampled from)",

@@ -18,6 +18,7 @@ from jsonargparse.typing import (
     restricted_number_type,
 )
 
+from agentfly.models.attention import ATTENTION
 from agentfly.modules.loss_modes import LOSS_AGG_MODES
 from agentfly.modules.settings import (
     CRITIC_LR,
@@ -228,21 +229,38 @@ class LoraConfig:
 
 
 @dataclass
+class OverrideConfig:
+    """verl's ``override_config``: what the trainer's model is loaded with, beside its checkpoint.
+
+    Attributes:
+        attn_implementation: the attention its forward passes run (None: the model's own
+            choice, ``sdpa`` run as ``agentfly_sdpa``): ``eager``, ``sdpa``, ``agentfly_sdpa``
+            (sdpa with grouped K/V kept grouped on CPU and packed rows attended row by row),
+            ``flash_attention_2``/``_3`` (the flash-attn package, CUDA), ``flex_attention``
+            (no backward on CPU). The rollout engines keep their own.
+    """
+
+    attn_implementation: Literal[ATTENTION] | None = None  # type: ignore[valid-type]
+
+
+@dataclass
 class ModelConfig:
     """The policy model (shared by actor, rollout engines and reference).
 
     Attributes:
         path: HF model id or local path (``agent.init_config.model_name_or_path`` is a spelling of it).
         use_remove_padding: the actor's and the reference's forward passes run each
-            micro-batch's trajectories packed into one sequence without padding (flash
-            attention's varlen kernel when the model runs ``flash_attention_2``, a block-diagonal
-            causal mask otherwise; :mod:`agentfly.modules.packing`). Skips the shared-prompt
-            KV reuse of the padded path.
+            micro-batch's trajectories packed into one sequence without padding
+            (:mod:`agentfly.modules.packing`: row by row under ``agentfly_sdpa``, flash
+            attention's varlen kernel under ``flash_attention_2``, transformers' block-diagonal
+            mask under ``sdpa``, ``eager`` and ``flex_attention``). Skips the shared-prompt KV
+            reuse of the padded path.
         enable_gradient_checkpointing: recompute activations in the backward pass.
         enable_activation_offload: keep the update's saved activations on the CPU (GPU runs).
         trust_remote_code: let Hugging Face run model and tokenizer code shipped with the
             checkpoint (actor, reference, critic, engines).
         lora: a LoRA adapter on the actor (off at ``rank`` 0).
+        override_config: what the actor and the reference are loaded with (their attention).
     """
 
     path: str | None = None
@@ -251,6 +269,7 @@ class ModelConfig:
     enable_activation_offload: bool = UpdateSettings.activation_offload
     trust_remote_code: bool = ModelSettings.trust_remote_code
     lora: LoraConfig = field(default_factory=LoraConfig)
+    override_config: OverrideConfig = field(default_factory=OverrideConfig)
 
 
 @dataclass
@@ -407,6 +426,7 @@ class CriticModelConfig:
             actor model's).
         fsdp_config: how FSDP shards the critic, and its ``model_dtype`` (AgentFly's verl spells
             it ``critic.fsdp``).
+        override_config: what the critic is loaded with (its attention; the actor's keys).
     """
 
     path: str | None = None
@@ -414,6 +434,7 @@ class CriticModelConfig:
     enable_activation_offload: bool = UpdateSettings.activation_offload
     use_remove_padding: bool = False
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
+    override_config: OverrideConfig = field(default_factory=OverrideConfig)
 
 
 @dataclass

@@ -357,6 +357,19 @@ def _warn(get: Get, estimator: Any | None) -> None:
             UserWarning,
             stacklevel=4,
         )
+    for model in ("actor_rollout_ref.model", "critic.model"):
+        attention = get(f"{model}.override_config.attn_implementation")
+        if get(f"{model}.use_remove_padding") and attention in ("eager", "sdpa"):
+            warnings.warn(  # measured in bench/README.md ("Packing")
+                f"{model}.use_remove_padding=true with override_config.attn_implementation={attention}: "
+                "transformers masks the packed rows with an (N, N) mask over every token of a "
+                "micro-batch, which costs more than the padded pass (1.5x the time under sdpa, 4x "
+                "and 2.5x the memory under eager, measured); agentfly_sdpa (what an sdpa model runs "
+                "when no attention is set) attends row by row and flash_attention_2 by varlen, "
+                "each cheaper than padding",
+                UserWarning,
+                stacklevel=4,
+            )
     mode, agg = get("actor_rollout_ref.actor.policy_loss.loss_mode"), get("actor_rollout_ref.actor.loss_agg_mode")
     if mode in ("gspo", "sapo") and agg != "seq-mean-token-mean":
         warnings.warn(  # agentfly.modules.policy_losses honours loss_agg_mode

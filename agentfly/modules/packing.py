@@ -4,11 +4,19 @@
 The collate layout (prompts left-padded to ``P``, responses right-padded to ``T``) spends
 ``B × (P + T)`` positions on ``Σ_b real_b`` tokens; packing runs only the real ones, as one
 sequence of shape (1, N). Each row keeps its own position ids (the batch's, so they restart at
-every row), and attention never crosses rows: under flash attention (``flash_attention_2``/``_3``)
-transformers reads the row boundaries off the restarting position ids and runs its varlen kernel;
-under any other attention (``sdpa``, agentfly's ``agentfly_sdpa``, ``eager``) the model receives a
-block-diagonal causal mask (1, 1, N, N), which transformers passes to the kernel as it is. The
-results are put back in the (B, T) response layout, zeros where a row has no response token.
+every row), and attention never crosses rows:
+
+- ``agentfly_sdpa`` (what an ``sdpa`` model runs here, :mod:`agentfly.models.attention`) is
+  given each token's row in place of a mask and attends row by row, causal, without a mask:
+  ``Σ_b len_b²`` of attention, no more than the padded pass's ``B × L²``;
+- under any other attention the model is given no mask, and transformers reads the row
+  boundaries off the restarting position ids (``find_packed_sequence_indices``): flash
+  attention (``flash_attention_2``/``_3``) runs its varlen kernel, ``flex_attention`` a block
+  mask, ``sdpa`` and ``eager`` a block-diagonal causal mask of (N, N) built in the form each
+  kernel reads (boolean for sdpa, additive for eager; handing eager a boolean mask, which it
+  adds to the scores, would mask nothing).
+
+The results are put back in the (B, T) response layout, zeros where a row has no response token.
 
 Departure from the padded path (:mod:`agentfly.modules.response_logits`): the shared-prompt KV
 trick is not used while packing (a row's prompt and response run together), and padding
@@ -44,15 +52,12 @@ class Packing:
     predictors: torch.Tensor
 
     def attention_mask(self, model: Any) -> torch.Tensor | None:
-        """The mask to pass: None under flash attention (varlen from the position ids), else the
-        block-diagonal causal mask, True where a token may attend. Shape: (1, 1, N, N)."""
+        """What to pass as the mask (the module docstring): the rows under ``agentfly_sdpa``
+        ((1, 1, 1, N) long, :func:`~agentfly.models.attention.packed_rows`), else None."""
+        from agentfly.models.attention import NAME, packed_rows
+
         implementation = str(getattr(getattr(model, "config", None), "_attn_implementation", ""))
-        if implementation.startswith("flash_attention"):
-            return None
-        n = self.rows.shape[0]
-        same_row = self.rows[:, None] == self.rows[None, :]  # (N, N)
-        causal = torch.ones(n, n, dtype=torch.bool, device=self.rows.device).tril()  # (N, N)
-        return (same_row & causal)[None, None]  # (1, 1, N, N)
+        return packed_rows(self.rows) if implementation == NAME else None
 
     def unpack(self, packed: torch.Tensor) -> torch.Tensor:
         """Values at :attr:`predictors` ((K, ...)) in the response layout, zeros elsewhere.
@@ -125,5 +130,6 @@ def packed_values(
         input_ids=packing.input_ids,
         attention_mask=packing.attention_mask(model),
         position_ids=packing.position_ids,
+        use_cache=False,  # with a cache transformers would not read the rows off the positions
     ).logits  # (1, N, 1)
     return packing.unpack(out[0, packing.predictors, 0])  # (K,) -> (B, T)

@@ -22,14 +22,16 @@ def build_policy_model(settings: ModelSettings, dtype: str | None = None) -> Any
     Returns a ``transformers`` model in eval mode as ``from_pretrained`` leaves it; the caller
     puts it in train mode or freezes it.
     """
-    from agentfly.models.attention import use_grouped_sdpa
+    from agentfly.models.attention import load_kwargs, loaded_with
     from agentfly.models.loading import causal_lm_class
 
     torch_dtype = getattr(torch, dtype or settings.dtype)
-    load = {"dtype": torch_dtype, "trust_remote_code": settings.trust_remote_code}
+    load = {"dtype": torch_dtype, "trust_remote_code": settings.trust_remote_code,
+            **load_kwargs(settings.attn_implementation)}
     model_class = causal_lm_class(settings.path, settings.trust_remote_code)  # a VL model too
-    # sdpa -> agentfly_sdpa: the same attention, without copying grouped K/V on CPU
-    return use_grouped_sdpa(model_class.from_pretrained(settings.path, **load))
+    # sdpa -> agentfly_sdpa unless sdpa was asked for: the same attention, without copying
+    # grouped K/V on CPU, and packed passes row by row
+    return loaded_with(model_class.from_pretrained(settings.path, **load), settings.attn_implementation)
 
 
 def build_trainable_policy(settings: ModelSettings, gradient_checkpointing: bool) -> Any:
@@ -56,15 +58,16 @@ def build_critic_model(critic: CriticSettings, policy: ModelSettings) -> Any:
     are the same function of the weights."""
     from transformers import AutoConfig, AutoModelForTokenClassification
 
-    from agentfly.models.attention import use_grouped_sdpa
+    from agentfly.models.attention import load_kwargs, loaded_with
 
     remote = policy.trust_remote_code
     config = AutoConfig.from_pretrained(critic.path, num_labels=1, trust_remote_code=remote)
     config.classifier_dropout = 0.0
     model = AutoModelForTokenClassification.from_pretrained(
-        critic.path, config=config, dtype=getattr(torch, critic.dtype), trust_remote_code=remote
+        critic.path, config=config, dtype=getattr(torch, critic.dtype), trust_remote_code=remote,
+        **load_kwargs(critic.attn_implementation),
     )
-    model = use_grouped_sdpa(model).train()
+    model = loaded_with(model, critic.attn_implementation).train()
     if critic.update.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     return model

@@ -362,9 +362,11 @@ class AgentRLModule(pl.LightningModule):
         scheduler: Any,
     ) -> dict[str, float]:
         """``s.epochs`` passes over ``batch`` in mini-batches, one optimizer step each, their
-        micro-batches' gradients accumulated. Returns the metrics averaged over the steps (an
-        additive loss summed over a mini-batch's micro-batches first; ``.../max`` and ``.../min``
-        their largest and smallest)."""
+        micro-batches' gradients accumulated. Returns the metrics averaged over the steps: within
+        a mini-batch an additive loss is the sum of its micro-batches' shares and any other
+        metric (a token mean: entropy, clip fractions) their mean weighted by response tokens,
+        so that how the mini-batch is split (rows, a token budget, packed or not) changes no
+        metric; ``.../max`` and ``.../min`` are the largest and smallest."""
         sums: dict[str, list[float]] = {}
         self._stepped = 0
         for epoch in range(s.epochs):
@@ -373,17 +375,26 @@ class AgentRLModule(pl.LightningModule):
                 norms = agg_norms(s.loss_agg_mode, mini.response_mask, s.loss_scale_factor)
                 opt.zero_grad()
                 parts: dict[str, float] = {}
+                weighted: dict[str, list[float]] = {}  # name -> [sum of value * tokens, tokens]
                 for micro in split(mini, s.micro_batch_size, s.max_token_len):
                     with self._saved_activations(s.activation_offload):
                         loss, losses = loss_fn(micro, s.loss_agg_mode, norms)
                         self.manual_backward(loss)
+                    tokens = float(micro.response_mask.sum())
                     for k, v in losses.items():
                         if k in ADDITIVE_METRICS:
                             parts[k] = parts.get(k, 0.0) + v
-                        else:
+                        elif k.endswith(("/max", "/min")):
                             sums.setdefault(k, []).append(v)
+                        else:
+                            acc = weighted.setdefault(k, [0.0, 0.0])
+                            if tokens:  # a micro-batch of no response token has no token mean
+                                acc[0] += v * tokens
+                                acc[1] += tokens
                 for k, v in parts.items():  # the mini-batch's loss: the sum of its micro-batch shares
                     sums.setdefault(k, []).append(v)
+                for k, (total, tokens) in weighted.items():  # its token mean
+                    sums.setdefault(k, []).append(total / tokens if tokens else math.nan)
                 grad_norm = total_norm(torch.nn.utils.clip_grad_norm_(model.parameters(), s.grad_clip))
                 sums.setdefault(f"{s.name}/grad_norm", []).append(float(grad_norm))
                 if math.isfinite(float(grad_norm)):

@@ -86,6 +86,9 @@ class ModelSettings:
             model with the adapter switched off, not a second copy.
         remove_padding: the actor's and the reference's forward passes run each micro-batch's
             rows packed into one sequence, without padding (:mod:`agentfly.modules.packing`).
+        attn_implementation: the attention the actor and the reference are loaded with (one of
+            :data:`agentfly.models.attention.ATTENTION`); None: the model's own choice, ``sdpa``
+            run as ``agentfly_sdpa``.
     """
 
     path: str
@@ -95,6 +98,7 @@ class ModelSettings:
     temperature: float = 1.0
     lora: LoraSettings = LoraSettings()
     remove_padding: bool = False
+    attn_implementation: str | None = None
 
 
 @dataclass(frozen=True)
@@ -349,6 +353,7 @@ class CriticSettings:
         warmup_iterations: iterations that update only the critic.
         dtype: its parameter dtype as loaded (``critic.model.fsdp_config.model_dtype``).
         remove_padding: its forward passes run each micro-batch's rows packed, without padding.
+        attn_implementation: the attention it is loaded with (as :class:`ModelSettings`').
     """
 
     path: str
@@ -358,6 +363,7 @@ class CriticSettings:
     warmup_iterations: int = 0
     dtype: str = "float32"
     remove_padding: bool = False
+    attn_implementation: str | None = None
 
 
 @dataclass(frozen=True)

@@ -104,6 +104,7 @@ def model_settings(
         temperature=temperature,
         lora=lora_settings(model.lora),
         remove_padding=bool(model.use_remove_padding),
+        attn_implementation=model.override_config.attn_implementation,
     )
 
 
@@ -194,6 +195,7 @@ def plan_module(cfg: Any, topology: Topology, iterations: int, estimator: Any) -
             warmup_iterations=int(cfg.trainer.critic_warmup),
             dtype=model_dtype(critic_cfg.model.fsdp_config),
             remove_padding=bool(critic_cfg.model.use_remove_padding),
+            attn_implementation=critic_cfg.model.override_config.attn_implementation,
         )
     return dict(
         model=model_settings(

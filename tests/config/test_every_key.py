@@ -56,6 +56,8 @@ AD = "actor_rollout_ref.actor.use_dynamic_bsz=true"
 CHANGES: dict[str, tuple[str, list[str]]] = {
     "actor_rollout_ref.model.use_remove_padding": ("true", []),
     "critic.model.use_remove_padding": ("true", []),
+    "actor_rollout_ref.model.override_config.attn_implementation": ("eager", []),
+    "critic.model.override_config.attn_implementation": ("eager", []),
     "actor_rollout_ref.actor.use_dynamic_bsz": ("true", []),
     "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": ("4096", [AD]),
     "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz": ("true", []),
@@ -266,6 +268,8 @@ CHANGES: dict[str, tuple[str, list[str]]] = {
 RECEIVES = {
     "actor_rollout_ref.model.use_remove_padding": "module.model.remove_padding",
     "critic.model.use_remove_padding": "module.critic.remove_padding",
+    "actor_rollout_ref.model.override_config.attn_implementation": "module.model.attn_implementation",
+    "critic.model.override_config.attn_implementation": "module.critic.attn_implementation",
     "actor_rollout_ref.actor.use_dynamic_bsz": "module.actor.max_token_len",
     "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": "module.actor.max_token_len",
     "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz": "module.actor.forward_max_token_len",

@@ -1,11 +1,12 @@
-"""Padding-free packing equals the padded computation: log-probs, values and their gradients."""
+"""Padding-free packing equals the padded computation: log-probs, values and their gradients,
+under every attention kind that runs here (eager, sdpa, agentfly's grouped sdpa; flex attention
+where this torch runs it)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from agentfly.models.attention import use_grouped_sdpa
 from agentfly.models.tiny import build_tiny_model
 from agentfly.modules.losses import logprobs_from_logits
 from agentfly.modules.packing import pack, packed_response_logits, packed_values
@@ -20,19 +21,40 @@ def path(tmp_path_factory):
     return build_tiny_model(tmp_path_factory.mktemp("pack"), num_kv_heads=2, initializer_range=0.2)
 
 
-@pytest.fixture(scope="module")
-def model(path):
-    from transformers import AutoModelForCausalLM
+def flex_runs() -> bool:
+    try:
+        from torch.nn.attention.flex_attention import flex_attention
 
-    return use_grouped_sdpa(AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)).train()
+        q = torch.zeros(1, 1, 16, 8, requires_grad=True)
+        flex_attention(q, q, q).sum().backward()  # no backward on CPU in torch 2.13
+        return True
+    except Exception:
+        return False
 
 
-@pytest.fixture(scope="module")
-def critic(path):
+ATTENTION = ["eager", "sdpa", "agentfly_sdpa",
+             pytest.param("flex_attention", marks=pytest.mark.skipif(not flex_runs(), reason="flex attention does not train here (no backward on CPU)"))]
+
+
+@pytest.fixture(scope="module", params=ATTENTION)
+def model(path, request):
+    from agentfly.modules.policy_model import build_policy_model
+
+    settings = ModelSettings(path=str(path), attn_implementation=request.param)
+    model = build_policy_model(settings).train()
+    assert model.config._attn_implementation == request.param
+    return model
+
+
+@pytest.fixture(scope="module", params=ATTENTION)
+def critic(path, request):
     update = UpdateSettings(name="critic", mini_batch_size=4)
-    return build_critic_model(
-        CriticSettings(path=str(path), update=update), ModelSettings(path=str(path))
+    critic = build_critic_model(
+        CriticSettings(path=str(path), update=update, attn_implementation=request.param),
+        ModelSettings(path=str(path)),
     )
+    assert critic.config._attn_implementation == request.param
+    return critic
 
 
 def batch(vocab: int, p: int = 6, t: int = 5):
@@ -58,11 +80,15 @@ def test_pack_keeps_only_real_tokens_and_restarts_positions():
     assert torch.equal(targets, ids[:, p:][packing.response])
 
 
-def test_the_mask_is_block_diagonal_and_causal():
+def test_agentfly_sdpa_is_given_the_rows_and_every_other_attention_no_mask():
+    from types import SimpleNamespace
+
     ids, mask, pos, p, _ = batch(50)
-    m = pack(ids, mask, pos, p).attention_mask(None)[0, 0]
-    assert m[11, 10].item() is False  # row 1's first token does not see row 0
-    assert m[12, 11].item() is True and m[11, 12].item() is False
+    packing = pack(ids, mask, pos, p)
+    rows = packing.attention_mask(SimpleNamespace(config=SimpleNamespace(_attn_implementation="agentfly_sdpa")))
+    assert rows.shape == (1, 1, 1, 27) and rows[0, 0, 0].tolist() == packing.rows.tolist()
+    for other in ("eager", "sdpa", "flash_attention_2", "flex_attention"):
+        assert packing.attention_mask(SimpleNamespace(config=SimpleNamespace(_attn_implementation=other))) is None
 
 
 def test_log_probs_and_gradients_equal_the_padded_pass(model):
