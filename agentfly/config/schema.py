@@ -399,8 +399,9 @@ class AlgorithmConfig:
             which a re-run must be expected to end, judged by the run it replaces (``resample``:
             a failed chain is re-run as soon as it fails, beside the others; one refused by the
             budget is counted failed like one past ``max_resamples``). None (the default): the
-            slowest failed run so far, so a rollout whose tool calls hang takes its healthy time
-            and about two of the tool's deadlines. See :mod:`agentfly.rollout.resampling`.
+            longest deadline of the tool calls that timed out so far (each tool's ``timeout``),
+            30 s while none has, so a rollout whose tool calls hang takes its healthy time and
+            about two of the tool's deadlines. See :mod:`agentfly.rollout.resampling`.
         filter_groups: DAPO's dynamic sampling (off by default).
     """
 

@@ -323,6 +323,8 @@ class AgentLoop:
             try:
                 prompt, attempt = prompt_of(row, question), 0
             except ImageError as e:  # this row's images cannot be used: its chains fail alone
+                if retry is not None:  # not re-run (the row stays unusable), but its first run is over
+                    retry.first_run_ended()
                 first = self._encode(question)[:1] or [0]  # as prompt_too_long: one token kept
                 return Trajectory(prompt_ids=first, group_id=group_id, chain_index=k, row=dict(row),
                                   finish_reason="error", error=f"ImageError: {e}")

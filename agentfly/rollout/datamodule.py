@@ -89,7 +89,7 @@ class RolloutDataModule(pl.LightningDataModule):
         max_resamples: re-runs of a failed chain at most (``resample``).
         resample_budget_s: seconds past a rollout's first round within which a re-run must be
             expected to end (``resample``; :mod:`agentfly.rollout.resampling`); None: the
-            slowest failed run so far.
+            longest deadline of the tool calls that timed out so far, 30 s while none has.
         filter_groups_metric: DAPO's dynamic sampling (:mod:`agentfly.rollout.dynamic_sampling`):
             the groups whose chains' metric (``acc``, ``score``, ``seq_reward``,
             ``seq_final_reward`` or a field of the reward's result) is all equal leave the batch,

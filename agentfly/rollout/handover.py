@@ -88,7 +88,8 @@ class TrainingRollouts:
         failed_chains: ``resample``, ``drop`` or ``keep``.
         max_resamples: re-runs of a failed chain at most.
         resample_budget_s: seconds past a rollout's first round within which a re-run must be
-            expected to end; None: the slowest failed run so far (:mod:`agentfly.rollout.resampling`).
+            expected to end; None: the longest deadline of the tool calls that timed out so far, 30 s
+            while none has (:mod:`agentfly.rollout.resampling`).
         rollout_mode: ``sync``, ``one_step_off`` or ``async``.
         max_staleness: in ``async`` mode, policy versions a sampled token may be behind.
         max_iterations: the run's iterations (the producer rolls out none beyond); None: no end.

@@ -93,6 +93,14 @@ class Resampler:
         """Seconds the last batch's first round took (None while it runs)."""
         return None if self._round_end is None else self._round_end - self._started
 
+    def first_run_ended(self) -> None:
+        """A chain's first run ended (:meth:`rerun` says so itself; a chain that ends without
+        running, such as a row whose images cannot be used, says it here): the last one ends
+        the first round, after which the budget applies."""
+        self._first_runs -= 1
+        if self._first_runs == 0:
+            self._round_end = self.clock()
+
     def rerun(self, traj: Trajectory, attempt: int, seconds: float) -> bool:
         """Whether the chain whose run ``traj`` just ended runs again now.
 
@@ -103,9 +111,7 @@ class Resampler:
         """
         now = self.clock()
         if attempt == 0:
-            self._first_runs -= 1
-            if self._first_runs == 0:
-                self._round_end = now
+            self.first_run_ended()
         reason = failure_reason(traj)
         if reason is None:
             return False

@@ -283,3 +283,18 @@ def test_a_rerun_that_would_end_past_the_budget_is_not_started(loop, budget_s, r
     assert len(resampler.replaced) == runs - 1
     assert resampler.past_budget == (0 if kept else 1)
 
+
+
+def test_a_chain_that_fails_before_its_first_run_still_ends_the_first_round(loop):
+    """A row whose images cannot be used (this text model has no image processor) fails its
+    chains before they run; the first round must still end when the other chains' first runs
+    do, or the budget never applies: group 1 as in the test above (budget 0.1 s: the third run
+    of chain 0 is not started), beside an image row's group."""
+    SEEN.clear()
+    resampler = Resampler(budget_s=0.1)
+    rows = [*ROW, {"question": "What is 2+2?", "answer": "4", "images": ["not an image"]}]
+    trajs = loop.run(rows, group_offset=1, retry=resampler)
+    assert [t.error.startswith("ImageError") for t in trajs[2:]] == [True, True]
+    assert resampler.first_round_s is not None
+    assert SEEN.count(chain_seed(SEED, 1, 0, attempt=2)) == 0 and resampler.past_budget == 1
+    assert failure_reason(trajs[0]) is not None
