@@ -228,6 +228,11 @@ class HarnessConfig:
             the working directory read-only and a private ``/tmp``, its own processes, a uid of
             its own under a root trainer, only its endpoint's variables set), with the host's
             network so that it reaches its endpoint. Needs ``command`` and bubblewrap.
+        failures: whose fault a program's failure is (it hangs past ``timeout``, exits
+            non-zero, raises, prints nothing): ``infrastructure`` (the default) re-samples or
+            drops it per ``algorithm.failed_chains``, never a reward in a baseline; ``model``
+            scores it 0 in its group, so outputs that make the program fail are trained against
+            (``finish_reason`` ``program_failed``). See docs/harness.md.
     """
 
     command: str | None = None
@@ -235,6 +240,7 @@ class HarnessConfig:
     timeout: PositiveFloat = 300.0
     request_timeout: PositiveFloat = 120.0
     sandbox: bool = False
+    failures: Literal["infrastructure", "model"] = "infrastructure"
 
 
 @dataclass

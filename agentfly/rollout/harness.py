@@ -76,6 +76,9 @@ class Harness:
         function: ``module:attr`` of an ``async def f(task, client) -> str``.
         timeout: seconds the program may run.
         request_timeout: seconds each engine call may take.
+        sandbox: run the command in the code sandbox.
+        failures: whose fault a program's failure is: ``infrastructure`` (failed chains'
+            policy) or ``model`` (reward 0, kept in its group).
     """
 
     command: str | None = None
@@ -83,10 +86,13 @@ class Harness:
     timeout: float = 300.0
     request_timeout: float = 120.0
     sandbox: bool = False
+    failures: str = "infrastructure"
 
     def __post_init__(self) -> None:
         if (self.command is None) == (self.function is None):
             raise ValueError("agent.harness needs exactly one of command and function")
+        if self.failures not in ("infrastructure", "model"):
+            raise ValueError(f"agent.harness.failures={self.failures!r}: one of 'infrastructure', 'model'")
         if self.sandbox and self.command is None:
             raise ValueError("agent.harness.sandbox=true needs agent.harness.command: a function "
                              "runs in the trainer's own process")
@@ -208,6 +214,13 @@ class HarnessLoop(AgentLoop):
         if record.finish_reason is not None:  # a limit ended the chain; the program's end is its own
             traj.finish_reason = record.finish_reason
             traj.final_response = answer if answer is not None else record.last_content
+        elif failure is not None and self.harness.failures == "model":
+            # the model's fault: scored 0 where it stands, in its group's baseline (no reward is
+            # asked of an answer the program never gave)
+            traj.finish_reason, traj.error, traj.reward = "program_failed", failure, 0.0
+            if self.train_on_last_turn:
+                traj.mask_all_but_last_turn()
+            return traj
         elif failure is not None:
             traj.finish_reason, traj.error = "error", failure
             logger.warning("chain %s/%s failed after %.1f s: %s", group_id, chain_index, seconds, failure)

@@ -385,7 +385,7 @@ def _harness(cfg: Any) -> dict[str, Any] | None:
         return None
     return dict(command=h.command, function=portable(str(h.function)) if h.function else None,
                 timeout=float(h.timeout), request_timeout=float(h.request_timeout),
-                sandbox=bool(h.sandbox))
+                sandbox=bool(h.sandbox), failures=str(h.failures))
 
 
 def sends_adapter(cfg: Any) -> bool:

@@ -229,6 +229,30 @@ def test_a_program_that_fails_fails_its_chain_only_naming_what_it_did(model_dir)
     assert by_mode["forever"].finish_reason == "max_turns" and by_mode["forever"].num_turns == 3
 
 
+def test_a_program_failure_the_config_calls_the_model_s_is_scored_0_in_its_group(model_dir):
+    from agentfly.rollout.failures import FailedChainsError, complete_groups, failure_reason
+
+    rows = [{"question": "q0", "mode": "ok"}, {"question": "q0", "mode": "raise"}]
+    for failures, reason, kept in (("model", None, True), ("infrastructure", "chain_error", False)):
+        loop, _ = recording_loop(model_dir, Harness(function=f"{PROGRAMS}:by_mode", failures=failures),
+                                 max_turns=3, reward=lambda prediction, **_: 1.0)
+        ok, failed = loop.run(rows)
+        for t in (ok, failed):
+            t.group_id = 0  # one group: the failure's sibling is judged beside it
+        assert failure_reason(ok) is None and ok.reward == 1.0
+        assert failure_reason(failed) == reason and "raised ValueError" in failed.error
+        if failures == "model":  # no reward asked of an answer never given: 0, in the baseline
+            assert failed.finish_reason == "program_failed" and failed.reward == 0.0
+            assert sum(failed.loss_mask) > 0  # what it sampled before it failed is trained against
+        if kept:
+            assert len(complete_groups([ok, failed], "drop").trajectories) == 2
+        else:  # its group is dropped: with no other group, nothing is left to train on
+            with pytest.raises(FailedChainsError, match="chain_error"):
+                complete_groups([ok, failed], "drop")
+    with pytest.raises(ValueError, match="'infrastructure', 'model'"):
+        Harness(function=f"{PROGRAMS}:by_mode", failures="mine")
+
+
 def test_a_command_that_fails_fails_its_chain_only_and_leaves_no_process(model_dir, tmp_path):
     command = f"{sys.executable} -m {PROGRAMS}"
     # the deadline the hung program meets; the others (Python and openai's import, ~2 s here,
@@ -303,9 +327,9 @@ def test_the_harness_keys_reach_the_rollout_plan():
     from agentfly.run.plan import _harness
 
     cfg = compose("agent.init_config.tools=[]", f"agent.harness.function={EXAMPLE}:solve",
-                  "agent.harness.timeout=7", "agent.harness.request_timeout=3")
+                  "agent.harness.timeout=7", "agent.harness.request_timeout=3", "agent.harness.failures=model")
     assert _harness(cfg) == {"command": None, "function": f"{EXAMPLE}:solve", "timeout": 7.0,
-                             "request_timeout": 3.0, "sandbox": False}
+                             "request_timeout": 3.0, "sandbox": False, "failures": "model"}
     assert _harness(compose()) is None
     assert os.path.isabs(_harness(cfg)["function"].split(":")[0])
 
