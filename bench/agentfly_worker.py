@@ -82,7 +82,7 @@ def overrides(
         out.append(f"trainer.max_staleness={staleness}")
     if w.precision == "bf16":
         out.append("trainer.precision=bf16-mixed")
-    if enforce_eager is not None:  # None: the engine's default (CUDA graphs on a GPU)
+    if enforce_eager is not None:  # None: the engine's default (the transformers engine: its dynamic cache)
         out.append(f"actor_rollout_ref.rollout.enforce_eager={enforce_eager}")
     if w.system_prompt:
         out.append(f"agent.init_config.system_prompt='{w.system_prompt}'")

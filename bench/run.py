@@ -98,7 +98,7 @@ def command(system: str, workload: str, iterations: int, device: str) -> list[st
     # default on one CPU machine is the engine in the training process, as `agentfly fit`);
     # +1off / +asyncN: trainer.rollout_mode=one_step_off / async with max_staleness=N
     # +eager / +graphs: actor_rollout_ref.rollout.enforce_eager=true / false (unset: the engine's
-    # default, CUDA graphs on a GPU)
+    # default: vLLM's CUDA graphs, the transformers engine's dynamic cache; +graphs measures its static one)
     rest, *mods = system.split("-", 1)[1].split("+")
     engine, _, placement = rest.partition("@")
     out = [py, str(HERE / "agentfly_worker.py"), *common, "--engine", engine]

@@ -81,7 +81,7 @@ if [ "$STAGE" = speed4 ]; then
   say "W4 (bf16, 64 x 8 chains, <= 1024 tokens) on the GPU against TRL"
   # shellcheck disable=SC2086
   timeout "${W4_TIMEOUT:-420}" python3 bench/run.py w4 ${TINY:+--tiny} --device "$DEV" \
-    --systems agentfly-hf,trl ${W4_ARGS:---warmup 0 --reps 1} && bench_out "w4$TINY"
+    --systems agentfly-hf,agentfly-hf+graphs,trl ${W4_ARGS:---warmup 0 --reps 1} && bench_out "w4$TINY"
   for f in bench/runs/logs/w4*-*.log; do [ -f "$f" ] && tail -8 "$f"; done
   nvidia-smi --query-gpu=memory.used,memory.total --format=csv 2>/dev/null
   bench_logs

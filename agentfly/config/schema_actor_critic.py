@@ -344,7 +344,8 @@ class RolloutConfig:
         enforce_eager: no CUDA graphs: vLLM without graphs and compilation, the
             ``transformers`` engine on its dynamic K/V cache (``False``: its static K/V slots,
             the one-token step captured as a CUDA graph on a GPU, run eagerly on the CPU);
-            ``None`` = eager on the CPU, CUDA graphs on GPUs.
+            ``None`` = vLLM's CUDA graphs on GPUs, and the ``transformers`` engine's dynamic
+            cache on every device (its static path is not the default until measured on a GPU).
         enable_prefix_caching: the engines keep the KV cache of the sequences they generate, so
             a chain's next turn prefills only its new tokens (the ``transformers`` and ``vllm``
             engines; cleared whenever new weights arrive).

@@ -249,11 +249,19 @@ def test_lora_adapter(model_dir, prompts):
 
 
 def test_enforce_eager_selects_the_path(model_dir):
+    from agentfly.rollout.engines.transformers_engine import decodes_static
+
+    # unset, no device decodes from static slots (never run on a GPU: not the default there)
+    assert not decodes_static(None) and not decodes_static(True) and decodes_static(False)
     assert not TransformersEngine(model_dir, device="cpu").static
     assert not TransformersEngine(model_dir, device="cpu", enforce_eager=True).static
     static = TransformersEngine(model_dir, device="cpu", enforce_eager=False)
     assert static.static
     assert static.generate([], SamplingParams()) == []
+    # the slots go with the prefix cache (freed before an update on the same device)
+    static.generate([[5, 6, 7]], SamplingParams(temperature=0, max_tokens=4, ignore_eos=True))
+    slots = static._decoder.nbytes()
+    assert slots > 0 and static.free_prefix_cache() >= slots and static._decoder is None
 
 
 @pytest.mark.gpu
@@ -262,7 +270,7 @@ def test_cuda_graph_decoding_equals_eager(model_dir, prompts):
     follows new weights (copied in place, the graph kept) and is rebuilt after sleep."""
     from transformers import AutoModelForCausalLM
 
-    graphs = TransformersEngine(model_dir, device="cuda", max_num_seqs=2)
+    graphs = TransformersEngine(model_dir, device="cuda", max_num_seqs=2, enforce_eager=False)
     eager = TransformersEngine(model_dir, device="cuda", enforce_eager=True)
     assert graphs.static and not eager.static
     greedy = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)

@@ -98,6 +98,11 @@ class StaticDecoder:
         if capture:
             self._capture()
 
+    def nbytes(self) -> int:
+        """Bytes its K/V slots hold."""
+        return sum(t.numel() * t.element_size() for layer in self.cache.layers
+                   for t in (layer.keys, layer.values))
+
     def step(self, input_ids: list[int], positions: list[int]) -> Any:
         """One decode step: feed ``input_ids[s]`` at ``positions[s]`` to every slot ``s`` (its
         K/V written at that column, attending to columns up to it).

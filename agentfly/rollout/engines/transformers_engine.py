@@ -83,9 +83,12 @@ class TransformersEngine(Engine):
         enforce_eager: decode with the dynamic cache, one eager forward per step (vLLM's name).
             False: static K/V slots with continuous batching, the decode step captured as a
             CUDA graph per (slots, length) bucket on CUDA and run eagerly elsewhere (so the CPU
-            tests the same path). None: False on CUDA, True elsewhere. Models whose cache or
+            tests the same path). None (the default): True on every device, until the static
+            path has been measured on a GPU (:func:`decodes_static`). Models whose cache or
             attention the slots do not support (sliding windows, flash attention...) decode
-            dynamically, with a warning.
+            dynamically, with a warning. The slots are dropped with the prefix cache
+            (:meth:`free_prefix_cache`, before every update of a trainer on the same device),
+            on :meth:`sleep` and on new weights' adapter.
 
     Attributes:
         prefill_stats: prompt tokens prefilled and reused from the prefix cache so far.
@@ -143,8 +146,7 @@ class TransformersEngine(Engine):
         self._prefixes = PrefixReuse(
             self.model, enabled=enable_prefix_caching, max_gib=prefix_cache_max_gib
         )
-        eager = self.device.type != "cuda" if enforce_eager is None else enforce_eager
-        self.static = not eager
+        self.static = decodes_static(enforce_eager)
         if self.static and (reason := static_decode.unsupported(self.model)):
             logger.warning("static decoding is off: %s; decoding with the dynamic cache", reason)
             self.static = False
@@ -256,10 +258,15 @@ class TransformersEngine(Engine):
     def free_prefix_cache(self) -> int:
         """Drop the prefix cache's K/V (the next prompts prefill whole); returns the bytes freed.
 
-        In this process the memory goes back to torch's allocator, for a trainer on the same
-        device to reuse; the allocator keeps it (no ``empty_cache``).
+        The static path's slots go with it (they are rebuilt at the next static call). In this
+        process the memory goes back to torch's allocator, for a trainer on the same device to
+        reuse; the allocator keeps it (no ``empty_cache``).
         """
-        return self._prefixes.free()
+        freed = self._prefixes.free()
+        if self._decoder is not None:
+            freed += self._decoder.nbytes()
+            self._decoder = None
+        return freed
 
     def stats(self) -> dict[str, Any]:
         """The prefix cache's bytes, blocks, budget and why it is off (None while on), and the
@@ -544,6 +551,13 @@ class TransformersEngine(Engine):
         if eos is not None:
             ids |= {int(e) for e in (eos if isinstance(eos, list | tuple) else [eos])}
         return ids
+
+
+def decodes_static(enforce_eager: bool | None) -> bool:
+    """Whether the engine decodes from static slots: only when asked (``enforce_eager=False``).
+    Unset, every device decodes with the dynamic cache: the static path (CUDA graphs on a GPU)
+    has been tested on the CPU only, so it is not the default until a GPU run measures it."""
+    return enforce_eager is False
 
 
 def _no_cudnn_attention(device: Any) -> Any:
