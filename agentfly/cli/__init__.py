@@ -202,6 +202,17 @@ def _options_and_config(parser: argparse.ArgumentParser, argv: list[str]) -> tup
         return None
 
 
+def user_errors() -> tuple[type[BaseException], ...]:
+    """What a command answers with one line and exit status 2: what the user gave
+    (:class:`~agentfly.core.errors.InputError`, a config error among them) or a machine that
+    cannot run it (an engine that does not start or is lost). Anything else is a bug, raised
+    with its traceback (exit status 1)."""
+    from agentfly.core.errors import InputError
+    from agentfly.rollout.engines.errors import EngineLostError, EngineStartError
+
+    return (InputError, EngineStartError, EngineLostError)
+
+
 def _rollout(argv: list[str]) -> int:
     from agentfly.config import config_to_yaml
     from agentfly.rollout.runner import run_rollout
@@ -224,7 +235,7 @@ def _rollout(argv: list[str]) -> int:
         with sigterm_exits(), ray_stopped_at_exit():
             plan, rows = plan_rollout_run(cfg, split=args.split, limit=args.limit)
             summary = run_rollout(plan, rows, args.output, prompt_key=cfg.data.prompt_key)
-    except (ValueError, FileNotFoundError, KeyError, RuntimeError) as e:
+    except user_errors() as e:
         print(f"agentfly: {e}", file=sys.stderr)
         return 2
     print(json.dumps(summary, indent=2))

@@ -47,8 +47,14 @@ def build_service(cfg: Any, request_timeout: float) -> tuple[Any, Any]:
 async def _serve_forever(service: Any, host: str, port: int, api_key: str | None) -> None:
     from agentfly.rollout.endpoint.http import ChatServer
 
+    from agentfly.core.errors import InputError
+
     server = ChatServer(service, host=host, port=port, api_key=api_key)
-    url = await server.start()
+    try:
+        url = await server.start()
+    except OSError as e:  # the address is taken or not this machine's: the user's to change
+        raise InputError(f"cannot listen on {host}:{port} ({e.strerror or e}): choose another --host "
+                         "or --port (--port 0 picks a free one)") from e
     print(f"agentfly serve: {url}/v1 (model {service.model_name!r}); Ctrl-C stops it", flush=True)
     try:
         await asyncio.Event().wait()
@@ -58,6 +64,7 @@ async def _serve_forever(service: Any, host: str, port: int, api_key: str | None
 
 def serve(cfg: Any, *, host: str, port: int, api_key: str | None, request_timeout: float) -> int:
     """Serve ``cfg``'s model until interrupted (Ctrl-C or SIGTERM); the exit status."""
+    from agentfly.cli import user_errors
     from agentfly.core.shutdown import ray_stopped_at_exit, sigterm_exits
     from agentfly.rollout.engines.caller_thread import run_sync
 
@@ -70,7 +77,7 @@ def serve(cfg: Any, *, host: str, port: int, api_key: str | None, request_timeou
                 print("agentfly serve: stopped", file=sys.stderr)
             finally:
                 session.close()
-    except (ValueError, FileNotFoundError, KeyError, RuntimeError, OSError) as e:
+    except user_errors() as e:  # what the user gave: one line; a bug: its traceback
         print(f"agentfly: {e}", file=sys.stderr)
         return 2
     return 0

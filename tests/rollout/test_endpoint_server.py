@@ -158,3 +158,21 @@ def test_agentfly_serve_answers_until_sigterm():
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+
+def test_agentfly_serve_on_a_taken_port_says_so_in_one_line():
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "agentfly.cli", "serve", "--config", "conf/examples/demo_calculator.yaml",
+             "--port", str(port), "trainer.num_threads=1"],
+            cwd=REPO, capture_output=True, text=True, timeout=120,
+        )
+    assert done.returncode == 2, done.stderr
+    assert f"cannot listen on 127.0.0.1:{port}" in done.stderr and "--port 0" in done.stderr
+    assert "Traceback" not in done.stderr

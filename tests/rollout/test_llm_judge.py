@@ -104,6 +104,10 @@ def test_the_math_judge_s_verdict_is_the_score(judge):
     wrong = score(fn, "0.7", answer="0.5")
     assert (right.reward, right.failed) == (1.0, False)
     assert (wrong.reward, wrong.failed) == (0.0, False)
+    # a judge that echoes the prompt's format line, then answers: its answer, not the echo's first
+    judge.verdict = 'The format is {"score": 1.0} or {"score": 0.0}. They differ.\n{"score": 0.0}'
+    echoed = score(fn, "0.7", answer="0.5")
+    assert (echoed.reward, echoed.failed) == (0.0, False)
 
 
 def test_the_math_judge_is_asked_agentfly_s_prompt(judge, monkeypatch):
@@ -136,6 +140,7 @@ def test_the_grading_judge_reads_the_number_after_score_clamped(judge):
     [
         (MATH, "They are equal, so 1.", {"answer": "1"}),
         (MATH, '{"score": 0.5}', {"answer": "1"}),  # AgentFly's verdicts are 1.0 and 0.0 only
+        (MATH, 'Output {"score": 1.0} or {"score": 0.0}', {"answer": "1"}),  # the echo alone
         (GRADE, "Score: excellent", {"golden_answer": "1"}),
         (GRADE, "Score: nan", {"golden_answer": "1"}),
     ],

@@ -80,6 +80,20 @@ def test_a_row_without_a_question_is_named(setup, capsys):
     assert "row 1" in err and "question" in err and str(bad) in err
 
 
+def test_a_bug_inside_a_rollout_is_raised_with_its_traceback(setup, monkeypatch):
+    """Only what the user gave is answered with one line and status 2; a bug keeps its traceback
+    (before, any RuntimeError, KeyError or OSError became a one-line "config" error)."""
+    import agentfly.rollout.runner as runner
+
+    def broken(*args, **kwargs):
+        raise KeyError("a bug in the rollout")
+
+    monkeypatch.setattr(runner, "run_rollout", broken)
+    root, model, data = setup
+    with pytest.raises(KeyError, match="a bug in the rollout"):
+        main([*base_args(model, data), f"--output={root / 'bug.jsonl'}"])
+
+
 def test_missing_data_file_is_named(setup, capsys):
     root, model, _ = setup
     assert main([*base_args(model, root / "nope.json"), f"--output={root / 'x.jsonl'}"]) == 2

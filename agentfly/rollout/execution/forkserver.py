@@ -23,6 +23,7 @@ import subprocess
 import sys
 import time
 
+from agentfly.rollout.execution.forkserver_main import MESSAGE_BYTES
 from agentfly.rollout.execution.worker_process import STDERR_TAIL_BYTES, kill_group, nonblocking
 
 FORK_REPLY_S = 5.0  # the server's answer to a fork request, at most
@@ -137,7 +138,7 @@ class ForkServer:
         try:
             if timeout > 0 and not select.select([self.sock], [], [], timeout)[0]:
                 return None
-            data = self.sock.recv(4096)
+            data = self.sock.recv(MESSAGE_BYTES)
         except BlockingIOError:
             return None
         except (OSError, ValueError):  # closed meanwhile

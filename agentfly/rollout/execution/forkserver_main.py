@@ -40,8 +40,24 @@ import traceback
 from agentfly.rollout.execution.worker_main import WATCH_INTERVAL_S, _import_plugins, run_worker
 
 
+MESSAGE_BYTES = 65536
+"""The largest message either side sends or reads (one ``SOCK_SEQPACKET`` packet: a longer one
+would be cut at the reader's buffer and fail to unpickle)."""
+FAILURE_CHARS = 8000  # of an import failure's report: its head and the traceback's end
+
+
 def _send(sock: socket.socket, *message: object) -> None:
     sock.send(pickle.dumps(message))
+
+
+def failure_report(text: str, limit: int = FAILURE_CHARS) -> str:
+    """``text`` within ``limit`` characters: its start (the exception) and its end (where the
+    traceback ends), what was left out said in between. Pickled, it stays under
+    :data:`MESSAGE_BYTES` (at most 4 bytes a character in UTF-8)."""
+    if len(text) <= limit:
+        return text
+    half = (limit - 40) // 2
+    return f"{text[:half]}\n[... {len(text) - 2 * half} characters left out ...]\n{text[-half:]}"
 
 
 def _reap(sock: socket.socket, children: set[int]) -> None:
@@ -110,7 +126,7 @@ def serve(parent: int, imports: dict[str, list[str]], sock: socket.socket) -> in
         for module in imports["preload"]:
             importlib.import_module(module)
     except BaseException as exc:
-        _send(sock, "failed", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+        _send(sock, "failed", failure_report(f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
         return 1
     _send(sock, "ready", os.getpid(), _cuda_initialised())
     children: set[int] = set()

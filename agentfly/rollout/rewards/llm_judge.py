@@ -67,6 +67,8 @@ Score:"""
 
 #: AgentFly's ``extract_score`` pattern: only the two verdicts its prompt offers
 MATH_VERDICT = re.compile(r'\{\s*"score"\s*:\s*(0\.0|1\.0)\s*\}')
+#: the prompt's own line offering both verdicts, which a judge may echo: no verdict
+MATH_CHOICES = re.compile(MATH_VERDICT.pattern + r"\s*or\s*" + MATH_VERDICT.pattern)
 
 #: the key sent when ``api_key_env`` is unset (a vLLM server started without ``--api-key``
 #: accepts any)
@@ -124,18 +126,21 @@ class JudgeSettings:
 
 
 def math_verdict(text: str) -> float:
-    """The math judge's score: the ``{"score": 1.0}`` or ``{"score": 0.0}`` in ``text``.
+    """The math judge's score: the last ``{"score": 1.0}`` or ``{"score": 0.0}`` in ``text``
+    (a judge reasons, then answers), the prompt's ``{"score": 1.0} or {"score": 0.0}`` line left
+    out wherever the judge echoes it: an echo is no verdict. AgentFly's ``extract_score`` takes
+    the first match, so an echoed prompt scores 1.0 there.
 
     Raises:
         RewardError: (kind ``unparseable_verdict``) no such verdict in ``text``.
     """
-    match = MATH_VERDICT.search(text)
-    if match is None:
+    verdicts = MATH_VERDICT.findall(MATH_CHOICES.sub(" ", text))
+    if not verdicts:
         raise RewardError(
             "unparseable_verdict",
             f'no {{"score": 1.0 or 0.0}} in the judge\'s answer {text!r:.200}',
         )
-    return float(match.group(1))
+    return float(verdicts[-1])
 
 
 def score_verdict(text: str) -> float:
