@@ -45,9 +45,8 @@ def build_service(cfg: Any, request_timeout: float) -> tuple[Any, Any]:
 
 
 async def _serve_forever(service: Any, host: str, port: int, api_key: str | None) -> None:
-    from agentfly.rollout.endpoint.http import ChatServer
-
     from agentfly.core.errors import InputError
+    from agentfly.rollout.endpoint.http import ChatServer
 
     server = ChatServer(service, host=host, port=port, api_key=api_key)
     try:

@@ -39,7 +39,6 @@ import traceback
 
 from agentfly.rollout.execution.worker_main import WATCH_INTERVAL_S, _import_plugins, run_worker
 
-
 MESSAGE_BYTES = 65536
 """The largest message either side sends or reads (one ``SOCK_SEQPACKET`` packet: a longer one
 would be cut at the reader's buffer and fail to unpickle)."""
