@@ -363,8 +363,8 @@ def _warn(get: Get, estimator: Any | None) -> None:
             warnings.warn(  # measured in bench/README.md ("Packing")
                 f"{model}.use_remove_padding=true with override_config.attn_implementation={attention}: "
                 "transformers masks the packed rows with an (N, N) mask over every token of a "
-                "micro-batch, which costs more than the padded pass (1.5x the time under sdpa, 4x "
-                "and 2.5x the memory under eager, measured); agentfly_sdpa (what an sdpa model runs "
+                "micro-batch, which can cost more than the padded pass (up to 4x the time and 2.5x "
+                "the memory, bench/README.md \"Packing\"); agentfly_sdpa (what an sdpa model runs "
                 "when no attention is set) attends row by row and flash_attention_2 by varlen, "
                 "each cheaper than padding",
                 UserWarning,
