@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 import time
 from dataclasses import dataclass
@@ -23,6 +24,8 @@ from agentfly.rollout.execution.workers import WorkerPool, default_num_workers
 from agentfly.rollout.rollout_plan import RolloutPlan
 from agentfly.rollout.summary import summarize, trajectory_record
 
+logger = logging.getLogger(__name__)
+
 
 def configure_tools(tool_names: list[str], tool_config: dict[str, Any] | None) -> list[Any]:
     """This run's copies of the named tools, each bound to its ``tool_config`` settings.
@@ -33,6 +36,25 @@ def configure_tools(tool_names: list[str], tool_config: dict[str, Any] | None) -
     from agentfly.rollout.tools.bind import bind_tools
 
     return bind_tools(list(tool_names), dict(tool_config or {}))
+
+
+def prepare_tools(tools: list[Any]) -> None:
+    """Run each tool's ``prepare`` (:class:`~agentfly.rollout.tools.base.Tool`): what its calls
+    share is loaded here, where the run starts, not inside the first call's deadline. A load
+    that fails stops the run naming the tool (its files, its package)."""
+    from agentfly.core.errors import InputError
+
+    for tool in tools:
+        if tool.prepare is None:
+            continue
+        began = time.perf_counter()
+        logger.info("preparing tool %s", tool.name)
+        try:
+            tool.prepare(tool.settings)
+        except (OSError, ValueError, RuntimeError, ImportError) as e:
+            raise InputError(f"tool {tool.name}: loading what its calls need failed: "
+                             f"{type(e).__name__}: {e}") from e
+        logger.info("tool %s prepared in %.1f s", tool.name, time.perf_counter() - began)
 
 
 @dataclass
@@ -101,6 +123,7 @@ def build_rollout(plan: RolloutPlan, *, ray_init: dict[str, Any] | None = None) 
     if plan.template:
         get_template(plan.template)  # an unknown name fails before any engine starts
 
+    prepare_tools(tools)
     workers = worker_pool(plan, tools)
     backend = "ray" if plan.num_engines > 0 else "local"
     try:

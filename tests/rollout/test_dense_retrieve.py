@@ -98,3 +98,48 @@ def test_configured_it_answers_the_nearest_passages_by_id(configured):
     lines = three(query="who wrote hamlet").splitlines()
     assert len(lines) == 3 and lines[0] == f"Doc 1: {PASSAGES[1][1]}"
     assert sorted(line.split(": ", 1)[1] for line in lines) == sorted(p for _, p in PASSAGES.values())
+
+
+def test_the_index_loads_where_the_run_starts_not_inside_a_call_s_deadline(configured, monkeypatch):
+    """An index whose load (2 s here; minutes for a wiki-scale one) is longer than the call's
+    deadline (1 s): loaded by the run's start (``prepare_tools``), the first call answers within
+    its deadline; loaded by the call, it times out."""
+    import asyncio
+    import time
+
+    from agentfly.rollout.runner import prepare_tools
+    from agentfly.rollout.tools.call import run_tool_call
+
+    load = dense_retrieve.DenseIndex.__init__
+
+    def slow_load(self, settings):
+        time.sleep(2.0)
+        load(self, settings)
+
+    monkeypatch.setattr(dense_retrieve.DenseIndex, "__init__", slow_load)
+    config = {"asyncdense_retrieve": {**configured, "top_k": 1, "timeout": 1.0}}
+    monkeypatch.setattr(dense_retrieve, "_indexes", {})
+    (lazy,) = bind_tools(["asyncdense_retrieve"], config)
+    late = asyncio.run(run_tool_call(lazy, {"query": "who wrote hamlet"}))
+    assert late.error == "timeout"  # the load ran inside the call
+    monkeypatch.setattr(dense_retrieve, "_indexes", {})
+    (tool,) = bind_tools(["asyncdense_retrieve"], config)
+    prepare_tools([tool])
+    result = asyncio.run(run_tool_call(tool, {"query": "who wrote hamlet"}))
+    assert result.ok and result.observation == f"Doc 1: {PASSAGES[1][1]}\n"
+
+
+def test_the_corpus_is_read_by_id_from_offsets(tmp_path):
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text('{"id": 7, "contents": "seven"}\n\n{"text": "by position"}\n{"id": 0, "contents": ""}\n')
+    passages = dense_retrieve.Corpus(str(corpus))
+    assert len(passages) == 3 and passages.offsets.dtype.name == "int64"
+    assert passages.get(7) == "seven" and passages.get(2) == "by position" and passages.get(0) == ""
+    assert passages.get(5) is None
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": 1, "contents": "a"}\n{"id": 1, "contents": "b"}\n')
+    with pytest.raises(ValueError, match="passage id 1 is on two lines"):
+        dense_retrieve.Corpus(str(bad))
+    (tmp_path / "broken.jsonl").write_text('{"id": 1}\nnot json\n')
+    with pytest.raises(ValueError, match="line 2 is not JSON"):
+        dense_retrieve.Corpus(str(tmp_path / "broken.jsonl"))

@@ -155,6 +155,10 @@ class Tool:
             dropped and its observation joins the first prompt's user message, the next turn
             starting a new training segment (AgentFly's ``summarize``;
             :mod:`agentfly.rollout.folding`).
+        prepare: loads what every call shares (an index, a corpus, an encoder) where the run
+            starts, outside any call's deadline: called with the bound ``settings`` once per
+            run by :func:`agentfly.rollout.runner.build_rollout` (None: nothing to load). A
+            thread tool's calls then find it loaded; a tool in worker processes loads its own.
     """
 
     name: str
@@ -172,6 +176,7 @@ class Tool:
     io_bound: bool = False
     environment: str | None = None
     folds_context: bool = False
+    prepare: Callable[[Any], Any] | None = None
 
     @property
     def resource_key(self) -> str:
@@ -265,6 +270,7 @@ def tool(
     io_bound: bool = False,
     environment: str | None = None,
     folds_context: bool = False,
+    prepare: Callable[[Any], Any] | None = None,
 ) -> Any:
     """Register a function as a tool; usable as ``@tool`` or ``@tool(name=...)``.
 
@@ -288,6 +294,7 @@ def tool(
         environment: the environment a stateful tool acts on, shared with the other tools
             naming it (see :class:`Tool`).
         folds_context: a successful call folds the chain's history (see :class:`Tool`).
+        prepare: loads what the calls share where the run starts (see :class:`Tool`).
 
     Returns:
         The registered ``Tool`` (still callable like the function).
@@ -333,6 +340,7 @@ def tool(
             io_bound=bool(io_bound),
             environment=environment,
             folds_context=bool(folds_context),
+            prepare=prepare,
         )
         TOOLS.register(tool_name, registered, aliases=registered.aliases)
         return registered
