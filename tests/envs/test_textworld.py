@@ -103,15 +103,14 @@ def test_a_walkthrough_becomes_a_chat_in_the_action_agents_format(textworld_game
     assert [m["content"] for m in messages if m["role"] == "tool"] == [s.feedback for s in states[1:-1]]
 
 
-def test_a_walkthrough_chat_is_the_chain_the_action_agent_plays(textworld_game, tiny_model_dir):
-    """``agentfly sft`` lays the chat out token for token as the agent loop plays the same actions
-    with the textworld_step tool: the actions trained on, the game's answers not."""
+def play_walkthrough(textworld_game, tiny_model_dir, reward):
+    """The game's walkthrough played through the agent loop by the action agent (scripted turns,
+    the textworld_step tool), scored by ``reward``: (its chat, the loop, the chain)."""
     from agentfly.rollout.agent_loop import AgentLoop
     from agentfly.rollout.agents import get_agent
     from agentfly.rollout.engines import EnginePool
     from agentfly.rollout.templates import get_template
     from agentfly.rollout.tools import get_tool
-    from agentfly.sft.conversations import ConversationRenderer
     from tests.envs.env_script import EnvScript  # noqa: F401  (registers env_script)
 
     (chat,) = tw.walkthrough_conversations([textworld_game])
@@ -120,10 +119,19 @@ def test_a_walkthrough_chat_is_the_chain_the_action_agent_plays(textworld_game, 
                                                       "scripts": {textworld_game["question"]: [actions]}})
     agent = get_agent("action", [get_tool("textworld_step")], system_prompt=tw.SYSTEM_PROMPT)
     loop = AgentLoop(engine=pool, tokenizer=pool.tokenizer, template=get_template("action-agent"), agent=agent,
-                     reward="textworld_reward", max_turns=10, max_model_len=4096)
+                     reward=reward, max_turns=10, max_model_len=4096)
     (chain,) = loop.run([textworld_game])
+    return chat, loop, chain
+
+
+def test_a_walkthrough_chat_is_the_chain_the_action_agent_plays(textworld_game, tiny_model_dir):
+    """``agentfly sft`` lays the chat out token for token as the agent loop plays the same actions
+    with the textworld_step tool: the actions trained on, the game's answers not."""
+    from agentfly.sft.conversations import ConversationRenderer
+
+    chat, loop, chain = play_walkthrough(textworld_game, tiny_model_dir, "textworld_reward")
     assert chain.reward == 1.0 and chain.finish_reason == "episode_over"
-    example = ConversationRenderer(agent, loop.template, loop.tokenizer).render(chat["messages"])
+    example = ConversationRenderer(loop.agent, loop.template, loop.tokenizer).render(chat["messages"])
     assert example.prompt_ids == chain.prompt_ids and example.response_ids == chain.response_ids
     assert example.loss_mask == chain.loss_mask and 0 in chain.loss_mask
 
@@ -174,22 +182,9 @@ def test_a_won_chains_token_rewards_add_up_to_its_reward_with_turn_rewards(textw
     ``use_turn_rewards`` (``decompose``, the default) the row's token rewards still add up to the
     reward, once; ``add`` puts the turn rewards beside it."""
     from agentfly.callbacks import TurnRewardCallback
-    from agentfly.rollout.agent_loop import AgentLoop
-    from agentfly.rollout.agents import get_agent
     from agentfly.rollout.collate import collate_trajectories
-    from agentfly.rollout.engines import EnginePool
-    from agentfly.rollout.templates import get_template
-    from agentfly.rollout.tools import get_tool
-    from tests.envs.env_script import EnvScript  # noqa: F401  (registers env_script)
 
-    (chat,) = tw.walkthrough_conversations([textworld_game])
-    actions = [m["content"] for m in chat["messages"] if m["role"] == "assistant"]
-    pool = EnginePool("env_script", 0, engine_kwargs={"model": str(tiny_model_dir),
-                                                      "scripts": {textworld_game["question"]: [actions]}})
-    agent = get_agent("action", [get_tool("textworld_step")], system_prompt=tw.SYSTEM_PROMPT)
-    loop = AgentLoop(engine=pool, tokenizer=pool.tokenizer, template=get_template("action-agent"), agent=agent,
-                     reward=reward, max_turns=10, max_model_len=4096)
-    (chain,) = loop.run([textworld_game])
+    _, _, chain = play_walkthrough(textworld_game, tiny_model_dir, reward)
     assert chain.reward == 1.0 and chain.reward_extras["won"] == 1.0
     assert sum(1 for r in chain.turn_rewards if r > 0) >= 2  # rewards on several turns, not only the last
     if reward == "textworld_progress_reward":  # its turn shares replace the game's step rewards
