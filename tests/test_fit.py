@@ -84,11 +84,20 @@ def test_logged_losses_do_not_depend_on_the_micro_batch_size(task, tmp_path):
         ([f"actor_rollout_ref.rollout.num_engines={(os.cpu_count() or 1) + 1}"], "such engine(s) fit"),
     ],
 )
-def test_a_request_the_machine_cannot_meet_stops_before_anything_starts(task, tmp_path, capsys, extra, named):
+def test_a_request_the_machine_cannot_meet_stops_before_anything_starts(task, tmp_path, capsys, monkeypatch,
+                                                                         extra, named):
     """Refused when the run is planned: before Ray, an engine or a model starts (the model path
-    below does not exist, and the error is about the machine, not the model)."""
+    below does not exist, and the error is about the machine, not the model). The engines are
+    checked against this machine only when no Ray is already running (a cluster is checked when
+    its engines start): a Ray an earlier test left running in this test process, or a
+    RAY_ADDRESS, would skip the check, so neither is there."""
+    import sys
+
     if torch.cuda.is_available():
         pytest.skip("checks a machine without a GPU")
+    if "ray" in sys.modules and sys.modules["ray"].is_initialized():
+        sys.modules["ray"].shutdown()
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
     root, _ = task
     args = fit_args(root, tmp_path / "no-model", tmp_path / "run", 1, extra)
     assert main(args) == 2

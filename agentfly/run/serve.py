@@ -63,9 +63,10 @@ async def _serve_forever(service: Any, host: str, port: int, api_key: str | None
 
 def serve(cfg: Any, *, host: str, port: int, api_key: str | None, request_timeout: float) -> int:
     """Serve ``cfg``'s model until interrupted (Ctrl-C or SIGTERM); the exit status."""
-    from agentfly.cli import user_errors
+    from agentfly.core.errors import InputError
     from agentfly.core.shutdown import ray_stopped_at_exit, sigterm_exits
     from agentfly.rollout.engines.caller_thread import run_sync
+    from agentfly.rollout.engines.errors import EngineLostError, EngineStartError
 
     try:
         with sigterm_exits(), ray_stopped_at_exit():
@@ -76,7 +77,7 @@ def serve(cfg: Any, *, host: str, port: int, api_key: str | None, request_timeou
                 print("agentfly serve: stopped", file=sys.stderr)
             finally:
                 session.close()
-    except user_errors() as e:  # what the user gave: one line; a bug: its traceback
+    except (InputError, EngineStartError, EngineLostError) as e:  # the user's: one line; a bug: its traceback
         print(f"agentfly: {e}", file=sys.stderr)
         return 2
     return 0
