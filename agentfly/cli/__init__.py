@@ -123,9 +123,9 @@ def _config_parser() -> tuple[Any, dict[str, Any]]:
 
 def _lightning(stage: str, words: list[str]) -> int:
     from agentfly.config.verl_args import to_cli_args
-    from agentfly.core.errors import ConfigError, InputError
+    from agentfly.core.errors import ConfigError
     from agentfly.core.shutdown import ray_stopped_at_exit, sigterm_exits
-    from agentfly.rollout.engines.errors import EngineLostError, EngineStartError
+    from agentfly.run.errors import USER_ERRORS
     from agentfly.run.resume import RunComplete
 
     try:
@@ -142,8 +142,7 @@ def _lightning(stage: str, words: list[str]) -> int:
     except ConfigError as e:
         print(f"agentfly: config error: {e}", file=sys.stderr)
         return 2
-    except (InputError, EngineStartError, EngineLostError) as e:
-        # what the user gave, or a machine that cannot run it; anything else is a bug: its traceback
+    except USER_ERRORS as e:  # anything else is a bug: its traceback
         print(f"agentfly: {e}", file=sys.stderr)
         return 2
     shown = {k: round(v, 4) for k, v in sorted(cli.metrics.items()) if k.startswith(("val/", "training/reward"))}
@@ -202,17 +201,6 @@ def _options_and_config(parser: argparse.ArgumentParser, argv: list[str]) -> tup
         return None
 
 
-def user_errors() -> tuple[type[BaseException], ...]:
-    """What a command answers with one line and exit status 2: what the user gave
-    (:class:`~agentfly.core.errors.InputError`, a config error among them) or a machine that
-    cannot run it (an engine that does not start or is lost). Anything else is a bug, raised
-    with its traceback (exit status 1)."""
-    from agentfly.core.errors import InputError
-    from agentfly.rollout.engines.errors import EngineLostError, EngineStartError
-
-    return (InputError, EngineStartError, EngineLostError)
-
-
 def _rollout(argv: list[str]) -> int:
     from agentfly.config import config_to_yaml
     from agentfly.rollout.runner import run_rollout
@@ -230,12 +218,13 @@ def _rollout(argv: list[str]) -> int:
         print(config_to_yaml(cfg))
         return 0
     from agentfly.core.shutdown import ray_stopped_at_exit, sigterm_exits
+    from agentfly.run.errors import USER_ERRORS
 
     try:
         with sigterm_exits(), ray_stopped_at_exit():
             plan, rows = plan_rollout_run(cfg, split=args.split, limit=args.limit)
             summary = run_rollout(plan, rows, args.output, prompt_key=cfg.data.prompt_key)
-    except user_errors() as e:
+    except USER_ERRORS as e:
         print(f"agentfly: {e}", file=sys.stderr)
         return 2
     print(json.dumps(summary, indent=2))

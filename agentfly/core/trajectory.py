@@ -45,8 +45,8 @@ class Trajectory:
             ``loss_mask`` is 0. A chain whose turns straddle a weight update mixes versions.
         turn_rewards: (num_turns,) the reward each assistant turn earned on its own: the sum of
             its tool calls' rewards (:attr:`ToolResult.reward
-            <agentfly.rollout.tools.base.ToolResult>`, an environment step's reward), plus the
-            reward function's ``turn_rewards`` when it returns them (0.0 for a turn given none).
+            <agentfly.rollout.tools.base.ToolResult>`, an environment step's reward), or, when the
+            reward function returns ``turn_rewards``, those instead (they replace the tools').
             ``turn_ids`` maps tokens to these turns.
         turn_anchors: (num_turns,) the observation each assistant turn acted on, as text (GiGPO's
             anchor state): the user's question for the first turn, the previous turn's tool

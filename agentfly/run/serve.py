@@ -63,10 +63,9 @@ async def _serve_forever(service: Any, host: str, port: int, api_key: str | None
 
 def serve(cfg: Any, *, host: str, port: int, api_key: str | None, request_timeout: float) -> int:
     """Serve ``cfg``'s model until interrupted (Ctrl-C or SIGTERM); the exit status."""
-    from agentfly.core.errors import InputError
     from agentfly.core.shutdown import ray_stopped_at_exit, sigterm_exits
     from agentfly.rollout.engines.caller_thread import run_sync
-    from agentfly.rollout.engines.errors import EngineLostError, EngineStartError
+    from agentfly.run.errors import USER_ERRORS
 
     try:
         with sigterm_exits(), ray_stopped_at_exit():
@@ -77,7 +76,7 @@ def serve(cfg: Any, *, host: str, port: int, api_key: str | None, request_timeou
                 print("agentfly serve: stopped", file=sys.stderr)
             finally:
                 session.close()
-    except (InputError, EngineStartError, EngineLostError) as e:  # the user's: one line; a bug: its traceback
+    except USER_ERRORS as e:  # the user's: one line; a bug: its traceback
         print(f"agentfly: {e}", file=sys.stderr)
         return 2
     return 0

@@ -24,6 +24,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import mmap
+import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,11 +97,11 @@ class Corpus:
         import numpy as np
 
         ids, offsets = [], []
-        with open(path, "rb") as f:
-            self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if f.seek(0, 2) else None
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:  # an empty file cannot be mapped: it has no passage to read
+            self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
         start, number = 0, 0
         data = self._map
-        size = len(data) if data is not None else 0
         while start < size:
             end = data.find(b"\n", start)
             end = size if end == -1 else end
