@@ -261,10 +261,17 @@ class ModelConfig:
             checkpoint (actor, reference, critic, engines).
         lora: a LoRA adapter on the actor (off at ``rank`` 0).
         override_config: what the actor and the reference are loaded with (their attention).
+        use_fused_kernels: the actor's and the reference's log-probabilities and entropies are
+            computed from the final hidden states and the LM head a chunk of tokens at a time,
+            forward and backward, never holding the (B, T, V) logits
+            (:mod:`agentfly.modules.linear_logprobs`; verl's key, its fused kernels in plain
+            PyTorch). The same values up to float rounding, one more LM-head pass per update.
+            Not with a full-vocabulary KL, FSDP, or a head whose logits are not ``h Wᵀ``.
     """
 
     path: str | None = None
     use_remove_padding: bool = False
+    use_fused_kernels: bool = False
     enable_gradient_checkpointing: bool = UpdateSettings.gradient_checkpointing
     enable_activation_offload: bool = UpdateSettings.activation_offload
     trust_remote_code: bool = ModelSettings.trust_remote_code

@@ -173,12 +173,13 @@ def validate(cfg: DictConfig, *, check_required: bool = True) -> None:
     (:func:`agentfly.config.plugins.plugin_errors`), settings this build cannot honour, and the
     checks across ``agentfly sft``'s keys."""
     from agentfly.config.plugins import plugin_errors
-    from agentfly.config.validate import _check_lora, _check_model_dtype, _check_unsupported
+    from agentfly.config.validate import _check_fused_kernels, _check_lora, _check_model_dtype, _check_unsupported
 
     get = functools.partial(OmegaConf.select, cfg)
     errors = plugin_errors(get)
     _check_unsupported(get, errors)
     _check_lora(get, errors)
+    _check_fused_kernels(get, errors)
     _check_model_dtype(get, errors)
     data = cfg.data
     if check_required and not cfg.actor_rollout_ref.model.path:

@@ -180,6 +180,30 @@ def _check_lora(get: Get, errors: list[str]) -> None:
         )
 
 
+def _check_fused_kernels(get: Get, errors: list[str]) -> None:
+    """``use_fused_kernels`` where it cannot hold its promise is refused (see the messages); the
+    model's own head is checked when it loads (:func:`agentfly.modules.linear_logprobs.fused_head_problem`)."""
+    if not get("actor_rollout_ref.model.use_fused_kernels"):
+        return
+    key = "actor_rollout_ref.model.use_fused_kernels=true"
+    if get("actor_rollout_ref.actor.strategy") == "fsdp":
+        errors.append(
+            f"{key} with actor_rollout_ref.actor.strategy=fsdp is not supported: the chunked "
+            "log-probs read the LM head's whole weight outside the model's forward, where FSDP2 "
+            "holds only this rank's shard; use strategy=ddp or auto, or use_fused_kernels=false"
+        )
+    full = [f"{name}=full" for name, on in (
+        ("actor_rollout_ref.actor.kl_loss_type", get("actor_rollout_ref.actor.use_kl_loss")),
+        ("algorithm.kl_penalty", get("algorithm.use_kl_in_reward")),
+    ) if on and get(name) == "full"]
+    if full:
+        errors.append(
+            f"{key} with {' and '.join(full)}: the full-vocabulary KL reads every logit of the "
+            "actor and the reference, which the fused path never holds; use a sampled KL "
+            "(low_var_kl, kl, mse, abs) or use_fused_kernels=false"
+        )
+
+
 def _check_filter_groups(get: Get, errors: list[str]) -> None:
     """DAPO's dynamic sampling needs a metric, and one the rollout can compute
     (:mod:`agentfly.rollout.dynamic_sampling`)."""
@@ -394,6 +418,7 @@ def validate(cfg: Any, check_required: bool = True) -> None:
     _check_choices(get, errors)
     _check_unsupported(get, errors)
     _check_lora(get, errors)
+    _check_fused_kernels(get, errors)
     _check_model_dtype(get, errors)
     estimator = _estimator(get, errors)
     _check_critic_enable(get, errors, estimator)

@@ -24,7 +24,30 @@ from typing import Any
 
 import torch
 
+from agentfly.core.batch import RolloutBatch
+from agentfly.models.vision_inputs import vision_response_logits
 from agentfly.modules.fsdp import is_sharded
+from agentfly.modules.packing import packed_response_logits
+
+
+def batch_response_logits(model: Any, batch: RolloutBatch, *, remove_padding: bool) -> torch.Tensor:
+    """The logits predicting a batch's response tokens, by the path its rows take: a batch whose
+    rows hold images runs whole, with its pixels (:mod:`agentfly.models.vision_inputs`); with
+    ``remove_padding`` the rows run packed (:mod:`agentfly.modules.packing`: zeros at padding
+    positions); else :func:`response_logits` (shared prompts encoded once).
+
+    Returns:
+        (B, T, V) in the model's dtype (under
+        :func:`~agentfly.modules.linear_logprobs.hidden_instead_of_logits`, (B, T, H) hidden states).
+    """
+    if batch.images is not None:
+        return vision_response_logits(
+            model, batch.input_ids, batch.attention_mask, batch.images, batch.response_length
+        )
+    inputs = (model, batch.input_ids, batch.attention_mask, batch.position_ids, batch.prompt_length)
+    if remove_padding:
+        return packed_response_logits(*inputs)
+    return response_logits(*inputs, batch.response_length)
 
 
 def distinct_prompts(

@@ -34,10 +34,10 @@ import torch
 from agentfly.core import metric_sums
 from agentfly.core.batch import RolloutBatch
 from agentfly.core.batch_hooks import RolloutBatchHook, compute_advantages, shape_rewards
+from agentfly.core.errors import InputError
 from agentfly.core.reductions import masked_mean
 from agentfly.core.step_metrics import StepMetrics
 from agentfly.estimators.kl import full_kl_from_logits, kl_penalty
-from agentfly.models.vision_inputs import vision_response_logits
 from agentfly.modules import off_policy
 from agentfly.modules.fsdp import total_norm
 from agentfly.modules.lora import drop_frozen_base, reference_of, restore_frozen_base
@@ -49,7 +49,8 @@ from agentfly.modules.losses import (
     value_loss,
 )
 from agentfly.modules.micro_batches import per_row, split
-from agentfly.modules.packing import packed_response_logits, packed_values
+from agentfly.modules.linear_logprobs import fused_head_problem, hidden_instead_of_logits, linear_logprobs
+from agentfly.modules.packing import packed_values
 from agentfly.modules.policy_losses import get_policy_loss
 from agentfly.modules.policy_model import (
     build_critic_model,
@@ -57,7 +58,7 @@ from agentfly.modules.policy_model import (
     build_policy_model,
     build_trainable_policy,
 )
-from agentfly.modules.response_logits import response_logits
+from agentfly.modules.response_logits import batch_response_logits
 from agentfly.modules.settings import (
     CorrectionSettings,
     CriticSettings,
@@ -160,6 +161,11 @@ class AgentRLModule(pl.LightningModule):
             return
         m = self.model_settings
         self.actor = build_trainable_policy(m, self.actor_settings.gradient_checkpointing)
+        if m.fused_logprobs and (problem := fused_head_problem(self.actor)) is not None:
+            raise InputError(
+                f"actor_rollout_ref.model.use_fused_kernels=true: {m.path}'s log-probabilities are "
+                f"not its LM head's h Wᵀ ({problem}); set use_fused_kernels=false"
+            )
         if self.kl.needs_reference and not m.lora.enabled:  # with LoRA: the base, adapter off
             self.reference = build_policy_model(m, m.reference_dtype).eval()
             self.reference.requires_grad_(False)
@@ -190,23 +196,25 @@ class AgentRLModule(pl.LightningModule):
         """Logits at the positions that predict response tokens, / temperature. (B, T, V).
 
         Only response positions reach the LM head, and chains sharing a prompt encode it once
-        (:mod:`agentfly.modules.response_logits`); with ``remove_padding`` the rows run packed
-        (:mod:`agentfly.modules.packing`: zeros at padding positions). A batch whose rows hold
-        images runs whole, with its pixels (:mod:`agentfly.models.vision_inputs`)."""
-        inputs = (model, batch.input_ids, batch.attention_mask, batch.position_ids, batch.prompt_length)
-        if batch.images is not None:  # rows hold images: one whole forward, multimodal positions
-            logits = vision_response_logits(
-                model, batch.input_ids, batch.attention_mask, batch.images, batch.response_length
-            ).float()
-        elif self.model_settings.remove_padding:
-            logits = packed_response_logits(*inputs).float()  # (B, T, V)
-        else:
-            logits = response_logits(*inputs, batch.response_length).float()  # (B, T, V); no copy in fp32
-        temperature = self.model_settings.temperature
-        return logits if temperature == 1.0 else logits / temperature
+        (:func:`~agentfly.modules.response_logits.batch_response_logits`: packed rows with
+        ``remove_padding``, a whole forward for rows with images)."""
+        m = self.model_settings
+        logits = batch_response_logits(model, batch, remove_padding=m.remove_padding).float()  # no copy in fp32
+        return logits if m.temperature == 1.0 else logits / m.temperature
+
+    def _fused_log_probs(self, model: Any, batch: RolloutBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """``use_fused_kernels``: the log-probabilities and entropies of :meth:`_response_logits`'
+        distribution, from the same positions' hidden states and the LM head a chunk of tokens at
+        a time (:mod:`agentfly.modules.linear_logprobs`). Each (B, T)."""
+        m = self.model_settings
+        with hidden_instead_of_logits(model) as weight:
+            hidden = batch_response_logits(model, batch, remove_padding=m.remove_padding)  # (B, T, H)
+        return linear_logprobs(hidden, weight, batch.responses, temperature=m.temperature)
 
     def log_probs(self, model: Any, batch: RolloutBatch) -> torch.Tensor:
         """Log-probabilities of the response tokens. Shape: (B, T)."""
+        if self.model_settings.fused_logprobs:
+            return self._fused_log_probs(model, batch)[0]
         return logprobs_from_logits(self._response_logits(model, batch), batch.responses)
 
     def _reference_logits(self, batch: RolloutBatch) -> torch.Tensor:
@@ -411,19 +419,23 @@ class AgentRLModule(pl.LightningModule):
         p, kl = self.policy_loss_settings, self.kl
         mask = micro.response_mask
         # entropy is logged either way; it joins the graph only when the bonus uses it
-        logits = self._response_logits(self.actor, micro)  # (B, T, V)
-        logp = logprobs_from_logits(logits, micro.responses)
-        if p.entropy_coeff:
-            entropy = entropy_from_logits(logits)
-        else:
-            with torch.no_grad():
-                entropy = entropy_from_logits(logits.detach())
         full = None  # the full-vocabulary KL from these logits, when the loss uses it
-        if kl.use_kl_loss and kl.kl_loss_type == "full":
-            ref_logits = self._reference_logits(micro)  # (B, T, V)
-            full = full_kl_from_logits(logits, ref_logits)
-            del ref_logits
-        del logits
+        if self.model_settings.fused_logprobs:  # no (B, T, V) logits (compose refuses a full KL)
+            logp, entropy = self._fused_log_probs(self.actor, micro)
+            entropy = entropy if p.entropy_coeff else entropy.detach()
+        else:
+            logits = self._response_logits(self.actor, micro)  # (B, T, V)
+            logp = logprobs_from_logits(logits, micro.responses)
+            if p.entropy_coeff:
+                entropy = entropy_from_logits(logits)
+            else:
+                with torch.no_grad():
+                    entropy = entropy_from_logits(logits.detach())
+            if kl.use_kl_loss and kl.kl_loss_type == "full":
+                ref_logits = self._reference_logits(micro)  # (B, T, V)
+                full = full_kl_from_logits(logits, ref_logits)
+                del ref_logits
+            del logits
         old = logp.detach() if micro.old_log_probs is None else micro.old_log_probs
         assert micro.advantages is not None
         weights, out = off_policy.loss_weights(self.correction, micro, logp, fresh=self._stepped == 0)

@@ -89,6 +89,9 @@ class ModelSettings:
         attn_implementation: the attention the actor and the reference are loaded with (one of
             :data:`agentfly.models.attention.ATTENTION`); None: the model's own choice, ``sdpa``
             run as ``agentfly_sdpa``.
+        fused_logprobs: the actor's and the reference's log-probabilities and entropies come
+            from the final hidden states and the LM head in chunks of tokens, never the (B, T, V)
+            logits (:mod:`agentfly.modules.linear_logprobs`).
     """
 
     path: str
@@ -99,6 +102,7 @@ class ModelSettings:
     lora: LoraSettings = LoraSettings()
     remove_padding: bool = False
     attn_implementation: str | None = None
+    fused_logprobs: bool = False
 
 
 @dataclass(frozen=True)

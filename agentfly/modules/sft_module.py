@@ -28,13 +28,13 @@ import torch
 
 from agentfly.core import metric_sums
 from agentfly.core.batch import RolloutBatch
-from agentfly.models.vision_inputs import vision_response_logits
+from agentfly.core.errors import InputError
 from agentfly.modules.fsdp import total_norm
 from agentfly.modules.lora import drop_frozen_base, restore_frozen_base
+from agentfly.modules.linear_logprobs import fused_head_problem, hidden_instead_of_logits, linear_logprobs
 from agentfly.modules.losses import agg_loss, logprobs_from_logits
-from agentfly.modules.packing import packed_response_logits
 from agentfly.modules.policy_model import build_optimizer, build_trainable_policy
-from agentfly.modules.response_logits import response_logits
+from agentfly.modules.response_logits import batch_response_logits
 from agentfly.modules.settings import FSDPSettings, ModelSettings, OptimizerSettings, UpdateSettings
 
 STAGE = "sft"  # written into checkpoints: a fit does not resume from one (agentfly.run.resume)
@@ -76,7 +76,13 @@ class AgentSFTModule(pl.LightningModule):
     def configure_model(self) -> None:
         if self.actor is not None:
             return
-        self.actor = build_trainable_policy(self.model_settings, self.update.gradient_checkpointing)
+        m = self.model_settings
+        self.actor = build_trainable_policy(m, self.update.gradient_checkpointing)
+        if m.fused_logprobs and (problem := fused_head_problem(self.actor)) is not None:
+            raise InputError(
+                f"actor_rollout_ref.model.use_fused_kernels=true: {m.path}'s log-probabilities are "
+                f"not its LM head's h Wᵀ ({problem}); set use_fused_kernels=false"
+            )
         if self._device_mesh is not None:  # ModelParallelStrategy: FSDP2
             from agentfly.modules.fsdp import shard_mesh, shard_model
 
@@ -92,17 +98,15 @@ class AgentSFTModule(pl.LightningModule):
     def token_log_probs(self, batch: RolloutBatch) -> torch.Tensor:
         """log p of every response token under the policy (with ``remove_padding`` the rows run
         packed, :mod:`agentfly.modules.packing`; a batch whose rows hold images runs whole, with
-        their pixels and the model's multimodal positions, :mod:`agentfly.models.vision_inputs`).
-        Shape: (B, T)."""
-        inputs = (self.actor, batch.input_ids, batch.attention_mask, batch.position_ids, batch.prompt_length)
-        if batch.images is not None:
-            logits = vision_response_logits(
-                self.actor, batch.input_ids, batch.attention_mask, batch.images, batch.response_length
-            ).float()  # (B, T, V)
-        elif self.model_settings.remove_padding:
-            logits = packed_response_logits(*inputs).float()  # (B, T, V)
-        else:
-            logits = response_logits(*inputs, batch.response_length).float()  # (B, T, V)
+        their pixels and the model's multimodal positions, :mod:`agentfly.models.vision_inputs`;
+        with ``use_fused_kernels`` from the hidden states and the LM head in chunks,
+        :mod:`agentfly.modules.linear_logprobs`). Shape: (B, T)."""
+        remove_padding = self.model_settings.remove_padding
+        if self.model_settings.fused_logprobs:
+            with hidden_instead_of_logits(self.actor) as weight:
+                hidden = batch_response_logits(self.actor, batch, remove_padding=remove_padding)  # (B, T, H)
+            return linear_logprobs(hidden, weight, batch.responses)[0]
+        logits = batch_response_logits(self.actor, batch, remove_padding=remove_padding).float()  # (B, T, V)
         return logprobs_from_logits(logits, batch.responses)
 
     def _saved_activations(self) -> Any:

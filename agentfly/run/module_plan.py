@@ -105,6 +105,7 @@ def model_settings(
         lora=lora_settings(model.lora),
         remove_padding=bool(model.use_remove_padding),
         attn_implementation=model.override_config.attn_implementation,
+        fused_logprobs=bool(model.use_fused_kernels),
     )
 
 

@@ -39,3 +39,21 @@ def test_only_log_probs_need_no_entropy_gradient():
         0
     ]
     assert torch.allclose(grad, expected, atol=1e-5)
+
+
+def test_the_backward_recomputes_under_the_forwards_autocast():
+    """bf16-mixed: the forward's logits are a bf16 matmul of bf16 hidden states and the fp32
+    head; the backward recomputes them the same way (outside autocast a bf16 @ fp32 matmul
+    raises), and the gradients are the logits path's under the same autocast, to bf16 rounding."""
+    g = torch.Generator().manual_seed(2)
+    hidden = torch.randn(12, 16, generator=g).bfloat16().requires_grad_()
+    weight = torch.randn(40, 16, generator=g).requires_grad_()
+    targets = torch.randint(0, 40, (12,), generator=g)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = (hidden @ weight.T).float()
+        expected = torch.autograd.grad(logprobs_from_logits(logits, targets).sum(), (hidden, weight))
+        logp, _ = linear_logprobs(hidden, weight, targets, chunk=5)
+    grads = torch.autograd.grad(logp.sum(), (hidden, weight))
+    assert grads[0].dtype == torch.bfloat16 and grads[1].dtype == torch.float32
+    for a, b in zip(grads, expected, strict=True):
+        assert torch.allclose(a.float(), b.float(), atol=2e-2 * b.abs().max().item())

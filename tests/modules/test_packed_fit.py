@@ -1,6 +1,8 @@
 """`agentfly fit`'s update does not depend on how a mini-batch is laid out: padded, packed
 without padding (``use_remove_padding``, actor and critic), or split by a token budget
-(``use_dynamic_bsz``), under agentfly's sdpa and under eager attention, one iteration from the
+(``use_dynamic_bsz``), under agentfly's sdpa and under eager attention, nor on whether the
+log-probabilities come from the logits or from the hidden states in chunks
+(``use_fused_kernels``, padded and packed): one iteration from the
 same rollout gives the same losses, gradient norms, entropies and values, and so every logged
 metric of the iteration (timings aside) agrees within float32 rounding.
 
@@ -26,8 +28,9 @@ BUDGET = ["actor_rollout_ref.actor.use_dynamic_bsz=true", "actor_rollout_ref.act
           "critic.use_dynamic_bsz=true", "critic.ppo_max_token_len_per_gpu=96"]
 EAGER = ["actor_rollout_ref.model.override_config.attn_implementation=eager",
          "critic.model.override_config.attn_implementation=eager"]
+FUSED = ["actor_rollout_ref.model.use_fused_kernels=true"]
 LAYOUTS = {"padded": [], "packed": PACKED, "token_budget": BUDGET, "eager_padded": EAGER,
-           "eager_packed": [*EAGER, *PACKED]}
+           "eager_packed": [*EAGER, *PACKED], "fused": FUSED, "fused_packed": [*FUSED, *PACKED]}
 
 
 @pytest.fixture(scope="module")

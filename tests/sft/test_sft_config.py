@@ -65,6 +65,7 @@ CHANGES: dict[str, tuple[str, list[str], str]] = {
     A + "model.trust_remote_code": ("true", [], "module.model.trust_remote_code"),
     A + "model.use_remove_padding": ("true", [], "module.model.remove_padding"),
     A + "model.override_config.attn_implementation": ("eager", [], "module.model.attn_implementation"),
+    A + "model.use_fused_kernels": ("true", [], "module.model.fused_logprobs"),
     A + "model.lora.rank": ("8", [], "module.model.lora.rank"),
     A + "model.lora.alpha": ("32", [A + "model.lora.rank=8"], "module.model.lora.alpha"),
     A + "model.lora.target_modules": ("[q_proj,v_proj]", [A + "model.lora.rank=8"], "module.model.lora.target_modules"),
