@@ -22,6 +22,7 @@ MICRO = "tests/modules/test_micro_batches.py"
 STATIC = "tests/rollout/test_static_decode.py"
 VISION = "tests/rollout/test_vision_tokens.py"
 HARNESS = "tests/rollout/test_harness.py"
+FUSED = "tests/modules/test_fused_logprobs.py"
 
 
 @dataclass(frozen=True)
@@ -647,6 +648,27 @@ MUTATIONS = [
         "        use_cache=False,  # with a cache transformers would not read the rows off the positions\n",
         "",
         (f"{PACKING}::test_values_and_gradients_equal_the_padded_pass",),
+    ),
+    Mutation(
+        "the fused log-probs forget the rollout temperature",
+        "agentfly/modules/rl_module.py",
+        "        return linear_logprobs(hidden, weight, batch.responses, temperature=m.temperature)\n",
+        "        return linear_logprobs(hidden, weight, batch.responses)\n",
+        (f"{FUSED}::test_the_update_is_the_logits_paths",),
+    ),
+    Mutation(
+        "the fused path drops the entropy bonus's gradient",
+        "agentfly/modules/rl_module.py",
+        "            entropy = entropy if p.entropy_coeff else entropy.detach()\n",
+        "            entropy = entropy.detach()\n",
+        (f"{FUSED}::test_the_update_is_the_logits_paths",),
+    ),
+    Mutation(
+        "the chunked backward forgets the temperature",
+        "agentfly/modules/linear_logprobs.py",
+        "            g_z /= tau\n",
+        "",
+        ("tests/modules/test_linear_logprobs.py::test_values_and_gradients_equal_the_full_logits_path",),
     ),
     Mutation(
         "token-budget micro-batches come back in the wrong rows",

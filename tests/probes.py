@@ -104,6 +104,29 @@ def reference_advantages(
     return table[name]()
 
 
+class BatchDigest(pl.Callback):
+    """Writes, per iteration, what reached the update: each row's token ids, loss mask and score
+    in batch order, and a digest of the actor's weights before the update (one JSON line to
+    ``path``; ``--trainer.callbacks+=tests.probes.BatchDigest --trainer.callbacks.path FILE``).
+    Two runs that should be one can then be compared stage by stage: the weights an iteration
+    started from, the rollout it trained on, and only then the update."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        weights = sum(float(p.detach().double().abs().sum()) for p in pl_module.actor.parameters())
+        line = {
+            "iteration": int(pl_module.iteration) + 1,
+            "weights_abs_sum": weights,
+            "input_ids": batch.input_ids.tolist(),
+            "response_mask": batch.response_mask.int().tolist(),
+            "scores": [float(s) for s in batch.token_level_scores.sum(-1)],
+        }
+        with open(self.path, "a") as f:
+            f.write(json.dumps(line) + "\n")
+
+
 class UpdateProbe(pl.Callback):
     """Records how each update moved the actor (and critic) on its own batch; see the module doc."""
 

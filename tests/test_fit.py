@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 
@@ -43,11 +44,34 @@ def test_fit_updates_the_policy_toward_the_reward(task, tmp_path, recwarn, caplo
 
 
 def test_resume_continues_like_an_uninterrupted_run(task, tmp_path):
+    """2 iterations, then a resumed launch for the third, end where 3 straight iterations do:
+    compared stage by stage (the weights the third iteration starts from, the rollout it trains
+    on, then the weights after it), so a difference names the stage it begins in."""
     root, model = task
     straight, split = tmp_path / "straight", tmp_path / "split"
-    assert main(fit_args(root, model, straight, 3)) == 0
-    assert main(fit_args(root, model, split, 2)) == 0
-    assert main(fit_args(root, model, split, 3, ["trainer.resume_mode=auto"])) == 0
+    digest = {name: tmp_path / f"{name}.jsonl" for name in ("straight", "split")}
+
+    def seen(name: str) -> list[str]:
+        return ["--trainer.callbacks+=tests.probes.BatchDigest", "--trainer.callbacks.path", str(digest[name])]
+
+    assert main(fit_args(root, model, straight, 3, seen("straight"))) == 0
+    assert main(fit_args(root, model, split, 2, seen("split"))) == 0
+    assert main(fit_args(root, model, split, 3, ["trainer.resume_mode=auto", *seen("split")])) == 0
+    lines = {name: [json.loads(x) for x in path.read_text().splitlines()] for name, path in digest.items()}
+    assert [x["iteration"] for x in lines["split"]] == [1, 2, 3] == [x["iteration"] for x in lines["straight"]]
+    logged = {name: {float(r["training/iteration"]): r for r in rows(run) if r.get("training/iteration")}
+              for name, run in (("straight", straight), ("split", split))}
+
+    def failures(i: int) -> dict[str, dict[str, str]]:  # what a rollout difference may come from
+        words = ("fail", "resampl", "timeout", "error", "retr")
+        return {name: {k: v for k, v in logged[name][float(i)].items() if v and any(w in k for w in words)}
+                for name in logged}
+
+    for before, after in zip(lines["straight"], lines["split"], strict=True):
+        i = before["iteration"]
+        assert after["weights_abs_sum"] == pytest.approx(before["weights_abs_sum"], rel=1e-9), f"weights before iteration {i}"
+        for key in ("input_ids", "response_mask", "scores"):
+            assert after[key] == before[key], f"the rollout of iteration {i} differs in {key}; {failures(i)}"
     a = load_file(straight / "hf_actor" / "model.safetensors")
     b = load_file(split / "hf_actor" / "model.safetensors")
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
