@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -166,3 +167,45 @@ def test_an_interrupted_hpc_checkpoint_write_leaves_no_hpc_checkpoint(tmp_path, 
     cb.on_train_batch_end(trainer, SimpleNamespace(iteration=3), None, None, 0)
     assert (tmp_path / "hpc_ckpt_1.ckpt").read_bytes() == trainer.payload and trainer.should_stop
     assert [p.name for p in tmp_path.iterdir()] == ["hpc_ckpt_1.ckpt"]
+
+
+def ctrl_c_at(iteration: int, at: str) -> list[str]:
+    return ["--trainer.callbacks+=tests.interrupts.CtrlCAt", "--trainer.callbacks.iteration", str(iteration),
+            "--trainer.callbacks.at", at]
+
+
+def test_ctrl_c_between_iterations_keeps_the_last_one_and_prints_the_command_that_resumes(task, tmp_path):
+    """save_freq=-1 keeps no checkpoint, but Ctrl-C after iteration 1 (in the validation before
+    iteration 2's rollout) keeps it; the printed command, run as printed, trains iterations 2 and
+    3 only."""
+    root, model = task
+    run = tmp_path / "run"
+    cmd = launch(root, model, run, 3, ["trainer.save_freq=-1", "trainer.test_freq=1", *ctrl_c_at(1, "validation")])
+    first = subprocess.run(cmd, capture_output=True, text=True, timeout=START_S)
+    assert first.returncode == 1, first.stderr[-3000:]
+    ckpts = run / "checkpoints"
+    assert f"interrupted: iteration 1 is checkpointed in {ckpts / 'iter_000001.ckpt'}" in first.stderr
+    assert torch.load(ckpts / "last.ckpt", weights_only=False)["agentfly_iteration"] == 1
+    assert not (ckpts / "iter_000002.ckpt").exists()
+    [said] = [line for line in first.stderr.splitlines() if "To resume: " in line]
+    printed = shlex.split(said.split("To resume: ", 1)[1])
+    assert printed[:3] == ["python", "-m", "agentfly.cli"] and printed[3:] == cmd[3:]
+    again = subprocess.run([sys.executable, *printed[1:]], capture_output=True, text=True, timeout=START_S)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert iterations_per_launch(run) == [[1.0], [2.0, 3.0]]
+
+
+def test_ctrl_c_during_an_update_finishes_and_keeps_that_iteration(task, tmp_path):
+    """Ctrl-C once iteration 2's rollout is in: its update is not cut in half; iteration 2 ends,
+    is checkpointed and logged, and the run stops there (exit status 1)."""
+    root, model = task
+    run = tmp_path / "run"
+    cmd = launch(root, model, run, 5, ["trainer.save_freq=-1", *ctrl_c_at(2, "start")])
+    first = subprocess.run(cmd, capture_output=True, text=True, timeout=START_S)
+    assert first.returncode == 1, first.stderr[-3000:]
+    assert "Ctrl-C: this iteration's update finishes and is checkpointed" in first.stderr
+    ckpts = run / "checkpoints"
+    assert f"interrupted: iteration 2 is checkpointed in {ckpts / 'iter_000002.ckpt'}" in first.stderr
+    assert torch.load(ckpts / "last.ckpt", weights_only=False)["agentfly_iteration"] == 2
+    assert not (ckpts / "iter_000001.ckpt").exists()  # save_freq=-1: only the interrupt's
+    assert iterations_per_launch(run) == [[1.0, 2.0]]

@@ -145,3 +145,20 @@ def test_a_checkpoint_that_is_missing_or_contradicted_stops_before_anything_star
     assert main(command) == 2
     assert message.format(missing=missing) in capsys.readouterr().err
     assert not out.exists()  # no run directory, no model loaded
+
+
+@pytest.mark.parametrize(("stage", "named"), [("validate", "would score the base model"),
+                                              ("fit", "would start at iteration 1 and overwrite it")])
+def test_a_finished_run_without_a_checkpoint_is_not_scored_as_the_base_model_nor_overwritten(
+    trained, tmp_path, capsys, stage, named
+):
+    """A run folder holding hf_actor/ and no checkpoint (what trainer.save_freq=-1 leaves): the
+    command refuses, naming save_freq and what to give instead, and touches nothing there."""
+    out = tmp_path / "finished"
+    shutil.copytree(trained.run / "hf_actor", out / "hf_actor")
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    assert main(args(trained.root, trained.model, out, stage)) == 2
+    err = capsys.readouterr().err
+    assert named in err and "save_freq=-1 keeps none" in err and f"{out}/hf_actor" in err
+    assert "trainer.resume_mode=disable" in err
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before

@@ -160,7 +160,9 @@ class AgentflyTrainer(pl.Trainer):
             total_training_steps: RL iterations (rollout + update), not optimizer steps;
                 ``None`` = ``total_epochs`` passes over the training set.
             total_epochs: passes over the training set when ``total_training_steps`` is ``None``.
-            save_freq: checkpoint every N iterations; ``-1`` = only at the end.
+            save_freq: checkpoint every N iterations and at the end; ``-1`` (verl's default)
+                keeps none: the run leaves only ``hf_actor/`` (no resume, no ``validate`` of a
+                checkpoint; an interrupt still checkpoints the last finished iteration).
             test_freq: validate every N iterations; ``-1`` = never (nor at the end).
             val_before_train: validate once before the first update.
             critic_warmup: iterations that update only the critic.

@@ -107,6 +107,7 @@ def build_trainer_of(plan: JobPlan, record: Any, callbacks: list[Any] = ()) -> A
 def build_callbacks(plan: JobPlan) -> list[Any]:
     """agentfly's callbacks (:func:`agentfly.run.plan.plan_callbacks`), then ``trainer.callbacks``."""
     from agentfly.callbacks import AdvantageCallback, KLRewardCallback, TurnRewardCallback
+    from agentfly.callbacks.interrupt import InterruptCheckpoint
     from agentfly.callbacks.iterations import IterationScheduleCallback
     from agentfly.callbacks.progress import iteration_progress_bar
     from agentfly.callbacks.trajectory_table import ValTrajectoryTable
@@ -116,6 +117,7 @@ def build_callbacks(plan: JobPlan) -> list[Any]:
         "AdvantageCallback": AdvantageCallback,
         "WeightSyncCallback": WeightSyncCallback,
         "IterationScheduleCallback": IterationScheduleCallback,
+        "InterruptCheckpoint": InterruptCheckpoint,
         "KLRewardCallback": KLRewardCallback,
         "TurnRewardCallback": TurnRewardCallback,
         "ValTrajectoryTable": ValTrajectoryTable,
@@ -145,6 +147,8 @@ def resume_checkpoint(cfg: Any, plan: JobPlan, ckpt_path: str | None = None, sta
         ConfigError: a fit whose config changes what the checkpoint means.
     """
     ckpt = resume_path(plan, ckpt_path)
+    if ckpt is None and plan.resume_mode == "auto":
+        refuse_over_a_finished_run(Path(plan.run_dir), getattr(plan, "stage", "fit") if stage == "fit" else stage)
     if ckpt is not None and stage == "fit":
         from agentfly.run.resume import check_resume
 
@@ -153,6 +157,35 @@ def resume_checkpoint(cfg: Any, plan: JobPlan, ckpt_path: str | None = None, sta
             for note in notes:
                 logger.warning("%s", note)
     return ckpt
+
+
+def refuse_over_a_finished_run(run_dir: Path, stage: str) -> None:
+    """A run directory holding a trained actor (``hf_actor/``, written when a run ends) but no
+    checkpoint: a ``fit`` or ``sft`` there would start at iteration 1 and overwrite it, a
+    ``validate``/``test`` would score the base model. Both are refused, saying what to give
+    instead (``trainer.resume_mode=disable`` does either on purpose).
+
+    Raises:
+        InputError: ``run_dir`` holds ``hf_actor/`` and no checkpoint was found.
+    """
+    from agentfly.core.errors import InputError
+
+    if not (run_dir / "hf_actor").is_dir():
+        return
+    why = (f"trainer.default_local_dir={run_dir} holds a finished run's actor (hf_actor/) but no "
+           "checkpoint (trainer.save_freq=-1 keeps none; save_freq=N keeps one every N iterations and at the end)")
+    if stage in ("fit", "sft"):
+        raise InputError(
+            f"{why}: a new {stage} there would start at iteration 1 and overwrite it. Give another "
+            f"trainer.default_local_dir, actor_rollout_ref.model.path={run_dir}/hf_actor to train on "
+            "from its weights, or trainer.resume_mode=disable to train over it"
+        )
+    raise InputError(
+        f"{why}: {stage} would score the base model, not the trained one. Give "
+        f"actor_rollout_ref.model.path={run_dir}/hf_actor (and another trainer.default_local_dir) to "
+        "score the trained actor, --ckpt_path for a checkpoint kept elsewhere, or "
+        "trainer.resume_mode=disable to score the base model"
+    )
 
 
 def resume_path(plan: JobPlan, ckpt_path: str | None = None) -> str | None:

@@ -416,6 +416,7 @@ def plan_callbacks(cfg: Any, run_dir: Path, iterations: int) -> list[tuple[str, 
             save_freq=int(cfg.trainer.save_freq or -1), hf_dir=str(run_dir / "hf_actor"),
             hf_export=str(cfg.actor_rollout_ref.model.lora.export),
         )),
+        ("InterruptCheckpoint", {"resume_mode": str(cfg.trainer.resume_mode)}),
     ]
     if alg.use_turn_rewards:
         out.append(("TurnRewardCallback", {"mode": str(alg.turn_reward_mode)}))

@@ -147,7 +147,7 @@ def plan_sft(cfg: Any, train_examples: int, hardware: Hardware | None = None) ->
         total_iterations=iterations, checkpoint_dir=str(run_dir / "checkpoints"),
         save_freq=int(trainer.save_freq or -1), hf_dir=str(run_dir / "hf_actor"),
         hf_export=str(model.lora.export),
-    ))]
+    )), ("InterruptCheckpoint", {"resume_mode": str(trainer.resume_mode)})]
     console = "console" in (plain(trainer.logger) or [])
     if console:
         callbacks.append(("IterationProgressBar", {"total_iterations": iterations}))
