@@ -169,9 +169,20 @@ def test_an_interrupted_hpc_checkpoint_write_leaves_no_hpc_checkpoint(tmp_path, 
     assert [p.name for p in tmp_path.iterdir()] == ["hpc_ckpt_1.ckpt"]
 
 
-def ctrl_c_at(iteration: int, at: str) -> list[str]:
+def ctrl_c_at(iteration: int, at: str, signal_name: str = "SIGINT") -> list[str]:
     return ["--trainer.callbacks+=tests.interrupts.CtrlCAt", "--trainer.callbacks.iteration", str(iteration),
-            "--trainer.callbacks.at", at]
+            "--trainer.callbacks.at", at, "--trainer.callbacks.signal_name", signal_name]
+
+
+def test_sigterm_between_iterations_keeps_the_last_one(task, tmp_path):
+    root, model = task
+    run = tmp_path / "run"
+    cmd = launch(root, model, run, 3, ["trainer.save_freq=-1", "trainer.test_freq=1", *ctrl_c_at(1, "validation", "SIGTERM")])
+    first = subprocess.run(cmd, capture_output=True, text=True, timeout=START_S)
+    assert first.returncode != 0, first.stderr[-3000:]
+    ckpts = run / "checkpoints"
+    assert f"interrupted: iteration 1 is checkpointed in {ckpts / 'iter_000001.ckpt'}" in first.stderr, first.stderr[-3000:]
+    assert torch.load(ckpts / "last.ckpt", weights_only=False)["agentfly_iteration"] == 1
 
 
 def test_ctrl_c_between_iterations_keeps_the_last_one_and_prints_the_command_that_resumes(task, tmp_path):
