@@ -36,3 +36,25 @@ def test_the_bar_redraws_the_run_s_tool_failures_while_a_rollout_runs(monkeypatc
     stop.set()
     watch.join(2)
     assert "reward=0.5" in out.getvalue().rsplit("\r", 1)[-1]
+
+
+def test_without_a_terminal_each_iteration_and_validation_prints_one_line(task, tmp_path, capsys):
+    """stdout captured (not a TTY), as under nohup, CI or srun: one line per iteration with the
+    bar's metrics, the elapsed time and an ETA, and one per validation; no bar redraws."""
+    import re
+
+    from agentfly.cli import main
+    from tests.fit_runs import fit_args
+
+    root, model = task
+    args = fit_args(root, model, tmp_path / "run", 2, ["trainer.logger=[console,csv]", "trainer.test_freq=1"])
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if line.startswith("Iteration ")]
+    assert [line.split(" | ")[0] for line in lines] == ["Iteration 1/2", "Iteration 2/2"], out[-2000:]
+    assert all(re.search(r"\| reward [-\d.e]+ .*\| elapsed \d+:\d\d \| ETA \d+:\d\d$", line) for line in lines), lines
+    assert lines[-1].endswith("ETA 0:00")
+    validations = [line for line in out.splitlines() if line.startswith("Validation after iteration ")]
+    assert [v.split(" | ")[0] for v in validations][:2] == ["Validation after iteration 1", "Validation after iteration 2"]
+    assert all("/reward " in v for v in validations), validations
+    assert "\r" not in out
