@@ -50,7 +50,7 @@ from agentfly.rollout.rewards.base import NO_POLICY
 from agentfly.rollout.rewards.chain import text_of
 from agentfly.rollout.rewards.overlong import OverlongBuffer
 from agentfly.rollout.templates.base import ChatTemplate
-from agentfly.rollout.tools.base import INVALID_ARGUMENTS, ToolResult
+from agentfly.rollout.tools.base import CUT_OFF, ToolResult
 from agentfly.rollout.tools.breaker import ToolBreakers, ToolBroken
 from agentfly.rollout.tools.call import run_tool_call
 from agentfly.rollout.tools.environment import (
@@ -486,6 +486,14 @@ class AgentLoop:
             if out.finish_reason == "length":
                 traj.truncated = True
             parsed = self.agent.parse(content)
+            if out.finish_reason == "length" and parsed.calls and parsed.calls[-1].error is not None:
+                # the last call could not be read because the turn stopped inside it: say that,
+                # to the model and in the counts, rather than "not valid JSON"
+                parsed.calls[-1] = replace(
+                    parsed.calls[-1], error_kind=CUT_OFF,
+                    error=f"the tool call was cut off: the turn reached its limit of "
+                          f"{turn_sampling.max_tokens} tokens before the call ended; write a shorter one",
+                )
             if not parsed.calls:
                 traj.final_response = parsed.answer if parsed.answer is not None else content
                 traj.finish_reason = "answer" if parsed.answer is not None else "no_tool_call"
@@ -545,7 +553,7 @@ class AgentLoop:
 
     async def _call(self, call: ToolCallRequest, chain_resources: Any) -> ToolResult:
         if call.error is not None:
-            return ToolResult.failure(INVALID_ARGUMENTS, f"Error: {call.error}.")
+            return ToolResult.failure(call.error_kind, f"Error: {call.error}.")
         tool = self._tool(call.name)
         if tool is None:
             known = ", ".join(self.agent.tool_names) or "none"

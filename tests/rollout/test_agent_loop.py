@@ -202,3 +202,23 @@ def test_the_room_left_is_the_tighter_of_the_context_and_the_response_budget():
     assert traj.room(25, 20) == (10, "max_model_len")  # 25 - 15 = 10 < 15
     assert traj.room(30, 20) == (15, "max_model_len")  # a tie: the context's name
     assert traj.room(40, None) == (25, "max_model_len")
+
+
+def test_a_tool_call_cut_off_at_max_tokens_is_said_to_be_cut_off(model_dir):
+    """A turn that reaches max_tokens inside its tool call: the model reads that the call was
+    cut off at the limit (not that it is bad JSON), the call counts as ``cut_off``, and the chain
+    goes on; a complete call that fits is read as before."""
+    from agentfly.rollout.engines.base import SamplingParams
+    from agentfly.rollout.summary import summarize
+
+    long_call = call("calculator", expression="+".join(["1"] * 40))
+    loop = make_loop(model_dir, [long_call, "36"], max_turns=3)
+    cut = len(loop.tokenizer.encode(long_call, add_special_tokens=False)) // 2
+    (t,) = loop.run(ROWS[:1], sampling=SamplingParams(max_tokens=cut))
+    rec = t.tool_calls[0]
+    assert not rec.ok and rec.error == "cut_off"
+    assert f"cut off: the turn reached its limit of {cut} tokens" in rec.observation
+    assert "JSON" not in rec.observation
+    assert summarize([t])["failures/tool_kinds/cut_off"] == 1
+    (whole,) = make_loop(model_dir, [long_call, "36"], max_turns=3).run(ROWS[:1], sampling=SamplingParams(max_tokens=4 * cut))
+    assert whole.tool_calls[0].ok

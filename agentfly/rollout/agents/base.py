@@ -26,12 +26,14 @@ class ToolCallRequest:
     ``arguments`` is a dict, or the raw string when the model's arguments were not a JSON object
     (the tool layer then answers with an error observation). ``error`` is set when the call could
     not be read at all (e.g. a ``<tool_call>`` block that is not JSON); the loop answers it
-    without running anything.
+    without running anything, counted as ``error_kind`` (``cut_off``: the turn ended at
+    ``max_tokens`` inside the call, set by the loop).
     """
 
     name: str
     arguments: dict[str, Any] | str = field(default_factory=dict)
     error: str | None = None
+    error_kind: str = "invalid_arguments"
 
 
 @dataclass

@@ -54,6 +54,7 @@ from agentfly.rollout.tools.settings import configure_tool, declared_settings
 # Error kinds a ToolResult may carry.
 UNKNOWN_TOOL = "unknown_tool"
 INVALID_ARGUMENTS = "invalid_arguments"
+CUT_OFF = "cut_off"  # the turn reached max_tokens inside the call: it could not be read
 TIMEOUT = "timeout"
 QUEUE_TIMEOUT = "queue_timeout"
 EXCEPTION = "exception"
