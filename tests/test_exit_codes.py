@@ -79,3 +79,22 @@ def test_sft_answers_input_errors_with_status_2(tmp_path, capsys, monkeypatch):
     assert main(sft_args(tmp_path / "run2", f"data.train_files=[{bad}]")) == 2
     err = capsys.readouterr().err
     assert str(bad) in err and "Traceback" not in err
+
+
+def test_a_row_lacking_the_rewards_field_is_refused_at_start_up_naming_it(task, tmp_path, capsys):
+    """The third training row has no ``answer`` (math_equal_reward_tool's): refused before any
+    rollout, one line naming the split, the row (from 1), the field and the reward, exit 2."""
+    import json
+
+    root, model = task
+    rows = [{"question": "What is 1+2?", "answer": "3"}, {"question": "What is 3+4?", "answer": "7"},
+            {"question": "What is 5+6?"}]
+    train = tmp_path / "train.json"
+    train.write_text(json.dumps(rows))
+    run = tmp_path / "run"
+    args = fit_args(root, model, run, 1, [f"data.train_files={train}", "agent.init_config.max_model_len=2048"])
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "data.train_files: 1 of 3 rows cannot be scored, the first row 3 (counted from 1" in err
+    assert "reward 'math_equal_reward_tool' requires field 'answer'" in err
+    assert not (run / "trajectories" / "rollouts_rank0.jsonl").exists()

@@ -39,6 +39,40 @@ from agentfly.rollout.prompt_fit import PromptRenderer, renderer_from_loop
 from agentfly.rollout.validation import ValidationRollouts
 
 
+def check_reward_fields(reward: str, splits: dict[str, list[dict[str, Any]]]) -> None:
+    """Every row holds the fields ``reward``'s signature requires (those it is called with at
+    scoring time, :func:`~agentfly.rollout.rewards.arguments.bind_reward_kwargs`).
+
+    Raises:
+        DataError: rows of a split lack a required field: how many, the first (counted from 1)
+            and its fields, the reward and the field named.
+    """
+    from agentfly.rollout.rewards.arguments import bind_reward_kwargs
+    from agentfly.rollout.rewards.registry import info_of
+    from agentfly.rollout.rewards.result import RewardError
+
+    from agentfly.rollout.rewards.reward_config import CONFIGURABLE
+
+    if reward in CONFIGURABLE:  # its settings are bound from reward_config, not the rows
+        return
+    fn, _ = info_of(reward)
+    for split, rows in splits.items():
+        lacking: list[tuple[int, str]] = []
+        for i, row in enumerate(rows):
+            try:
+                bind_reward_kwargs(fn, "", None, row)
+            except RewardError as err:
+                if err.kind != "missing_field":
+                    raise DataError(f"reward {reward!r}: {err}") from None
+                lacking.append((i, str(err)))
+        if lacking:
+            first, why = lacking[0]
+            raise DataError(
+                f"{split}: {len(lacking)} of {len(rows)} rows cannot be scored, the first row "
+                f"{first + 1} (counted from 1, as loaded): {why}"
+            )
+
+
 class RolloutDataModule(pl.LightningDataModule):
     """Draws prompts and turns them into training batches through the agent loop.
 
@@ -75,6 +109,9 @@ class RolloutDataModule(pl.LightningDataModule):
         renderer_factory: builds the prompt renderer without an engine, so that prompts are
             measured before the engines start (None, or a renderer with no ``max_model_len``:
             measured with the session's agent loop once it is built).
+        reward: the reward's name: every training and validation row is checked at set-up for
+            the fields its signature requires (a row lacking one is refused, named, before any
+            engine starts where the context is known); None: not checked.
         rollout_mode: ``sync``, ``one_step_off`` or ``async`` (:mod:`agentfly.rollout.producer`).
         max_staleness: in ``async`` mode, how many policy versions older than the one training a
             sampled token may be (``one_step_off``: 1).
@@ -124,6 +161,7 @@ class RolloutDataModule(pl.LightningDataModule):
         filter_overlong_prompts: bool = True,
         truncation: Literal["error", "left", "right", "middle"] = "error",
         renderer_factory: Callable[[], PromptRenderer] | None = None,
+        reward: str | None = None,
         rollout_mode: Literal["sync", "one_step_off", "async"] = "sync",
         max_staleness: PositiveInt = 1,
         max_iterations: int | None = None,
@@ -156,6 +194,7 @@ class RolloutDataModule(pl.LightningDataModule):
         self.filter_overlong_prompts = filter_overlong_prompts
         self.truncation = truncation
         self.renderer_factory = renderer_factory
+        self.reward = reward
         self.rollout_mode = rollout_mode
         self.max_staleness = max_staleness
         self.failed_chains = failed_chains
@@ -210,6 +249,8 @@ class RolloutDataModule(pl.LightningDataModule):
             self.val_rows = rows.val
         self.prompt_counts.update(rows.counts)
         self._prompts_fitted = True
+        if self.reward is not None:
+            check_reward_fields(self.reward, {"data.train_files": self.train_rows, "data.val_files": self.val_rows})
 
     def teardown(self, stage: str) -> None:
         if stage == "fit":

@@ -130,7 +130,7 @@ def build_datamodule(plan: RunPlan, datamodule_class: Any = None, init_args: dic
     renderer = partial(renderer_from_plan, plan.rollout) if known else None
     return (datamodule_class or RolloutDataModule)(
         session_factory=_session_factory(plan.engine_name, plan.rollout), renderer_factory=renderer,
-        **plan.datamodule, **(init_args or {}),
+        reward=plan.rollout.reward, **plan.datamodule, **(init_args or {}),
     )
 
 
