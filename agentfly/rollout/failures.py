@@ -110,6 +110,14 @@ POLICIES: tuple[str, ...] = ("resample", "drop", "keep")
 ENGINE_ERRORS = frozenset(e.__name__ for e in (EngineLostError, EngineTimeoutError, EngineStartError))
 
 
+#: failure reasons that are the user's own code raising or answering wrongly, whatever the model
+#: wrote: a run that ends on nothing else is named as that, not as the infrastructure's
+USER_CODE_FAILURES = frozenset({
+    "reward_exception", "reward_missing_field", "reward_bad_signature", "reward_malformed",
+    "tool_malformed_output",
+})
+
+
 class FailedChainsError(RuntimeError):
     """The rollout cannot give a batch without chains the infrastructure failed."""
 
@@ -225,9 +233,12 @@ def complete_groups(
             f"would differ in size and the update's collectives would wait forever); {summary}"
         )
     if n and not kept and not others_kept:
+        code = set(counts) <= USER_CODE_FAILURES  # the reward's (or a tool's) own code, every time
+        by = ("your code: the reward function (or a tool) failed on every group, not the model "
+              "nor the machine" if code else "the infrastructure")
         raise FailedChainsError(
-            f"every group of this rollout had a chain failed by the infrastructure "
-            f"({settings}): nothing is left to train on; {summary}"
+            f"every group of this rollout had a chain failed by {by} ({settings}): nothing is "
+            f"left to train on; {summary}"
         )
     metrics = {
         "rollout/failed_chains": float(counts.total()),

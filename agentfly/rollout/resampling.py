@@ -24,6 +24,12 @@ first round being its healthy time and one timeout; a re-run that takes longer t
 replaces (a fast failure re-run into a hang) can end later, by at most its own run, each of
 whose waits has a deadline (the tools', the reward's, the engine's). Nothing waits for a round.
 
+A failure no re-run can change is not re-run: a reward's ``missing_field`` or ``bad_signature``
+(the row or the function is wrong, whatever the model writes), and a run that fails exactly as
+the chain's previous run did (a reward raising the same exception, with the same message, on a
+new response: the reward's code, not bad luck; timeouts and dead workers are always re-run). Such runs are counted in
+:attr:`Resampler.repeated`; their chains stay failed and their groups are dropped.
+
 Determinism: attempt ``a`` of a chain samples with the same seed whenever it runs, so a rollout
 whose runs fail alike keeps the same chains whatever the order the runs end in, as long as the
 budget refuses no re-run; a rollout in which nothing fails is the rollout without re-sampling.
@@ -40,6 +46,11 @@ from agentfly.rollout.tools.base import TIMEOUT
 
 #: the unset budget while no tool call has timed out: ``@tool``'s default deadline
 NO_TIMEOUT_BUDGET_S = 30.0
+#: failures a re-run cannot change (the data row or the reward function is wrong)
+NEVER_RERUN = frozenset({"reward_missing_field", "reward_bad_signature"})
+#: failures of the reward's own code: a second one with the same error text is not re-run
+#: (a timeout, a dead worker or a hung tool is the machine's and may pass: always re-run)
+REPEATS_CHECKED = frozenset({"reward_exception", "reward_malformed"})
 
 class Resampler:
     """Decides, as each chain run ends, whether its chain runs again at once; records the failed
@@ -57,6 +68,8 @@ class Resampler:
         replaced: each failed run that was re-run, with its failure reason, in the order the
             runs ended.
         past_budget: failed runs not re-run because of the budget (their chains stay failed).
+        repeated: failed runs not re-run because no re-run can change them: a kind in
+            :data:`NEVER_RERUN`, or the chain's previous run failed identically.
     """
 
     def __init__(
@@ -74,6 +87,8 @@ class Resampler:
         self.clock = clock
         self.replaced: list[tuple[Trajectory, str]] = []
         self.past_budget = 0
+        self.repeated = 0
+        self._last_failure: dict[tuple[int, int], tuple[str, str | None]] = {}  # by (group, chain)
         self._deadlines: dict[str, float] = {}  # each tool's timeout, by name
         self._timed_out: float | None = None  # the longest deadline of a call that timed out
         self._first_runs = 0  # first runs of the batch still running
@@ -116,6 +131,12 @@ class Resampler:
         if reason is None:
             return False
         self._note_timeouts(traj)
+        chain, failure = (traj.group_id, traj.chain_index), (reason, traj.error)
+        previous = self._last_failure.get(chain) if attempt > 0 else None
+        self._last_failure[chain] = failure
+        if reason in NEVER_RERUN or (reason in REPEATS_CHECKED and previous == failure):
+            self.repeated += 1
+            return False
         if attempt >= self.max_resamples:
             return False
         past_round = attempt > 0 and self._round_end is not None
@@ -141,4 +162,7 @@ class Resampler:
     def settings(self) -> str:
         """The keys that bound the re-runs, with their values, for a message."""
         budget = f"null ({self.budget():g} s)" if self.budget_s is None else f"{self.budget_s:g}"
-        return f"max_resamples={self.max_resamples}, resample_budget_s={budget}"
+        said = f"max_resamples={self.max_resamples}, resample_budget_s={budget}"
+        if self.repeated:
+            said += f"; {self.repeated} failed run(s) not re-run: they would fail the same way"
+        return said

@@ -298,3 +298,37 @@ def test_a_chain_that_fails_before_its_first_run_still_ends_the_first_round(loop
     assert resampler.first_round_s is not None
     assert SEEN.count(chain_seed(SEED, 1, 0, attempt=2)) == 0 and resampler.past_budget == 1
     assert failure_reason(trajs[0]) is not None
+
+
+def reward_failed(group: int, index: int, kind: str, message: str) -> Trajectory:
+    t = Trajectory(prompt_ids=[1], group_id=group, chain_index=index, finish_reason="answer")
+    t.reward_failed, t.reward_error, t.error = True, kind, f"reward {message}"
+    return t
+
+
+def test_a_failure_no_re_run_can_change_is_not_re_run():
+    """A reward raising the same exception again, or a row lacking the reward's field: not re-run
+    (counted in ``repeated`` and said in the settings); a different exception and a hung tool call
+    are re-run each time."""
+    r = Resampler(max_resamples=3, budget_s=1e9)
+    r.start(4)
+    same = "raised NameError: name 'scroe' is not defined"
+    assert r.rerun(reward_failed(0, 0, "exception", same), 0, 1.0)  # the first time: may be the response's
+    assert not r.rerun(reward_failed(0, 0, "exception", same), 1, 1.0)  # the same again: the reward's code
+    assert r.rerun(reward_failed(0, 1, "exception", "raised KeyError: 'x'"), 0, 1.0)
+    assert r.rerun(reward_failed(0, 1, "exception", "raised KeyError: 'y'"), 1, 1.0)  # another message
+    assert not r.rerun(reward_failed(1, 0, "missing_field", "requires field 'answer'"), 0, 1.0)
+    assert r.rerun(run(1, 1, True), 0, 1.0) and r.rerun(run(1, 1, True), 1, 1.0)  # a hang may pass
+    assert r.repeated == 2
+    assert "2 failed run(s) not re-run: they would fail the same way" in r.settings()
+
+
+def test_a_rollout_lost_to_the_reward_s_own_code_says_so():
+    trajs = [reward_failed(g, k, "exception", "raised NameError: name 'scroe' is not defined")
+             for g in range(2) for k in range(2)]
+    with pytest.raises(FailedChainsError, match="failed by your code: the reward function") as err:
+        complete_groups(trajs, "resample")
+    assert "NameError" in str(err.value)
+    hung = [run(g, k, True) for g in range(2) for k in range(2)]
+    with pytest.raises(FailedChainsError, match="failed by the infrastructure"):
+        complete_groups(hung, "resample")
