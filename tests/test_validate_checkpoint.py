@@ -93,6 +93,8 @@ def test_validating_a_trained_checkpoint_reports_the_trained_policy(
     if how == "--ckpt_path":
         command += ["--ckpt_path", str(ckpt)]
     assert main(command) == 0
+    if how == "auto":  # a folder holding checkpoints is a training run's: the test writes its own
+        out = out / stage
     assert val_rows(out) == [t.final]  # the fit's final figures, to the last digit
     assert responses(out / "trajectories" / "val_trajectories_iter000002.jsonl") == t.final_text
 
@@ -162,3 +164,16 @@ def test_a_finished_run_without_a_checkpoint_is_not_scored_as_the_base_model_nor
     assert named in err and "save_freq=-1 keeps none" in err and f"{out}/hf_actor" in err
     assert "trainer.resume_mode=disable" in err
     assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
+
+
+def test_validating_a_fit_s_own_folder_writes_beside_it_never_over_it(trained, tmp_path):
+    """``agentfly validate`` on the fit's folder (its checkpoint found there): the fit's config
+    record, metrics and trajectories stay byte for byte; the validation's go to ``<run>/validate``."""
+    run = tmp_path / "run"
+    shutil.copytree(trained.run, run)
+    before = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    assert main(args(trained.root, trained.model, run, "validate", extra=["trainer.resume_mode=auto"])) == 0
+    after = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    assert {k: v for k, v in after.items() if k.parts[0] != "validate"} == before
+    assert val_rows(run / "validate") == [trained.final]
+    assert (run / "validate" / "config.yaml").exists()

@@ -47,7 +47,7 @@ def _slurm_single_node_tasks() -> None:
         os.environ["SLURM_NTASKS_PER_NODE"] = os.environ["SLURM_NTASKS"]
 
 
-def make_plan(cfg: Any, hardware: Hardware | None = None) -> RunPlan:
+def make_plan(cfg: Any, hardware: Hardware | None = None, *, quiet: bool = False) -> RunPlan:
     """The run's plan on this machine (:func:`agentfly.run.plan.plan_run`); says its notes once.
 
     A model path given as a Hub repo id is resolved here, once the plan's cheaper checks have
@@ -62,10 +62,35 @@ def make_plan(cfg: Any, hardware: Hardware | None = None) -> RunPlan:
     resolved = resolve_model_paths(cfg, needs_critic=plan.module["critic"] is not None)
     if resolved is not cfg:
         plan = plan_run(resolved, hardware)
-    if is_rank_zero():
+    if is_rank_zero() and not quiet:
         for note in plan.notes:
             logger.warning("%s", note)
     return plan
+
+
+def holds_a_fit(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds what a training run writes (checkpoints, the exported actor,
+    the training rollouts' record), which a ``validate`` or ``test`` must leave alone."""
+    return any((
+        (run_dir / "checkpoints").is_dir(), (run_dir / "hf_actor").is_dir(),
+        (run_dir / "trajectories" / "rollouts_rank0.jsonl").exists(),
+    ))
+
+
+def own_folder(cfg: Any, plan: RunPlan, stage: str) -> tuple[Any, RunPlan]:
+    """``validate``/``test`` on a training run's folder write into ``<run>/<stage>/`` (its
+    metrics, trajectories, config record), never over the fit's own files; elsewhere the folder
+    is theirs. Returns the config and plan they run with."""
+    from omegaconf import OmegaConf
+
+    run_dir = Path(plan.run_dir)
+    if stage not in ("validate", "test") or not holds_a_fit(run_dir):
+        return cfg, plan
+    own = run_dir / stage
+    cfg = OmegaConf.merge(cfg, {"trainer": {"default_local_dir": str(own)}})
+    if is_rank_zero():
+        logger.warning("%s: %s holds a training run; this %s writes to %s", stage, run_dir, stage, own)
+    return cfg, make_plan(cfg, quiet=True)
 
 
 def build_module(plan: RunPlan, module_class: Any = None, init_args: dict[str, Any] | None = None) -> Any:
@@ -197,7 +222,8 @@ def begin_run(
     """
     started = time.perf_counter()
     plan = make_plan(cfg)
-    ckpt = resume_checkpoint(cfg, plan, ckpt_path, stage)
+    ckpt = resume_checkpoint(cfg, plan, ckpt_path, stage)  # found in the folder named
+    cfg, plan = own_folder(cfg, plan, stage)
     open_run(plan, stack, stage)
     trainer, module, datamodule, ckpt = build_run(
         plan, ckpt, cfg, model=class_spec(model, "model"), data=class_spec(data, "data"), callbacks=callbacks
