@@ -128,3 +128,24 @@ def test_a_request_the_machine_cannot_meet_stops_before_anything_starts(task, tm
     err = capsys.readouterr().err
     assert named in err, err
     assert not (tmp_path / "run").exists()  # nothing was started or written
+
+
+def test_the_training_chains_text_is_kept_for_a_few_chains_per_iteration(task, tmp_path):
+    """Each iteration keeps the whole text of its first training chains (4 by default, here all
+    4 of the batch): the prompt exactly as the model saw it (system prompt and the tools' schemas
+    included), the turns, the tool calls, the reward; the same rewards as the batch's record."""
+    import json
+
+    root, model = task
+    run = tmp_path / "run"
+    assert main(fit_args(root, model, run, 2)) == 0
+    batches = [json.loads(x) for x in (run / "trajectories" / "rollouts_rank0.jsonl").read_text().splitlines()]
+    for k in (1, 2):
+        chains = [json.loads(x) for x in (run / "trajectories" / f"train_trajectories_iter{k:06d}.jsonl").read_text().splitlines()]
+        assert len(chains) == 4
+        assert [c["reward"] for c in chains] == batches[k - 1]["rewards"]
+        for c in chains:
+            assert '"name": "calculator"' in c["prompt_text"]  # the tools' schemas the template showed
+            assert c["prompt_text"].rstrip().endswith("assistant")
+            assert c["messages"][0]["role"] in ("system", "user") and c["response_text"]
+            assert c["finish_reason"]

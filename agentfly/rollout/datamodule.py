@@ -99,6 +99,8 @@ class RolloutDataModule(pl.LightningDataModule):
         trajectory_dir: where validation trajectories are written as JSONL, and each rank's
             record of its training rollouts (``rollouts_rank{r}.jsonl``); None: nowhere.
         num_val_samples: trajectories kept per validation in that file.
+        num_train_samples: training chains per iteration whose whole text is kept there
+            (``train_trajectories_iterNNNNNN.jsonl``, rank 0; 0: none).
         max_prompt_length: longest rendered prompt in tokens (system prompt, tools' schemas and
             chat template included); None: ``agent.init_config.max_model_len`` less one token.
         filter_overlong_prompts: drop (count and name once) the rows whose prompt is longer,
@@ -157,6 +159,7 @@ class RolloutDataModule(pl.LightningDataModule):
         greedy_baselines: bool = False,
         trajectory_dir: str | None = None,
         num_val_samples: int = 16,
+        num_train_samples: int = 4,
         max_prompt_length: PositiveInt | None = None,
         filter_overlong_prompts: bool = True,
         truncation: Literal["error", "left", "right", "middle"] = "error",
@@ -210,7 +213,7 @@ class RolloutDataModule(pl.LightningDataModule):
             max_staleness=max_staleness, max_iterations=max_iterations,
             producer_threads=producer_threads, idle_threads=idle_threads, trajectory_dir=trajectory_dir,
             filter_metric=filter_groups_metric, max_num_gen_batches=max_num_gen_batches,
-            anchor_similarity=anchor_similarity,
+            anchor_similarity=anchor_similarity, num_train_samples=num_train_samples,
         )
         self.val_rollouts = ValidationRollouts(
             self, lock, prompt_key=prompt_key, temperature=val_temperature, top_p=val_top_p,

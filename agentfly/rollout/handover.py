@@ -96,7 +96,12 @@ class TrainingRollouts:
         producer_threads: torch threads of the producer's thread (None: torch's default).
         idle_threads: torch threads of the training thread while the producer is idle (None:
             unchanged).
-        trajectory_dir: where ``rollouts_rank{r}.jsonl`` is written; None: nowhere.
+        trajectory_dir: where ``rollouts_rank{r}.jsonl`` is written, and rank 0's
+            ``train_trajectories_iterNNNNNN.jsonl`` (the text of ``num_train_samples`` of each
+            iteration's training chains); None: nowhere.
+        num_train_samples: training chains per iteration whose whole text is kept (the first
+            ones of the batch: the prompt as the model saw it, the turns, tool calls and
+            observations, reward, finish reason); 0: none.
         filter_metric: with dynamic sampling, ``algorithm.filter_groups.metric``; None: off.
         max_num_gen_batches: ``algorithm.filter_groups.max_num_gen_batches`` (0: as many as the
             rows hold, :meth:`RunPosition.gen_batch_bound`).
@@ -111,8 +116,10 @@ class TrainingRollouts:
         max_staleness: int, max_iterations: int | None, producer_threads: int | None,
         idle_threads: int | None, trajectory_dir: str | None, filter_metric: str | None = None,
         max_num_gen_batches: int = 0, anchor_similarity: float | None = None,
+        num_train_samples: int = 4,
     ) -> None:
         self.run = run
+        self.num_train_samples = num_train_samples
         self.lock = lock
         self.prompt_key = prompt_key
         self.greedy_baselines = greedy_baselines
@@ -369,6 +376,14 @@ class TrainingRollouts:
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
+        if rank == 0 and self.num_train_samples > 0:
+            from agentfly.rollout.summary import trajectory_record
+
+            step = Path(self.trajectory_dir) / f"train_trajectories_iter{record['iteration']:06d}.jsonl"
+            tokenizer = self.run.session.tokenizer
+            with step.open("w", encoding="utf-8") as f:  # a re-run iteration (a resume) writes it anew
+                for t in trajs[: self.num_train_samples]:
+                    f.write(json.dumps(trajectory_record(t, tokenizer), ensure_ascii=False) + "\n")
 
     def _pad_id(self) -> int:
         tok = self.run.session.tokenizer

@@ -22,7 +22,8 @@ def trajectory_record(traj: Trajectory, tokenizer: Any = None) -> dict[str, Any]
     ]
     rec["tool_calls"] = [asdict(c) for c in traj.tool_calls]
     rec["num_tool_calls"] = traj.num_tool_calls
-    if tokenizer is not None:
+    if tokenizer is not None:  # the prompt as the model saw it: system prompt, tools' schemas, template
+        rec["prompt_text"] = tokenizer.decode(traj.prompt_ids, skip_special_tokens=False)
         rec["response_text"] = tokenizer.decode(traj.response_ids, skip_special_tokens=False)
     return rec
 
