@@ -86,7 +86,7 @@ class FakeLoop:
 
 def data_module(greedy_baselines: bool, **kw) -> tuple[RolloutDataModule, FakeLoop]:
     fake = FakeLoop()
-    session = SimpleNamespace(loop=fake, tokenizer=SimpleNamespace(pad_token_id=0))
+    session = SimpleNamespace(loop=fake, tokenizer=SimpleNamespace(pad_token_id=0, decode=lambda ids, **_: " ".join(map(str, ids))))
     # 4 prompts per iteration over both ranks: 2 on each
     dm = RolloutDataModule(
         lambda: session, train_files=[], train_batch_size=4, greedy_baselines=greedy_baselines, **kw

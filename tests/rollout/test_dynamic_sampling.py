@@ -80,7 +80,7 @@ def module(mode: str = "sync", tmp_path=None, *, rows=ROWS, shuffle: bool = Fals
     )
     dm.rank = lambda: rank
     dm.train_rows = list(rows)
-    dm.session = SimpleNamespace(loop=Loop(), tokenizer=SimpleNamespace(pad_token_id=0, eos_token_id=0))
+    dm.session = SimpleNamespace(loop=Loop(), tokenizer=SimpleNamespace(pad_token_id=0, eos_token_id=0, decode=lambda ids, **_: " ".join(map(str, ids))))
     dm.train_dataloader()
     return dm
 
