@@ -114,8 +114,7 @@ class TQDMIterationBar(_IterationBar, TQDMProgressBar):
 
 
 def _clock(seconds: float) -> str:
-    seconds = int(round(seconds))
-    h, rest = divmod(seconds, 3600)
+    h, rest = divmod(round(seconds), 3600)
     return f"{h}:{rest // 60:02d}:{rest % 60:02d}" if h else f"{rest // 60}:{rest % 60:02d}"
 
 

@@ -173,7 +173,12 @@ def validate(cfg: DictConfig, *, check_required: bool = True) -> None:
     (:func:`agentfly.config.plugins.plugin_errors`), settings this build cannot honour, and the
     checks across ``agentfly sft``'s keys."""
     from agentfly.config.plugins import plugin_errors
-    from agentfly.config.validate import _check_fused_kernels, _check_lora, _check_model_dtype, _check_unsupported
+    from agentfly.config.validate import (
+        _check_fused_kernels,
+        _check_lora,
+        _check_model_dtype,
+        _check_unsupported,
+    )
 
     get = functools.partial(OmegaConf.select, cfg)
     errors = plugin_errors(get)

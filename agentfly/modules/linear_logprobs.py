@@ -133,6 +133,22 @@ def fused_head_problem(model: Any) -> str | None:
     return None
 
 
+def check_fused_head(model: Any, path: str) -> None:
+    """Refuse ``use_fused_kernels`` for a model whose logits are not its head's ``h Wᵀ``.
+
+    Raises:
+        InputError: :func:`fused_head_problem` names why, with the model's ``path``.
+    """
+    from agentfly.core.errors import InputError
+
+    problem = fused_head_problem(model)
+    if problem is not None:
+        raise InputError(
+            f"actor_rollout_ref.model.use_fused_kernels=true: {path}'s log-probabilities are not "
+            f"its LM head's h Wᵀ ({problem}); set use_fused_kernels=false"
+        )
+
+
 def _identity(hidden: torch.Tensor) -> torch.Tensor:
     return hidden
 

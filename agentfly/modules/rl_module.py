@@ -34,12 +34,16 @@ import torch
 from agentfly.core import metric_sums
 from agentfly.core.batch import RolloutBatch
 from agentfly.core.batch_hooks import RolloutBatchHook, compute_advantages, shape_rewards
-from agentfly.core.errors import InputError
 from agentfly.core.reductions import masked_mean
 from agentfly.core.step_metrics import StepMetrics
 from agentfly.estimators.kl import full_kl_from_logits, kl_penalty
 from agentfly.modules import off_policy
 from agentfly.modules.fsdp import total_norm
+from agentfly.modules.linear_logprobs import (
+    check_fused_head,
+    hidden_instead_of_logits,
+    linear_logprobs,
+)
 from agentfly.modules.lora import drop_frozen_base, reference_of, restore_frozen_base
 from agentfly.modules.losses import (
     agg_loss,
@@ -49,7 +53,6 @@ from agentfly.modules.losses import (
     value_loss,
 )
 from agentfly.modules.micro_batches import per_row, split
-from agentfly.modules.linear_logprobs import fused_head_problem, hidden_instead_of_logits, linear_logprobs
 from agentfly.modules.packing import packed_values
 from agentfly.modules.policy_losses import get_policy_loss
 from agentfly.modules.policy_model import (
@@ -161,11 +164,8 @@ class AgentRLModule(pl.LightningModule):
             return
         m = self.model_settings
         self.actor = build_trainable_policy(m, self.actor_settings.gradient_checkpointing)
-        if m.fused_logprobs and (problem := fused_head_problem(self.actor)) is not None:
-            raise InputError(
-                f"actor_rollout_ref.model.use_fused_kernels=true: {m.path}'s log-probabilities are "
-                f"not its LM head's h Wᵀ ({problem}); set use_fused_kernels=false"
-            )
+        if m.fused_logprobs:
+            check_fused_head(self.actor, m.path)
         if self.kl.needs_reference and not m.lora.enabled:  # with LoRA: the base, adapter off
             self.reference = build_policy_model(m, m.reference_dtype).eval()
             self.reference.requires_grad_(False)

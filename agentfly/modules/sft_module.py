@@ -28,10 +28,13 @@ import torch
 
 from agentfly.core import metric_sums
 from agentfly.core.batch import RolloutBatch
-from agentfly.core.errors import InputError
 from agentfly.modules.fsdp import total_norm
+from agentfly.modules.linear_logprobs import (
+    check_fused_head,
+    hidden_instead_of_logits,
+    linear_logprobs,
+)
 from agentfly.modules.lora import drop_frozen_base, restore_frozen_base
-from agentfly.modules.linear_logprobs import fused_head_problem, hidden_instead_of_logits, linear_logprobs
 from agentfly.modules.losses import agg_loss, logprobs_from_logits
 from agentfly.modules.policy_model import build_optimizer, build_trainable_policy
 from agentfly.modules.response_logits import batch_response_logits
@@ -78,11 +81,8 @@ class AgentSFTModule(pl.LightningModule):
             return
         m = self.model_settings
         self.actor = build_trainable_policy(m, self.update.gradient_checkpointing)
-        if m.fused_logprobs and (problem := fused_head_problem(self.actor)) is not None:
-            raise InputError(
-                f"actor_rollout_ref.model.use_fused_kernels=true: {m.path}'s log-probabilities are "
-                f"not its LM head's h Wᵀ ({problem}); set use_fused_kernels=false"
-            )
+        if m.fused_logprobs:
+            check_fused_head(self.actor, m.path)
         if self._device_mesh is not None:  # ModelParallelStrategy: FSDP2
             from agentfly.modules.fsdp import shard_mesh, shard_model
 

@@ -50,7 +50,6 @@ def check_reward_fields(reward: str, splits: dict[str, list[dict[str, Any]]]) ->
     from agentfly.rollout.rewards.arguments import bind_reward_kwargs
     from agentfly.rollout.rewards.registry import info_of
     from agentfly.rollout.rewards.result import RewardError
-
     from agentfly.rollout.rewards.reward_config import CONFIGURABLE
 
     if reward in CONFIGURABLE:  # its settings are bound from reward_config, not the rows

@@ -112,6 +112,30 @@ def load_actor(path: Path) -> Any:
     return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
 
 
+# ---------------------------------------------------------------- one update, by hand
+
+
+class RecordingOptimizer:
+    """Stands for the optimizer of ``AgentRLModule._update``: records the gradient at each step."""
+
+    def __init__(self, model: Any) -> None:
+        self.model, self.grads = model, []
+
+    def zero_grad(self) -> None:
+        self.model.zero_grad(set_to_none=True)
+
+    def step(self) -> None:
+        self.grads.append({k: p.grad.clone() for k, p in self.model.named_parameters()})
+
+
+class NoScheduler:
+    def step(self) -> None:
+        pass
+
+    def get_last_lr(self) -> list[float]:
+        return [0.0]
+
+
 # ---------------------------------------------------------------- one fit on the batch
 
 

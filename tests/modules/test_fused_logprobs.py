@@ -14,26 +14,15 @@ from agentfly.modules.linear_logprobs import fused_head_problem
 from agentfly.modules.rl_module import AgentRLModule
 from agentfly.modules.settings import KLSettings, ModelSettings, PolicyLossSettings, UpdateSettings
 from tests.config.plans import compose
-from tests.modules.one_update import CHAINS, GRPO_ADVANTAGES, chain_logprobs, make_batch, response_tokens
-
-
-class _Opt:
-    def __init__(self, model: Any) -> None:
-        self.model, self.grads = model, []
-
-    def zero_grad(self) -> None:
-        self.model.zero_grad(set_to_none=True)
-
-    def step(self) -> None:
-        self.grads.append({k: p.grad.clone() for k, p in self.model.named_parameters()})
-
-
-class _Sched:
-    def step(self) -> None:
-        pass
-
-    def get_last_lr(self) -> list[float]:
-        return [0.0]
+from tests.modules.one_update import (
+    CHAINS,
+    GRPO_ADVANTAGES,
+    NoScheduler,
+    RecordingOptimizer,
+    chain_logprobs,
+    make_batch,
+    response_tokens,
+)
 
 
 def _module(path: Any, fused: bool, *, temperature: float = 1.0, remove_padding: bool = False) -> AgentRLModule:
@@ -59,8 +48,8 @@ def _update(module: AgentRLModule) -> tuple[dict[str, torch.Tensor], dict[str, f
         logp = module.log_probs(module.actor, batch)
         batch.old_log_probs = logp - 0.1 * mask
         batch.ref_log_probs = logp + 0.2 * torch.randn(logp.shape) * mask
-    opt = _Opt(module.actor)
-    metrics = module._update(module.actor, module.actor_settings, module._actor_loss, batch, opt, _Sched())
+    opt = RecordingOptimizer(module.actor)
+    metrics = module._update(module.actor, module.actor_settings, module._actor_loss, batch, opt, NoScheduler())
     (grads,) = opt.grads
     return grads, metrics
 
@@ -101,7 +90,7 @@ def test_no_logits_tensor_of_the_vocabulary_is_kept_for_the_backward(tiny_model_
         vocab = module.actor.get_output_embeddings().weight.shape[0]
         saved: list[torch.Size] = []
 
-        def pack(t: torch.Tensor) -> torch.Tensor:
+        def pack(t: torch.Tensor, saved: list[torch.Size] = saved) -> torch.Tensor:
             saved.append(t.shape)
             return t
 
@@ -137,8 +126,8 @@ def test_a_head_whose_logits_are_not_hw_is_named(model, named):
 
 def test_a_plain_head_is_accepted_and_a_scaled_one_refused_at_load(tiny_model_dir, monkeypatch):
     assert fused_head_problem(_module(tiny_model_dir, True).actor) is None
-    monkeypatch.setattr("agentfly.modules.rl_module.fused_head_problem", lambda model: "its config scales the logits")
-    with pytest.raises(InputError, match="use_fused_kernels=true.*scales the logits"):
+    monkeypatch.setattr("agentfly.modules.linear_logprobs.fused_head_problem", lambda model: "its config scales the logits")
+    with pytest.raises(InputError, match=r"use_fused_kernels=true.*scales the logits"):
         _module(tiny_model_dir, True)
 
 

@@ -18,7 +18,7 @@ from agentfly.modules.settings import (
     PolicyLossSettings,
     UpdateSettings,
 )
-from tests.modules.one_update import GRPO_ADVANTAGES, make_batch
+from tests.modules.one_update import GRPO_ADVANTAGES, NoScheduler, RecordingOptimizer, make_batch
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -47,27 +47,6 @@ def test_results_come_back_in_row_order():
     assert [len(m) for m in split(batch, None, 15)] == [1, 2, 1]
 
 
-class _Opt:
-    """Records the actor's gradient at each step."""
-
-    def __init__(self, model: Any) -> None:
-        self.model, self.grads = model, []
-
-    def zero_grad(self) -> None:
-        self.model.zero_grad(set_to_none=True)
-
-    def step(self) -> None:
-        self.grads.append({k: p.grad.clone() for k, p in self.model.named_parameters()})
-
-
-class _Sched:
-    def step(self) -> None:
-        pass
-
-    def get_last_lr(self) -> list[float]:
-        return [0.0]
-
-
 def _module(path: Any, *, remove_padding: bool = False, **update: Any) -> AgentRLModule:
     module = AgentRLModule(
         ModelSettings(str(path), remove_padding=remove_padding),
@@ -86,8 +65,8 @@ def _gradient(module: AgentRLModule) -> dict[str, torch.Tensor]:
     batch.advantages = torch.tensor(GRPO_ADVANTAGES)[:, None] * batch.response_mask
     with torch.no_grad():
         batch.old_log_probs = module.log_probs(module.actor, batch) - 0.1 * batch.response_mask
-    opt = _Opt(module.actor)
-    module._update(module.actor, module.actor_settings, module._actor_loss, batch, opt, _Sched())
+    opt = RecordingOptimizer(module.actor)
+    module._update(module.actor, module.actor_settings, module._actor_loss, batch, opt, NoScheduler())
     (grads,) = opt.grads
     return grads
 
