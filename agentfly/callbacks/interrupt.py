@@ -110,8 +110,8 @@ class InterruptCheckpoint(Callback):
             raise KeyboardInterrupt
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
-        if not isinstance(exception, (KeyboardInterrupt, SystemExit)):
-            return
+        if not isinstance(exception, (KeyboardInterrupt, SystemExit)) or trainer.state.fn != "fit":
+            return  # a validate/test changes no weights: nothing to keep
         self._restore()
         if self.busy:
             say = f"stopped inside iteration {pl_module.iteration + 1}: it is not checkpointed"

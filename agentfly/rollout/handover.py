@@ -380,7 +380,7 @@ class TrainingRollouts:
             from agentfly.rollout.summary import trajectory_record
 
             step = Path(self.trajectory_dir) / f"train_trajectories_iter{record['iteration']:06d}.jsonl"
-            tokenizer = self.run.session.tokenizer
+            tokenizer = getattr(self.run.session, "tokenizer", None)  # None: the records without text
             with step.open("w", encoding="utf-8") as f:  # a re-run iteration (a resume) writes it anew
                 for t in trajs[: self.num_train_samples]:
                     f.write(json.dumps(trajectory_record(t, tokenizer), ensure_ascii=False) + "\n")
