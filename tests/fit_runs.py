@@ -60,11 +60,25 @@ def fit_args(root, model, run, steps, extra=()):
 
 
 def rows(run):
-    """Every launch's metrics, in launch order (a resumed run writes a new version folder)."""
+    """Every launch's metrics, in launch order (a resumed fit continues the run's file; a fresh
+    launch into the folder writes a new version folder)."""
     out = []
     for path in sorted((run / "metrics").glob("version_*/metrics.csv")):
         with open(path) as f:
             out += list(csv.DictReader(f))
+    return out
+
+
+def iterations_by_launch(run) -> dict[str, list[float]]:
+    """``{launch: its training iterations}`` of the run's one metrics file (the ``launch``
+    column: 1 for the first launch, 2 for the first resume...); fails if there is more than one."""
+    files = sorted((run / "metrics").glob("version_*/metrics.csv"))
+    assert len(files) == 1, files  # a resumed fit continues the run's file
+    out: dict[str, list[float]] = {}
+    with open(files[0]) as f:
+        for r in csv.DictReader(f):
+            if r.get("training/iteration"):
+                out.setdefault(r["launch"], []).append(float(r["training/iteration"]))
     return out
 
 

@@ -21,7 +21,7 @@ import torch
 
 from agentfly.cli import main
 from agentfly.run.checkpoints import checkpoint_damage, find_resume_checkpoint
-from tests.fit_runs import fit_args, rows, write_task
+from tests.fit_runs import fit_args, iterations_by_launch, write_task
 
 
 @pytest.fixture(scope="module")
@@ -114,8 +114,9 @@ def test_a_truncated_last_ckpt_resumes_from_the_intact_iteration_before_it(train
     assert str(out / "checkpoints" / "last.ckpt") in said[0]
     assert str(out / "checkpoints" / "iter_000002.ckpt") in said[0]
     assert said[0].endswith(f"resuming from {out / 'checkpoints' / 'iter_000001.ckpt'}, the newest intact one")
-    iterations = [float(r["training/iteration"]) for r in rows(out) if r.get("training/iteration")]
-    assert iterations == [1.0, 2.0, 2.0, 3.0]  # the first launch's 1, 2; the resumed one's 2, 3
+    # one metrics file: the first launch's iteration 1 (its 2 is not in the checkpoint resumed
+    # from, so its row went), then the resumed launch's 2 and 3
+    assert iterations_by_launch(out) == {"1": [1.0], "2": [2.0, 3.0]}
     assert torch.load(out / "checkpoints" / "last.ckpt", weights_only=False)["agentfly_iteration"] == 3
 
 

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import shlex
@@ -18,7 +17,7 @@ import pytest
 import torch
 
 from agentfly.callbacks.iterations import IterationScheduleCallback
-from tests.fit_runs import fit_args, write_task
+from tests.fit_runs import fit_args, iterations_by_launch, write_task
 
 
 @pytest.fixture(scope="module")
@@ -37,15 +36,6 @@ def launch(root, model, run, steps, extra=()):
         ["trainer.resume_mode=auto", "agent.run_config.generation_config.max_tokens=32", *extra],
     )
     return [sys.executable, "-m", "agentfly.cli", *args]
-
-
-def iterations_per_launch(run: Path) -> list[list[float]]:
-    out = []
-    for version in sorted((run / "metrics").glob("version_*"), key=lambda p: int(p.name.split("_")[1])):
-        path = version / "metrics.csv"
-        rows = list(csv.DictReader(path.open())) if path.exists() else []
-        out.append([float(r["training/iteration"]) for r in rows if r.get("training/iteration")])
-    return out
 
 
 def kill_once_saved(cmd: list[str], checkpoint: Path, log: Path) -> None:
@@ -79,9 +69,9 @@ def test_sigkill_mid_iteration_then_resume(task, tmp_path):
     assert again.returncode == 0, again.stderr[-3000:]
     assert torch.load(ckpts / "last.ckpt", weights_only=False)["agentfly_iteration"] == 2
     assert (ckpts / "iter_000002.ckpt").exists() and not (ckpts / "last.ckpt.tmp").exists()
-    launches = iterations_per_launch(run)
-    assert launches[-1] == [2.0]  # the resumed launch ran iteration 2 only...
-    assert all(2.0 not in its for its in launches[:-1])  # ...and no earlier launch did
+    launches = iterations_by_launch(run)  # one metrics file, the resumed launch's rows after the first's
+    assert launches.pop("2") == [2.0]  # the resumed launch ran iteration 2 only...
+    assert all(2.0 not in its for its in launches.values())  # ...and no row of the first's iteration 2 is left
     rollouts = [json.loads(line) for line in (run / "trajectories" / "rollouts_rank0.jsonl").read_text().splitlines()]
     assert rollouts[0]["iteration"] == 1 and rollouts[-1]["iteration"] == 2
 
@@ -203,7 +193,7 @@ def test_ctrl_c_between_iterations_keeps_the_last_one_and_prints_the_command_tha
     assert printed[:3] == ["python", "-m", "agentfly.cli"] and printed[3:] == cmd[3:]
     again = subprocess.run([sys.executable, *printed[1:]], capture_output=True, text=True, timeout=START_S)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert iterations_per_launch(run) == [[1.0], [2.0, 3.0]]
+    assert iterations_by_launch(run) == {"1": [1.0], "2": [2.0, 3.0]}
 
 
 def test_ctrl_c_during_an_update_finishes_and_keeps_that_iteration(task, tmp_path):
@@ -219,4 +209,4 @@ def test_ctrl_c_during_an_update_finishes_and_keeps_that_iteration(task, tmp_pat
     assert f"interrupted: iteration 2 is checkpointed in {ckpts / 'iter_000002.ckpt'}" in first.stderr
     assert torch.load(ckpts / "last.ckpt", weights_only=False)["agentfly_iteration"] == 2
     assert not (ckpts / "iter_000001.ckpt").exists()  # save_freq=-1: only the interrupt's
-    assert iterations_per_launch(run) == [[1.0, 2.0]]
+    assert iterations_by_launch(run) == {"1": [1.0, 2.0]}

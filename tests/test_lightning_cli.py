@@ -109,9 +109,9 @@ def help_entries(text: str) -> dict[str, str]:
     return {k: " ".join(v.split()) for k, v in entries.items()}
 
 
-def test_help_lists_the_verl_keys_with_type_and_default(capsys, monkeypatch):
+def test_help_all_lists_the_verl_keys_with_type_and_default(capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "400")  # no wrapping inside a default such as 1e-06
-    assert exit_code(["fit", "--help"]) == 0
+    assert exit_code(["fit", "--help-all"]) == 0
     entries = help_entries(capsys.readouterr().out)
     expected = {
         "--actor_rollout_ref.actor.optim.lr": "(type: NonNegativeFloat, default: 1e-06)",
@@ -126,6 +126,48 @@ def test_help_lists_the_verl_keys_with_type_and_default(capsys, monkeypatch):
         assert key in entries, f"{key} not in --help"
         assert entries[key].endswith(type_and_default), (key, entries[key])
     assert "--trainer.callbacks" in entries and "--model" in entries  # LightningCLI's own groups
+
+
+def short_help_keys(text: str) -> dict[str, tuple[str, str]]:
+    """``key`` -> (its default as printed, its help line(s)) from the short ``--help``."""
+    out: dict[str, tuple[str, str]] = {}
+    key = None
+    for line in text.splitlines():
+        m = re.match(r"^  ([a-z_]+\.[\w.]+)=(.*)$", line)
+        if m:
+            key = m.group(1)
+            out[key] = (m.group(2), "")
+        elif key is not None and line.startswith("      "):
+            out[key] = (out[key][0], (out[key][1] + " " + line.strip()).strip())
+    return out
+
+
+@pytest.mark.parametrize("stage", ["fit", "validate"])
+def test_help_is_a_page_of_the_keys_set_most_with_their_defaults(stage, capsys):
+    assert exit_code([stage, "--help"]) == 0
+    text = capsys.readouterr().out
+    assert len(text.splitlines()) <= 200
+    keys = short_help_keys(text)
+    # the defaults a run gets when the key is not set (the composed ones: logger None is the console)
+    assert keys["trainer.save_freq"][0] == "-1" and "keeps none" in keys["trainer.save_freq"][1]
+    assert keys["trainer.logger"][0] == "[console]"
+    assert keys["actor_rollout_ref.actor.optim.lr"][0] == "1e-06"
+    assert keys["algorithm.adv_estimator"][0] == "gae"
+    assert keys["data.train_batch_size"][0] == "1024"
+    assert keys["agent.run_config.num_chains"][1].startswith("chains (trajectories) per prompt")
+    # the data keys first, and the way to everything else
+    assert next(iter(keys)) == "data.train_files"
+    for option in ("--config", "--ckpt_path", "--print_config", "--help-all"):
+        assert option in text
+
+
+def test_sft_and_rollout_help_name_their_config_words(capsys):
+    assert exit_code(["sft", "--help"]) == 0
+    text = capsys.readouterr().out
+    assert len(text.splitlines()) <= 200 and "data.format=messages" in text and "--help-all" in text
+    assert exit_code(["rollout", "--help"]) == 0
+    text = capsys.readouterr().out
+    assert "--config FILE" in text and "KEY=VALUE" in text and "--limit" in text
 
 
 def metric_rows(run) -> list[dict[str, str]]:

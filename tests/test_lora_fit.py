@@ -5,7 +5,6 @@ only, and a resume restores it; the Hugging Face export is the merged model or t
 
 from __future__ import annotations
 
-import csv
 import json
 
 import pytest
@@ -16,7 +15,7 @@ from agentfly.cli import load_config
 from agentfly.rollout.engines import SamplingParams
 from agentfly.rollout.engines.caller_thread import run_sync
 from agentfly.run.fit import build_trainer
-from tests.fit_runs import rows, write_task
+from tests.fit_runs import iterations_by_launch, rows, write_task
 
 IDS = list(range(3, 40))  # a fixed token sequence to compare models on
 PROMPT = "<|im_start|>user\nWhat is 7*7?<|im_end|>\n<|im_start|>assistant\n"
@@ -156,9 +155,6 @@ def test_the_reference_is_the_base_and_a_resume_restores_the_adapter(adapter_run
     cfg = config(root, model, run, "trainer.total_training_steps=3", "actor_rollout_ref.model.lora.export=adapter")
     resumed, engine_lp, actor_lp, *_ = fit(cfg)
     assert resumed.iteration == 3
-    second = sorted((run / "metrics").glob("version_*/metrics.csv"))[1]
-    with open(second) as f:
-        trained = {float(r["training/iteration"]) for r in csv.DictReader(f) if r.get("training/iteration")}
-    assert trained == {3.0}  # the second launch went on from iteration 2
+    assert iterations_by_launch(run)["2"] == [3.0]  # the second launch went on from iteration 2
     assert kl_by_iteration(run)[3] > 0.0  # a fresh adapter (B = 0) would give 0 here
     assert (engine_lp - actor_lp).abs().max().item() < 1e-4

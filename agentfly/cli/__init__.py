@@ -121,6 +121,20 @@ def _config_parser() -> tuple[Any, dict[str, Any]]:
     return cli.parser, cli.parser.get_defaults().trainer.as_dict()
 
 
+def stage_help(stage: str) -> str:
+    """``agentfly <stage> --help``: the keys users set most (``--help-all``: every key)."""
+    from lightning.pytorch.cli import LightningArgumentParser
+
+    from agentfly.cli.lightning import DATA_PLANNED
+    from agentfly.cli.short_help import fit_help
+    from agentfly.config.verl_args import verl_keys
+    from agentfly.rollout.datamodule import RolloutDataModule
+
+    data = LightningArgumentParser()
+    data.add_class_arguments(RolloutDataModule, "data", fail_untyped=False, skip=DATA_PLANNED)
+    return fit_help(stage, _config_parser()[0], data, verl_keys().defaults)
+
+
 def _lightning(stage: str, words: list[str]) -> int:
     from agentfly.config.verl_args import to_cli_args
     from agentfly.core.errors import ConfigError
@@ -128,6 +142,10 @@ def _lightning(stage: str, words: list[str]) -> int:
     from agentfly.run.errors import USER_ERRORS
     from agentfly.run.resume import RunComplete
 
+    if "-h" in words or "--help" in words:
+        print(stage_help(stage))
+        return 0
+    words = ["--help" if w == "--help-all" else w for w in words]
     try:
         with sigterm_exits(), ray_stopped_at_exit(), contextlib.ExitStack() as stack:
             args, explicit = to_cli_args(words, default_task=True)
@@ -188,6 +206,13 @@ def plan_rollout_run(
     return plan_rollout(resolve_model_paths(cfg, needs_critic=False), topology), rows
 
 
+CONFIG_WORDS = "agentfly {command} [--config FILE] [KEY=VALUE | --KEY VALUE ...] [options]"
+CONFIG_EPILOG = (
+    "--config FILE and KEY=VALUE words are agentfly fit's (a.b=c, +a.b=c, ~a.b, a.l=[x,y]); "
+    "`agentfly fit --help` lists the keys set most, `agentfly fit --help-all` every key."
+)
+
+
 def _options_and_config(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[Any, Any] | None:
     """A command's own options and the config its other words compose (the task's defaults
     beneath); None, said on stderr, when the config is refused."""
@@ -205,7 +230,12 @@ def _rollout(argv: list[str]) -> int:
     from agentfly.config import config_to_yaml
     from agentfly.rollout.runner import run_rollout
 
-    parser = argparse.ArgumentParser(prog="agentfly rollout", description="run rollouts alone and write trajectories as JSONL")
+    parser = argparse.ArgumentParser(
+        prog="agentfly rollout", usage=CONFIG_WORDS.format(command="rollout"), epilog=CONFIG_EPILOG,
+        description="Run rollouts alone with the config fit would train with, and write one JSON line per "
+                    "chain (the system prompt and tool schemas the model saw, its turns, tool calls, "
+                    "observations, reward, finish reason), then a summary.",
+    )
     parser.add_argument("--output", "-o", default="rollouts.jsonl", help="where to write the chains")
     parser.add_argument("--split", choices=["train", "val"], default="train", help="which data files")
     parser.add_argument("--limit", type=int, help="roll out only the first N rows")
@@ -238,7 +268,7 @@ def _serve(argv: list[str]) -> int:
     from agentfly.run.serve import serve
 
     parser = argparse.ArgumentParser(
-        prog="agentfly serve",
+        prog="agentfly serve", usage=CONFIG_WORDS.format(command="serve"), epilog=CONFIG_EPILOG,
         description="the configured model, template and tool-call parser behind an OpenAI-compatible endpoint",
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on")

@@ -354,7 +354,9 @@ def to_cli_args(
 
 
 def parse_error(exc: Exception) -> str:
-    """jsonargparse's message, led by one line: the dotted key, what it expects and the value.
+    """jsonargparse's message as one line: the dotted key, what it expects and the value given
+    (its nested account of every Union member tried is left out); the message as it is when it
+    names no key.
 
     A subclass-mode group nests its keys (``Parser key "data": ... Parser key "truncation":``);
     the line joins them (``data.truncation``).
@@ -368,6 +370,8 @@ def parse_error(exc: Exception) -> str:
     if not keys or not expects:
         return text
     detail = next((e for e in expects if not e.startswith("Does not validate")), expects[0])
+    detail = re.sub(r"<class '(?:builtins\.)?([\w.]+)'>", r"\1", detail)
+    detail = re.sub(r"a typing\.Literal\[(.*?)\]", r"one of \1", detail)
     shown = "Got value" in detail or detail.startswith("Not of type") or not given
     value = "" if shown else f" (given {given[0]})"
-    return f"{'.'.join(keys)}: {detail}{value}\n{text}"
+    return f"{'.'.join(keys)}: {detail}{value}"

@@ -69,12 +69,15 @@ def open_run(plan: JobPlan, stack: contextlib.ExitStack, stage: str | None = Non
         stack.callback(_remove_empty_folders, run_dir, existed)
 
 
-def build_trainer_of(plan: JobPlan, record: Any, callbacks: list[Any] = ()) -> Any:  # type: ignore[assignment]
+def build_trainer_of(
+    plan: JobPlan, record: Any, callbacks: list[Any] = (), resume_iteration: int | None = None,  # type: ignore[assignment]
+) -> Any:
     """The ``AgentflyTrainer`` of ``plan``: torch's threads and the seed set, the run directory
     made, agentfly's callbacks (:func:`build_callbacks`), then the config record ``record`` in every
     checkpoint (:class:`~agentfly.callbacks.config_record.ConfigRecord`), then ``callbacks``;
     ``strategy="fsdp"`` made Lightning's FSDP2 strategy; under SLURM, the requeue at an iteration
-    boundary."""
+    boundary. ``resume_iteration``: the iteration of the checkpoint a fit resumes from (its
+    metrics continue the run's file, :func:`build_loggers`)."""
     import lightning.pytorch as pl
 
     from agentfly.callbacks.config_record import ConfigRecord
@@ -101,7 +104,7 @@ def build_trainer_of(plan: JobPlan, record: Any, callbacks: list[Any] = ()) -> A
 
         settings["plugins"] = [SLURMEnvironment(auto_requeue=False)]
         callbacks.append(SlurmRequeue())
-    return AgentflyTrainer(**plan.trainer_keys, **settings, callbacks=callbacks, logger=build_loggers(plan))
+    return AgentflyTrainer(**plan.trainer_keys, **settings, callbacks=callbacks, logger=build_loggers(plan, resume_iteration))
 
 
 def build_callbacks(plan: JobPlan) -> list[Any]:
@@ -127,13 +130,19 @@ def build_callbacks(plan: JobPlan) -> list[Any]:
     return callbacks + [instantiate(spec, "trainer.callbacks") for spec in plan.user_callbacks]
 
 
-def build_loggers(plan: JobPlan) -> list[Any]:
+def build_loggers(plan: JobPlan, resume_iteration: int | None = None) -> list[Any]:
     """CSV always, TensorBoard and wandb when ``trainer.logger`` names them
     (:func:`agentfly.run.plan.plan_loggers`), then the Lightning loggers it gives by class path;
-    ``console`` is the progress bar (a callback)."""
-    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger, WandbLogger
+    ``console`` is the progress bar (a callback). The CSV of a fit resumed from a checkpoint of
+    ``resume_iteration`` continues the run's file (:class:`~agentfly.run.metrics_file.RunCSVLogger`)."""
+    from functools import partial
 
-    kinds = {"csv": CSVLogger, "tensorboard": TensorBoardLogger, "wandb": WandbLogger}
+    from lightning.pytorch.loggers import TensorBoardLogger, WandbLogger
+
+    from agentfly.run.metrics_file import RunCSVLogger
+
+    csv = partial(RunCSVLogger, resume_iteration=resume_iteration)
+    kinds = {"csv": csv, "tensorboard": TensorBoardLogger, "wandb": WandbLogger}
     named = [kinds[kind](**kwargs) for kind, kwargs in plan.loggers if kind in kinds]
     return named + [instantiate(spec, "trainer.logger") for kind, spec in plan.loggers if kind == "class_path"]
 

@@ -178,7 +178,7 @@ def build_trainer(
     # what the machine cannot run fails in the plan, before any import
     plan = make_plan(cfg, hardware)
     ckpt = resume_checkpoint(cfg, plan, ckpt_path)  # a missing checkpoint fails before anything starts
-    return build_run(plan, ckpt, cfg, model=model, data=data, callbacks=callbacks)
+    return build_run(plan, ckpt, cfg, model=model, data=data, callbacks=callbacks, resumes=True)
 
 
 def build_run(
@@ -189,12 +189,17 @@ def build_run(
     model: tuple[Any, dict[str, Any]] | None = None,
     data: tuple[Any, dict[str, Any]] | None = None,
     callbacks: list[Any] = (),  # type: ignore[assignment]
+    resumes: bool = False,
 ) -> tuple[Any, Any, Any, str | None]:
     """:func:`build_trainer` from the run's plan and the checkpoint :func:`resume_checkpoint`
     chose; every checkpoint the run writes records ``cfg``
-    (:class:`~agentfly.callbacks.config_record.ConfigRecord`)."""
+    (:class:`~agentfly.callbacks.config_record.ConfigRecord`). ``resumes``: the checkpoint is a
+    fit's to continue (its metrics continue the run's file), not one to validate."""
+    from agentfly.run.resume import read_header
+
     check_engine(plan.engine_name, plan.rollout.num_engines)
-    trainer = build_trainer_of(plan, cfg, callbacks)
+    iteration = read_header(ckpt).iteration if resumes and ckpt is not None else None
+    trainer = build_trainer_of(plan, cfg, callbacks, resume_iteration=iteration)
     module = build_module(plan, *(model or ()))
     datamodule = build_datamodule(plan, *(data or ()))
     return trainer, module, datamodule, ckpt
@@ -226,7 +231,8 @@ def begin_run(
     cfg, plan = own_folder(cfg, plan, stage)
     open_run(plan, stack, stage)
     trainer, module, datamodule, ckpt = build_run(
-        plan, ckpt, cfg, model=class_spec(model, "model"), data=class_spec(data, "data"), callbacks=callbacks
+        plan, ckpt, cfg, model=class_spec(model, "model"), data=class_spec(data, "data"), callbacks=callbacks,
+        resumes=stage == "fit",
     )
     stack.callback(finish_wandb, trainer)
     stack.callback(datamodule.close)

@@ -2,7 +2,7 @@
 
 Reads only files in the run directory, so it works on a finished, resumed or copied run:
 
-- ``metrics/version_*/metrics.csv`` (one folder per launch, read in launch order). Training rows
+- ``metrics/version_*/metrics.csv`` (read in version order; a resumed fit continues the newest). Training rows
   carry ``training/iteration``; a validation row (``val/...``, ``val_greedy/...``) belongs to the
   last iteration logged before it (0 for validation before training).
 - ``trajectories/val_trajectories_iterNNNNNN.jsonl`` (and ``val_greedy_...``): sample chains.
@@ -70,21 +70,23 @@ def read_metrics(run_dir: Path) -> tuple[dict[int, dict[str, float]], dict[int, 
 
 def launch_timing(run_dir: Path) -> dict[str, Any]:
     """The launches that trained, and the newest launch's own training (the launch that ends with
-    this report: ``elapsed_s`` is its time).
+    this report: ``elapsed_s`` is its time). A launch is a metrics file, or within one a value of
+    its ``launch`` column (a resumed fit continues the run's file, :mod:`agentfly.run.metrics_file`).
 
     Returns:
-        ``launches`` (metrics files with training rows), ``launch_iterations`` and
-        ``launch_training_s`` (the newest metrics file's iterations and the sum of their
+        ``launches`` (launches with training rows), ``launch_iterations`` and
+        ``launch_training_s`` (the newest launch's iterations and the sum of their
         ``timing/iteration_s``; None without timings).
     """
-    trained, iterations, seconds = 0, 0, None
-    for path in sorted((run_dir / "metrics").glob("version_*/metrics.csv"), key=_version_key):
+    launches: dict[tuple[int, str], list[dict[str, str]]] = {}
+    for n, path in enumerate(sorted((run_dir / "metrics").glob("version_*/metrics.csv"), key=_version_key)):
         with path.open(newline="", encoding="utf-8") as f:
-            rows = [r for r in csv.DictReader(f) if _float(r.get("training/iteration")) is not None]
-        trained += bool(rows)
-        times = [t for t in (_float(r.get("timing/iteration_s")) for r in rows) if t is not None]
-        iterations, seconds = len(rows), (sum(times) if times else None)
-    return {"launches": trained, "launch_iterations": iterations, "launch_training_s": seconds}
+            for r in csv.DictReader(f):
+                if _float(r.get("training/iteration")) is not None:
+                    launches.setdefault((n, r.get("launch") or "1"), []).append(r)
+    rows = list(launches.values())[-1] if launches else []
+    times = [t for t in (_float(r.get("timing/iteration_s")) for r in rows) if t is not None]
+    return {"launches": len(launches), "launch_iterations": len(rows), "launch_training_s": sum(times) if times else None}
 
 
 def _val_files(run_dir: Path, kind: str) -> dict[int, Path]:

@@ -170,10 +170,16 @@ def main(argv: list[str]) -> int:
 
     flags = argparse.ArgumentParser(prog="agentfly sft", add_help=False)
     flags.add_argument("-h", "--help", action="store_true")
+    flags.add_argument("--help-all", action="store_true")
     flags.add_argument("--print_config", action="store_true")
     flags.add_argument("--ckpt_path")
     args, words = flags.parse_known_args(argv)
     if args.help:
+        from agentfly.cli.short_help import sft_help
+
+        print(sft_help(USAGE, sft_parser()[0]))
+        return 0
+    if args.help_all:
         print(USAGE + "\n" + sft_parser()[0].format_help())
         return 0
     try:

@@ -114,7 +114,7 @@ def test_a_batch_larger_than_the_rows_names_both_numbers(task, nothing_may_start
 def test_a_prompt_budget_that_leaves_no_room_is_refused_when_composed(task):
     with pytest.raises(ConfigError, match=r"data.max_prompt_length=80 leaves no room"):
         load_config(args(task, "agent.init_config.max_model_len=80", "data.max_prompt_length=80"))
-    with pytest.raises(ConfigError, match=r"data.truncation: Expected a typing.Literal\['error', 'left', 'right', 'middle'\]. Got value: both"):
+    with pytest.raises(ConfigError, match=r"data.truncation: Expected one of 'error', 'left', 'right', 'middle'. Got value: both"):
         load_config(args(task, "data.truncation=both"))
     load_config(args(task, "agent.init_config.max_model_len=80", "data.max_prompt_length=79"))
 

@@ -15,6 +15,7 @@ pytest.importorskip("matplotlib")
 
 COLUMNS = [
     "actor/entropy",
+    "launch",
     "training/reward/mean",
     "rollout/accuracy",
     "step",
@@ -90,14 +91,19 @@ def write_jsonl(path: Path, records: list[dict]) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
 
 
-@pytest.fixture
-def resumed_run(tmp_path: Path) -> Path:
-    """Validation at 0; iterations 1-2; a kill; a resumed launch runs iteration 3 and validates."""
+@pytest.fixture(params=["one_file", "a_file_per_launch"])
+def resumed_run(tmp_path: Path, request) -> Path:
+    """Validation at 0; iterations 1-2; a kill; a resumed launch runs iteration 3 and validates.
+    As this agentfly writes it (the resumed launch continues the file, its rows ``launch`` 2),
+    and as a file per launch (an earlier agentfly's, or a fresh launch into the folder)."""
     run = tmp_path / "run"
-    write_csv(
-        run, 0, [val_row(0, 0.25, 0.5), train_row(1, 2.0, 0.3, 0.4), train_row(2, 3.0, 0.4, 0.3)]
-    )
-    write_csv(run, 1, [train_row(3, 4.0, 0.6, 0.2), val_row(2, 0.75, 1.0)])
+    first = [val_row(0, 0.25, 0.5), train_row(1, 2.0, 0.3, 0.4), train_row(2, 3.0, 0.4, 0.3)]
+    second = [train_row(3, 4.0, 0.6, 0.2), val_row(2, 0.75, 1.0)]
+    if request.param == "one_file":
+        write_csv(run, 0, [{**r, "launch": 1} for r in first] + [{**r, "launch": 2} for r in second])
+    else:
+        write_csv(run, 0, first)
+        write_csv(run, 1, second)
     qs = [(f"{a}*{a + 1}", str(a * (a + 1))) for a in (12, 34, 56, 78)]
     before = [record(q, a, "1", 0.1) for q, a in qs]
     after = [record(q, a, a, 1.0) for q, a in reversed(qs[1:])]  # other order; the first row absent

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from agentfly.models.tiny import build_tiny_model
+from tests.fit_runs import iterations_by_launch
 
 
 @pytest.mark.slow
@@ -46,7 +47,6 @@ def test_sigusr1_checkpoints_requeues_and_the_next_launch_resumes(cluster, tmp_p
     """SIGUSR1 (what `#SBATCH --signal=USR1@120` sends before the time limit): Lightning saves
     hpc_ckpt_1.ckpt and requeues the job; the rerun of `agentfly fit ... resume_mode=auto` picks
     that checkpoint (newer than last.ckpt) and finishes the run."""
-    import csv
     import time
 
     from tests.slurm.cluster import free_port, write_job
@@ -82,8 +82,7 @@ def test_sigusr1_checkpoints_requeues_and_the_next_launch_resumes(cluster, tmp_p
     assert info["JobState"] == "COMPLETED" and info["Restarts"] == "1", (info, out[-3000:])
     assert list(run.glob("hpc_ckpt_*.ckpt")), out[-3000:]
     assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)["agentfly_iteration"] == total
-    launches = sorted((run / "metrics").glob("version_*/metrics.csv"))
-    assert len(launches) == 2
-    with open(launches[1]) as f:
-        resumed = [float(r["training/iteration"]) for r in csv.DictReader(f) if r.get("training/iteration")]
+    launches = iterations_by_launch(run)  # the requeued launch continues the run's metrics file
+    resumed = launches["2"]
     assert resumed and resumed[0] > 1 and resumed[-1] == total  # continued, not restarted
+    assert launches["1"] == list(range(1, int(resumed[0])))  # no iteration twice
