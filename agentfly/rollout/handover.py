@@ -313,6 +313,8 @@ class TrainingRollouts:
             "rollout/tokens_per_s": tokens / elapsed if elapsed > 0 else 0.0,
             **{f"rollout/{k}": v for k, v in summary.items() if isinstance(v, int | float) and v is not None},
             **self.run.prompt_counts,
+            # after the summary: the failures of every run (re-run and dropped ones too), not
+            # only of the chains trained on, so each count agrees with rollout/failed_chains/*
             **produced.metrics,
         }
         if self.rollout_mode != "sync":

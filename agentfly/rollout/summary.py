@@ -28,6 +28,25 @@ def trajectory_record(traj: Trajectory, tokenizer: Any = None) -> dict[str, Any]
     return rec
 
 
+def failure_counts(trajs: list[Trajectory], *, flat: bool = True) -> dict[str, Any]:
+    """Failures among ``trajs``: ``failures/tool`` (tool calls that returned an error, the
+    model's own among them) with ``failures/tool_kinds``, ``failures/reward`` (reward calls that
+    failed) with ``failures/reward_kinds``, ``failures/chain`` (chains that ended on an error).
+    The kinds are dicts, or with ``flat`` one number per kind (``failures/tool_kinds/timeout``),
+    the form a logger takes."""
+    out: dict[str, Any] = {
+        "failures/tool": sum(1 for t in trajs for c in t.tool_calls if not c.ok),
+        "failures/tool_kinds": dict(Counter(c.error for t in trajs for c in t.tool_calls if not c.ok)),
+        "failures/reward": sum(1 for t in trajs if t.reward_failed),
+        "failures/reward_kinds": dict(Counter(t.reward_error or "unknown" for t in trajs if t.reward_failed)),
+        "failures/chain": sum(1 for t in trajs if t.finish_reason == "error"),
+    }
+    if flat:
+        for counts in ("failures/tool_kinds", "failures/reward_kinds"):
+            out.update({f"{counts}/{kind}": n for kind, n in out.pop(counts).items()})
+    return out
+
+
 def summarize(trajs: list[Trajectory]) -> dict[str, Any]:
     """Mean reward, accuracy (where the reward reports ``acc``), turns, tool use and failures.
 
@@ -53,15 +72,7 @@ def summarize(trajs: list[Trajectory]) -> dict[str, Any]:
         "truncation_rate": statistics.fmean(1.0 if t.truncated else 0.0 for t in trajs),
         "finish_reasons": dict(Counter(t.finish_reason for t in trajs)),
         "tool_calls_per_tool": dict(Counter(c.name for t in trajs for c in t.tool_calls)),
-        "failures/tool": sum(1 for t in trajs for c in t.tool_calls if not c.ok),
-        "failures/tool_kinds": dict(
-            Counter(c.error for t in trajs for c in t.tool_calls if not c.ok)
-        ),
-        "failures/reward": sum(1 for t in trajs if t.reward_failed),
-        "failures/reward_kinds": dict(
-            Counter(t.reward_error or "unknown" for t in trajs if t.reward_failed)
-        ),
-        "failures/chain": sum(1 for t in trajs if t.finish_reason == "error"),
+        **failure_counts(trajs, flat=False),
         "first_error": next((t.error for t in trajs if t.error), None),
     }
     for counts in ("failures/tool_kinds", "failures/reward_kinds", "finish_reasons"):  # flat numbers, to log

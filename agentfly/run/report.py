@@ -157,6 +157,47 @@ def timing(train: dict[int, dict[str, float]]) -> dict[str, float | int | None]:
     }
 
 
+def failures(train: dict[int, dict[str, float]]) -> dict[str, Any]:
+    """The run's failures, summed over its iterations, under the names of the metrics CSV:
+    ``chains`` (chain runs failed by cause, ``rollout/failed_chains/<cause>``; a re-run that fails
+    again counts again), ``resampled`` and ``dropped_groups``/``dropped_chains``; ``tool_errors``
+    (tool calls that returned an error by kind, ``rollout/failures/tool_kinds/<kind>``, the
+    model's own among them); ``no_signal_iterations`` (iterations whose groups all scored
+    alike)."""
+    def total(key: str) -> float:
+        return sum(m.get(key, 0.0) for m in train.values())
+
+    def kinds(prefix: str) -> dict[str, int]:
+        names = sorted({k[len(prefix):] for m in train.values() for k in m if k.startswith(prefix)})
+        return {n: int(c) for n in names if (c := total(prefix + n))}
+
+    return {
+        "chains": kinds("rollout/failed_chains/"),
+        "resampled": int(total("rollout/resampled_chains")),
+        "dropped_groups": int(total("rollout/dropped_groups")),
+        "dropped_chains": int(total("rollout/dropped_chains")),
+        "tool_errors": kinds("rollout/failures/tool_kinds/"),
+        "no_signal_iterations": int(max((m.get("training/no_signal_iterations", 0.0) for m in train.values()), default=0)),
+    }
+
+
+def failure_lines(f: dict[str, Any]) -> list[str]:
+    """:func:`failures` in words, one line each (the report's and the console's)."""
+    def listed(counts: dict[str, int]) -> str:
+        return ", ".join(f"{k} {n}" for k, n in counts.items())
+
+    if f["chains"]:
+        lines = [f"chains failed (rollout/failed_chains/*): {listed(f['chains'])}; re-run {f['resampled']}, "
+                 f"groups dropped {f['dropped_groups']} ({f['dropped_chains']} training chains)"]
+    else:
+        lines = ["chains failed (rollout/failed_chains/*): none"]
+    if f["tool_errors"]:
+        lines.append(f"tool calls that returned an error (rollout/failures/tool_kinds/*): {listed(f['tool_errors'])}")
+    if f["no_signal_iterations"]:
+        lines.append(f"iterations with no learning signal (every group's rewards equal): {f['no_signal_iterations']}")
+    return lines
+
+
 def _one_line(text: Any) -> str:
     return " ".join(str(text or "").split())
 
@@ -359,6 +400,8 @@ def _markdown(result: dict[str, Any]) -> str:
             for r in result["table"]
         ]
         lines.append("")
+    if result["failures"] is not None:
+        lines += ["Failures over the run:", ""] + [f"- {line}" for line in failure_lines(result["failures"])] + [""]
     if result["plot"]:
         lines += [f"![training curves]({PLOT_NAME})", ""]
     for i, s in enumerate(result["samples"], 1):
@@ -397,6 +440,9 @@ def _print(result: dict[str, Any]) -> None:
         for r in result["table"]:
             table.add_row(r["source"], r["metric"], *_cells(r, greedy))
         console.print(table)
+    if result["failures"] is not None:
+        for line in failure_lines(result["failures"]):
+            console.print(f"failures: {line}", markup=False, highlight=False)
     for s in result["samples"]:
         console.print(
             f"[bold]{s['question']}[/bold] (answer {s['answer']})", markup=True, highlight=False
@@ -431,7 +477,8 @@ def write_run_report(
         ``elapsed_s``, ``before_iteration``/``after_iteration`` (the validations compared),
         ``before``/``after`` (every validation metric at those iterations, by key), ``table``
         (rows: ``source``, ``metric``, ``val`` and ``val_greedy`` as (before, after) pairs),
-        ``samples``, ``missing`` (what could not be reported, in words), ``plot`` and ``report``
+        ``failures`` (:func:`failures`; None without training rows), ``samples``, ``missing``
+        (what could not be reported, in words), ``plot`` and ``report``
         (paths written, or None).
     """
     run_dir = Path(run_dir)
@@ -458,6 +505,7 @@ def write_run_report(
         "before": dict(val.get(first, {})) if first is not None else {},
         "after": dict(val.get(last, {})) if last is not None else {},
         "table": table,
+        "failures": failures(train) if train else None,
     }
     result["samples"], why = samples(run_dir, first, last)
     if why:

@@ -111,6 +111,41 @@ def test_short_demo_learns_from_its_rewards_and_reports(demo_run):
     assert len(report["samples"]) == 3
 
 
+#: the committed record of `make demo` the README quotes (`make demo-record` writes it)
+RECORD = ROOT / "docs" / "demo_run"
+
+
+def deterministic(row: dict[str, str]) -> dict[str, str]:
+    """A metrics row without what differs between two runs of the same seed: the timings, and
+    the engine-vs-trainer log-prob gap (float noise from how concurrent chains were batched);
+    and without the ``launch`` column (which launch logged the row)."""
+    return {
+        k: v for k, v in row.items()
+        if not k.startswith(("timing/", "rollout/logprob_gap/")) and "tokens_per_s" not in k and k != "launch"
+    }
+
+
+@pytest.mark.slow
+def test_the_shortened_demo_follows_the_curve_the_readme_quotes(demo_run):
+    """The shortened demo's iterations are the first iterations of the committed `make demo` run
+    (the validation set aside, which does not touch training): a change that moves the demo's
+    curve fails here until `make demo-record` records the new run and the README quotes it
+    (tests/demo/test_demo_record.py checks the README against the record)."""
+    with (RECORD / "metrics.csv").open() as f:
+        recorded = [deterministic(r) for r in csv.DictReader(f) if r.get("training/iteration")][:ITERATIONS]
+    ran = [deterministic(r) for r in metric_rows(demo_run) if r.get("training/iteration")]
+    moved = [
+        (i + 1, k, recorded[i].get(k, ""), ran[i].get(k, ""))
+        for i in range(ITERATIONS) for k in sorted({*recorded[i], *ran[i]})
+        if recorded[i].get(k, "") != ran[i].get(k, "")
+    ]
+    assert not moved, (
+        "the demo's curve moved from the run the README quotes (iteration, metric, recorded, now): "
+        f"{moved[:8]}; if the change means it, run `make demo-record` and update the README's "
+        "and docs/demo.md's figures"
+    )
+
+
 @pytest.mark.slow
 def test_same_seed_gives_the_same_curve(demo_run, env):
     """Two runs of the shortened demo with the same seed (the module's and one more, in this same

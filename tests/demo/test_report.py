@@ -16,6 +16,13 @@ pytest.importorskip("matplotlib")
 COLUMNS = [
     "actor/entropy",
     "launch",
+    "rollout/failed_chains/reward_exception",
+    "rollout/failed_chains/tool_timeout",
+    "rollout/resampled_chains",
+    "rollout/dropped_groups",
+    "rollout/dropped_chains",
+    "rollout/failures/tool_kinds/invalid_arguments",
+    "training/no_signal_iterations",
     "training/reward/mean",
     "rollout/accuracy",
     "step",
@@ -146,6 +153,39 @@ def test_a_resumed_runs_times_add_up(resumed_run: Path):
     assert "training 9 s (3.00 s/iteration) over 2 launches" in line
     assert "this launch: 1 iteration, training 4 s, 5 s in all" in line
     assert (out["launches"], out["launch_iterations"], out["launch_training_s"]) == (2, 1, 4.0)
+
+
+def test_the_failures_of_the_run_are_in_the_report_and_on_the_console(tmp_path: Path, capsys):
+    """A reward that raised on one group's 4 chains in iterations 1 and 2 (not re-run, the group
+    dropped), a tool that timed out once and was re-run, the model's malformed calls; the counts
+    are the CSV's, summed over the iterations, under the CSV's names."""
+    run = tmp_path / "run"
+    fail = {"rollout/failed_chains/reward_exception": 4, "rollout/dropped_groups": 1, "rollout/dropped_chains": 4}
+    write_csv(run, 0, [
+        val_row(0, 0.25, 0.5),
+        {**train_row(1, 2.0, 0.3, 0.4), **fail, "rollout/failures/tool_kinds/invalid_arguments": 2,
+         "training/no_signal_iterations": 1},
+        {**train_row(2, 3.0, 0.4, 0.3), **fail, "rollout/failed_chains/tool_timeout": 1,
+         "rollout/resampled_chains": 1, "training/no_signal_iterations": 1},
+        val_row(1, 0.5, 0.75),
+    ])
+    out = write_run_report(run, console=True)
+    assert out["failures"] == {
+        "chains": {"reward_exception": 8, "tool_timeout": 1}, "resampled": 1,
+        "dropped_groups": 2, "dropped_chains": 8, "tool_errors": {"invalid_arguments": 2},
+        "no_signal_iterations": 1,
+    }
+    said = capsys.readouterr().out
+    text = (run / "report.md").read_text()
+    for where in (said, text):
+        assert "chains failed (rollout/failed_chains/*): reward_exception 8, tool_timeout 1; re-run 1, groups dropped 2 (8 training chains)" in where
+        assert "(rollout/failures/tool_kinds/*): invalid_arguments 2" in where
+        assert "iterations with no learning signal (every group's rewards equal): 1" in where
+
+
+def test_a_run_without_failures_says_so(resumed_run: Path):
+    write_run_report(resumed_run, console=False)
+    assert "- chains failed (rollout/failed_chains/*): none" in (resumed_run / "report.md").read_text()
 
 
 def test_samples_are_the_same_questions_before_and_after(resumed_run: Path):

@@ -139,6 +139,11 @@ def test_resample_puts_the_rerun_in_the_baseline_not_the_failure():
         "rollout/failed_chains": 1.0, "rollout/failed_chains/tool_timeout": 1.0,
         "rollout/resampled_chains": 1.0, "rollout/dropped_groups": 0.0,
         "rollout/dropped_chains": 0.0,
+        # every run's failures: the re-run chain's first run timed out, and chain (0, 2) made
+        # a malformed call (the model's fault, trained on)
+        "rollout/failures/tool": 2.0, "rollout/failures/tool_kinds/timeout": 1.0,
+        "rollout/failures/tool_kinds/invalid_arguments": 1.0,
+        "rollout/failures/reward": 0.0, "rollout/failures/chain": 0.0,
     }
 
 
@@ -170,7 +175,24 @@ def test_nothing_failed_changes_nothing():
         kept, baselines, metrics = complete_groups(trajs, policy, resampler=resampler)
         assert len(kept) == len(trajs) and all(a is b for a, b in zip(kept, trajs, strict=True))
         assert baselines == []
-        assert set(metrics.values()) == {0.0}
+        # the model's malformed call is counted as what it is; nothing else failed
+        assert {k: v for k, v in metrics.items() if v} == {
+            "rollout/failures/tool": 1.0, "rollout/failures/tool_kinds/invalid_arguments": 1.0,
+        }
+
+
+def test_a_failure_reads_the_same_in_every_count_however_its_group_ended():
+    """The issue's case: a reward that raises on some rows. Its chains are not re-run (the same
+    error twice) and their groups are dropped, so no chain trained on failed; the reward's
+    failures still count under rollout/failures/reward as under rollout/failed_chains."""
+    failing = [chain(0, k, 0.0, reward_failed=True, reward_error="exception", error="NameError: x") for k in range(4)]
+    fine = [chain(1, k, r) for k, r in enumerate([0, 1, 0, 1])]
+    for policy in ("resample", "drop"):
+        kept, _, metrics = complete_groups(failing + fine, policy, resampler=Resampler() if policy == "resample" else None)
+        assert kept == fine
+        assert metrics["rollout/failed_chains/reward_exception"] == 4 == metrics["rollout/failures/reward"]
+        assert metrics["rollout/failures/reward_kinds/exception"] == 4
+        assert metrics["rollout/dropped_groups"] == 1 and metrics["rollout/dropped_chains"] == 4
 
 
 def test_a_group_still_failing_after_the_resamples_is_dropped():
