@@ -111,3 +111,13 @@ def test_gpu_request_without_gpu(task, tmp_path, device, expected, says_no_gpu):
     assert (topology.accelerator, topology.devices, topology.nodes) == expected
     said = [n for n in topology.notes if "no GPU: running on the CPU" in n]
     assert len(said) == (1 if says_no_gpu else 0)
+
+
+def test_one_gpu_asked_for_on_a_cpu_machine_is_one_cpu_process_said_by_nobody_but_lightning(task, tmp_path):
+    """The CPU demo's case (n_gpus_per_node=1, device auto): nothing is reduced, so agentfly
+    warns nothing (Lightning's "GPU available: False" says where it runs); still the fallback."""
+    root, model = task
+    overrides = fit_args(root, model, tmp_path, 1, ["trainer.n_gpus_per_node=1"])[1:]
+    topology = resolve_topology(load_config(overrides), Hardware(gpus=0, cpus=2))
+    assert (topology.accelerator, topology.devices) == ("cpu", 1)
+    assert topology.notes == () and topology.cpu_fallback

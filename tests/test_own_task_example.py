@@ -28,6 +28,7 @@ def test_the_config_composes_with_its_plugin(tiny_model_dir, monkeypatch):
     init = cfg.agent.init_config
     assert list(init.tools) == ["capital_of", "answer"] and init.reward_name == "capital_match"
     assert cfg.algorithm.adv_estimator == "grpo"
+    assert init.template == "qwen2.5" and "Qwen" not in init.system_prompt  # SmolLM2 is not told it is Qwen
 
 
 def test_a_chain_that_looks_it_up_scores_1_and_a_wrong_answer_0(tiny_model_dir, monkeypatch):

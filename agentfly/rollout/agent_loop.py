@@ -277,7 +277,7 @@ class AgentLoop:
         Returns one row-major list of trajectories per pass. A sampled chain with a base ``seed``
         gets a seed derived from its group and chain index.
         """
-        questions = [question_of(row, prompt_key, i) for i, row in enumerate(rows)]
+        questions = [question_of(row, prompt_key, i) for i, row in enumerate(rows, 1)]
         self._timer = PhaseTimer()
         start = time.perf_counter()
         jobs = [

@@ -37,7 +37,7 @@ def load_rows(path: str | Path, prompt_key: str | None = None) -> list[dict[str,
     rows = read_rows(p)
     if not rows:
         raise DataError(f"data file {str(p)!r} holds no rows")
-    for i, row in enumerate(rows):
+    for i, row in enumerate(rows, 1):  # rows count from 1, as lines do
         if not isinstance(row, dict):
             raise DataError(f"{p}: row {i} is a {type(row).__name__}, not an object")
         try:
@@ -56,13 +56,21 @@ def read_rows(path: str | Path) -> list[Any]:
     """
     p = Path(path)
     if not p.is_file():
-        raise DataError(f"data file {str(path)!r} does not exist")
+        raise DataError(f"data file {str(path)!r} does not exist{relative_note(p)}")
     suffix = p.suffix.lower()
     if suffix == ".parquet":
         return _parquet(p)
     if suffix == ".jsonl":
         return _jsonl(p)
     return _json(p)
+
+
+def relative_note(p: Path) -> str:
+    """For a relative path: where it was looked for (a config's paths are read from the current
+    folder, as verl's and Hydra's are, not from the config file's folder)."""
+    if p.is_absolute():
+        return ""
+    return f" (a relative path is read from the current folder, {Path.cwd()}, not from the config file's)"
 
 
 def jsonl_lines(p: Path) -> list[tuple[int, str]]:
@@ -73,13 +81,14 @@ def jsonl_lines(p: Path) -> list[tuple[int, str]]:
 def question_of(
     row: dict[str, Any], prompt_key: str | None = None, row_index: int | None = None
 ) -> str:
-    """The user message of a data row: ``prompt_key``, else the first of :data:`PROMPT_KEYS`."""
+    """The user message of a data row: ``prompt_key``, else the first of :data:`PROMPT_KEYS`
+    (``row_index``: the row's number in what is read, from 1, named by the error)."""
     keys = (prompt_key,) if prompt_key else PROMPT_KEYS
     for key in keys:
         value = row.get(key)
         if isinstance(value, str) and value.strip():
             return value
-    where = f"data row {row_index}" if row_index is not None else "a data row"
+    where = f"row {row_index}" if row_index is not None else "a data row"
     raise ValueError(
         f"{where} has no question field: expected one of {', '.join(keys)} holding text; "
         f"the row has fields {sorted(row)}"

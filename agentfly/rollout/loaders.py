@@ -54,7 +54,7 @@ def load_prompt_rows(
     for split, files in (("train", train_files), ("val", val_files)):
         if not files:
             continue
-        rows = [(f, i, r) for f in files for i, r in enumerate(load_rows(f, prompt_key))]
+        rows = [(f, i, r) for f in files for i, r in enumerate(load_rows(f, prompt_key), 1)]  # rows from 1
         fitted = fit_prompts(
             rows, renderer, split=split, limit=limit, filter_overlong=filter_overlong_prompts,
             truncation=truncation, prompt_key=prompt_key,

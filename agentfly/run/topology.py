@@ -75,7 +75,10 @@ class Topology:
         tensor_parallel: devices per engine (vLLM tensor parallelism); 1 on the CPU.
         gpus_per_engine: GPUs a Ray engine actor reserves (0 on the CPU).
         cuda_engines: the engines run on GPUs.
-        notes: what the CPU fallback changed, each said once when the run starts.
+        notes: what the CPU fallback changed, each said once when the run starts (nothing
+            when it changed nothing: ``n_gpus_per_node=1`` is one CPU process, which
+            Lightning's own "GPU available: False" line already says).
+        cpu_fallback: ``trainer.device=auto`` on a machine without a GPU.
     """
 
     accelerator: str
@@ -86,14 +89,11 @@ class Topology:
     gpus_per_engine: int
     cuda_engines: bool
     notes: tuple[str, ...] = field(default=())
+    cpu_fallback: bool = False
 
     @property
     def world_size(self) -> int:
         return self.devices * self.nodes
-
-    @property
-    def cpu_fallback(self) -> bool:
-        return any(n.startswith("no GPU") for n in self.notes)
 
 
 def offload_keys(cfg: Any) -> list[str]:
@@ -140,10 +140,11 @@ def _on_cpu(cfg: Any, hw: Hardware, device: str, errors: list[str], notes: list[
     else:
         devices = requested if hw.slurm_tasks else 1
         said = f"{devices} CPU process{'' if devices == 1 else 'es'} per node"
-        notes.append(
-            f"no GPU: running on the CPU (trainer.n_gpus_per_node={requested} -> {said}; "
-            "trainer.device=cpu runs n_gpus_per_node CPU processes)"
-        )
+        if devices != requested:
+            notes.append(
+                f"no GPU: running on the CPU (trainer.n_gpus_per_node={requested} -> {said}; "
+                "trainer.device=cpu runs n_gpus_per_node CPU processes)"
+            )
         if tp > 1:
             notes.append(
                 f"no GPU: actor_rollout_ref.rollout.tensor_model_parallel_size={tp} -> 1 "
@@ -231,6 +232,7 @@ def resolve_topology(cfg: Any, hw: Hardware) -> Topology:
         gpus_per_engine=tp if cuda_engines and engines > 0 else 0,
         cuda_engines=cuda_engines,
         notes=tuple(notes),
+        cpu_fallback=device == "auto" and hw.gpus == 0,
     )
 
 

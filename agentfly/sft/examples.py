@@ -20,7 +20,7 @@ from typing import Any
 
 from agentfly.core.errors import InputError
 from agentfly.core.trajectory import Trajectory
-from agentfly.rollout.data import DataError, jsonl_lines, read_rows
+from agentfly.rollout.data import DataError, jsonl_lines, read_rows, relative_note
 from agentfly.sft.conversations import BadRow, ConversationRenderer
 from agentfly.sft.rollout_records import check_turns, passes, record_trajectory
 
@@ -29,18 +29,18 @@ SHOWN_BAD_ROWS = 20  # bad rows named in an error or a warning (all of them go t
 
 def located_rows(path: str | Path) -> Iterator[tuple[str, Any]]:
     """``(where, row)`` for every row of a file: ``file:line`` in JSONL (a line that is not JSON
-    comes as a :class:`BadRow`), ``file row i`` (from 0) in JSON and parquet.
+    comes as a :class:`BadRow`), ``file row i`` (from 1, as lines are) in JSON and parquet.
 
     Raises:
         DataError: the file is missing or unreadable.
     """
     p = Path(path)
     if p.suffix.lower() != ".jsonl":
-        for i, row in enumerate(read_rows(p)):
+        for i, row in enumerate(read_rows(p), 1):
             yield f"{p} row {i}", row
         return
     if not p.is_file():
-        raise DataError(f"data file {str(path)!r} does not exist")
+        raise DataError(f"data file {str(path)!r} does not exist{relative_note(p)}")
     for lineno, line in jsonl_lines(p):
         try:
             yield f"{p}:{lineno}", json.loads(line)

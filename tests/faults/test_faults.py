@@ -143,7 +143,7 @@ def test_a_run_meets_every_fault_in_user_code_and_finishes(task, tmp_path):
         assert float(r["rollout/failures/reward"]) == 3
         assert float(r["rollout/reward/mean"]) == pytest.approx(1 / CHAINS)  # the one sound chain
         assert float(r["data/train_prompts_dropped"]) == 1  # the 100k-character question
-    assert "train.json row 1" in done.stderr  # the dropped row is named
+    assert "train.json row 2" in done.stderr  # the dropped row is named (rows count from 1)
 
     # within the deadlines set: a rollout waits on a hung call at most its deadline, so two
     # iterations take a few deadlines plus start-up, nowhere near a hang

@@ -128,7 +128,7 @@ def test_a_reward_that_crashes_scores_zero(model_dir):
 def test_question_field_detection_and_error_naming_the_row():
     assert question_of({"problem": "p"}) == "p"
     assert question_of({"prompt": "q", "answer": 1}) == "q"
-    with pytest.raises(ValueError, match="data row 3 has no question field"):
+    with pytest.raises(ValueError, match="row 3 has no question field"):
         question_of({"answer": "1"}, row_index=3)
 
 

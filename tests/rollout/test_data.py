@@ -41,3 +41,14 @@ def test_a_utf8_byte_order_mark_is_accepted(tmp_path):
     path = tmp_path / "task.jsonl"
     path.write_bytes(b"\xef\xbb\xbf" + GOOD + b"\n")
     assert load_rows(path) == [json.loads(GOOD)]
+
+
+def test_a_missing_relative_path_says_where_it_was_looked_for(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(DataError) as err:
+        load_rows("tasks/train.jsonl")
+    assert "data file 'tasks/train.jsonl' does not exist" in str(err.value)
+    assert f"read from the current folder, {tmp_path}, not from the config file's" in str(err.value)
+    with pytest.raises(DataError) as err:
+        load_rows(tmp_path / "train.jsonl")
+    assert "current folder" not in str(err.value)  # an absolute path says only that it is missing

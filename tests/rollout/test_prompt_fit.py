@@ -52,14 +52,14 @@ def test_an_overlong_row_is_dropped_counted_and_named(renderer, tmp_path, caplog
     dm = data_module(renderer, train, val)
     with caplog.at_level(logging.WARNING):
         dm.setup("fit")
-    assert dm.train_rows == SHORT  # the long row (row 2) is gone, the others kept in order
+    assert dm.train_rows == SHORT  # the long row (row 3, from 1) is gone, the others kept in order
     assert dm.val_rows == SHORT[:1]
     assert dm.prompt_counts["data/train_prompts_dropped"] == 1
     assert dm.prompt_counts["data/val_prompts_dropped"] == 1
     said = caplog.text
-    assert f"{train} row 2 (" in said and f"{tmp_path / 'val.jsonl'} row 0 (" in said
+    assert f"{train} row 3 (" in said and f"{tmp_path / 'val.jsonl'} row 1 (" in said  # rows from 1
     # the length named is the rendered prompt's: far above the context, at least one per word
-    named = int(said.split(f"{train} row 2 (")[1].split(" tokens")[0])
+    named = int(said.split(f"{train} row 3 (")[1].split(" tokens")[0])
     assert named > 20_000
 
 
@@ -69,7 +69,7 @@ def test_truncation_error_names_the_file_the_row_and_the_length(renderer, tmp_pa
     with pytest.raises(DataError) as err:
         dm.setup("fit")
     message = str(err.value)
-    assert f"{train}: row 3:" in message and "tokens, longer than data.max_prompt_length=79" in message
+    assert f"{train}: row 4:" in message and "tokens, longer than data.max_prompt_length=79" in message
 
 
 @pytest.mark.parametrize(("side", "kept_head", "kept_tail"), [

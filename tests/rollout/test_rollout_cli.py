@@ -77,7 +77,7 @@ def test_a_row_without_a_question_is_named(setup, capsys):
     bad.write_text('{"question": "ok?", "answer": "1"}\n{"answer": "2"}\n')
     assert main([*base_args(model, bad), f"--output={root / 'x.jsonl'}"]) == 2
     err = capsys.readouterr().err
-    assert "row 1" in err and "question" in err and str(bad) in err
+    assert "row 2" in err and "question" in err  # the second line and str(bad) in err
 
 
 def test_a_bug_inside_a_rollout_is_raised_with_its_traceback(setup, monkeypatch):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from typing import TYPE_CHECKING, Literal, Optional
 
@@ -326,9 +327,14 @@ def test_tool_returning_something_not_text(name: str) -> None:
     assert name in result.observation
 
 
-def test_json_serialisable_output_is_dumped() -> None:
-    result = call("test_base_json", {"n": 12})
+def test_json_serialisable_output_is_dumped_and_said_once(caplog) -> None:
+    with caplog.at_level(logging.WARNING, logger="agentfly"):
+        result = call("test_base_json", {"n": 12})
+        again = call("test_base_json", {"n": 3})
     assert result.ok and json.loads(result.observation) == {"n": 12, "square": 144}
+    assert again.ok and json.loads(again.observation) == {"n": 3, "square": 9}
+    said = [r.getMessage() for r in caplog.records if "test_base_json" in r.getMessage()]
+    assert len(said) == 1 and "returned a dict, not text: the model sees it as JSON" in said[0], said
 
 
 def test_output_is_truncated_with_a_marker() -> None:

@@ -219,11 +219,11 @@ def test_an_image_pad_the_model_writes_ends_the_chain_before_it(tmp_path, engine
 def test_a_missing_image_is_named_by_file_and_row(tmp_path):
     data = tmp_path / "rows.json"
     data.write_text(json.dumps([{"question": "q"}, {"question": "q", "images": ["nope.png"]}]))
-    with pytest.raises(ImageError, match=r"rows.json: row 1: image 0 \('nope.png'\) does not exist"):
+    with pytest.raises(ImageError, match=r"rows.json: row 2: image 0 \('nope.png'\) does not exist"):
         load_rows(data)
     (tmp_path / "bad.png").write_bytes(b"\x89PNG broken")
     data.write_text(json.dumps([{"question": "q", "images": ["bad.png"]}]))
-    with pytest.raises(ImageError, match="row 0: image 0: not a readable image file"):
+    with pytest.raises(ImageError, match="row 1: image 0: not a readable image file"):
         load_rows(data)
 
 

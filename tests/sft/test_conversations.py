@@ -153,7 +153,7 @@ def test_a_json_file_names_its_bad_rows_by_position(tmp_path):
     path = tmp_path / "rows.json"
     path.write_text(json.dumps([{"messages": solved()}, {"messages": [{"role": "user", "content": "q"}]}]))
     data = load_sft_data([str(path)], [], ExampleMaker(hand_renderer()), bad_rows="skip")
-    assert data.bad == [f"{path} row 1: no assistant turn: nothing to train on"]
+    assert data.bad == [f"{path} row 2: no assistant turn: nothing to train on"]
 
 
 def test_tool_results_must_answer_the_calls_before_them():

@@ -102,6 +102,8 @@ class ToolResult:
             enters the token rewards with ``algorithm.use_turn_rewards``.
         images: images the call shows the model beside ``observation``, as PNG bytes (a GUI
             environment's screenshot after the step, ``capture_screenshot``); empty for text.
+        shown_as_json: the type of a value the tool returned instead of text, which
+            ``observation`` shows as JSON (None: the tool returned text); said once per tool.
     """
 
     observation: str
@@ -112,6 +114,7 @@ class ToolResult:
     finish_reason: str | None = None
     reward: float | None = None
     images: list[bytes] = field(default_factory=list)
+    shown_as_json: str | None = None
 
     @classmethod
     def failure(cls, error: str, observation: str) -> ToolResult:

@@ -202,10 +202,15 @@ class ToolBreakers:
 
     def _message(self, tool: str, b: Breaker, why: str) -> str:
         first_calls, window, rate = self.settings
+        longer = (
+            f" A call that needs longer than its deadline gets one with "
+            f"agent.init_config.tool_config.{tool}.timeout=SECONDS."
+            if b.failed.get("timeout") else ""
+        )
         return (
             f"tool {tool!r} keeps failing: {why}; {_counts(b)}. The first failure said: "
-            f"{self._first_failure.get(tool, '')!r}. The run stops here rather than fail every "
-            f"chain that calls it (agent.run_config.tool_breaker: first_calls={first_calls}, "
+            f"{self._first_failure.get(tool, '')!r}.{longer} The run stops here rather than fail "
+            f"every chain that calls it (agent.run_config.tool_breaker: first_calls={first_calls}, "
             f"window={window}, failure_rate={rate:g}; 0 turns a rule off)"
         )
 

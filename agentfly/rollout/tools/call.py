@@ -66,6 +66,7 @@ from agentfly.rollout.tools.breaker import ToolBreakers
 from agentfly.rollout.tools.schema import validate_arguments
 
 logger = logging.getLogger(__name__)
+_SAID_AS_JSON: set[tuple[str, str]] = set()  # (tool, type) whose return was shown as JSON, said once
 
 
 def truncate(text: str, max_chars: int) -> str:
@@ -100,7 +101,7 @@ def _as_result(value: Any, name: str, max_output_chars: int) -> ToolResult:
         try:
             if value is None:
                 raise TypeError("None")
-            result = ToolResult(observation=json.dumps(value, ensure_ascii=False))
+            result = ToolResult(observation=json.dumps(value, ensure_ascii=False), shown_as_json=type(value).__name__)
         except (TypeError, ValueError):
             return ToolResult.failure(
                 MALFORMED_OUTPUT,
@@ -277,6 +278,18 @@ async def run_tool_call(
     return result
 
 
+def _said(name: str, result: ToolResult) -> ToolResult:
+    """``result``, its JSON-for-text said once per tool and type (in this process, wherever the
+    tool ran)."""
+    if result.shown_as_json is not None and (name, result.shown_as_json) not in _SAID_AS_JSON:
+        _SAID_AS_JSON.add((name, result.shown_as_json))
+        logger.warning(
+            "tool %r returned a %s, not text: the model sees it as JSON (%s); return a str to "
+            "choose the text it sees", name, result.shown_as_json, result.observation[:80],
+        )
+    return result
+
+
 async def _run(
     tool: Tool, kwargs: dict[str, Any], resource: Any, workers: WorkerPool | None
 ) -> ToolResult:
@@ -285,7 +298,7 @@ async def _run(
     try:
         if tool.stateful:
             kwargs["resource"], throwaway = await _resource_for(tool, resource)
-        return await _invoke(tool, kwargs, workers)
+        return _said(tool.name, await _invoke(tool, kwargs, workers))
     except WorkerStartError:
         raise
     except (Exception, SystemExit) as e:
