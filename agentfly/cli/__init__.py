@@ -138,17 +138,22 @@ def stage_help(stage: str) -> str:
 def _lightning(stage: str, words: list[str]) -> int:
     from agentfly.config.verl_args import to_cli_args
     from agentfly.core.errors import ConfigError
-    from agentfly.core.shutdown import ray_stopped_at_exit, sigterm_exits
-    from agentfly.run.errors import USER_ERRORS
-    from agentfly.run.resume import RunComplete
 
     if "-h" in words or "--help" in words:
         print(stage_help(stage))
         return 0
     words = ["--help" if w == "--help-all" else w for w in words]
+    try:  # the keys checked before Lightning and torch load (seconds, not a minute)
+        args, explicit = to_cli_args(words, default_task=True)
+    except ConfigError as e:
+        print(f"agentfly: config error: {e}", file=sys.stderr)
+        return 2
+    from agentfly.core.shutdown import ray_stopped_at_exit, sigterm_exits
+    from agentfly.run.errors import USER_ERRORS
+    from agentfly.run.resume import RunComplete
+
     try:
         with sigterm_exits(), ray_stopped_at_exit(), contextlib.ExitStack() as stack:
-            args, explicit = to_cli_args(words, default_task=True)
             cli = _cli_class()([stage, *args], explicit=explicit, stack=stack)
     except SystemExit as e:  # --help, --print_config: printed, nothing to run
         if e.code in (0, None):

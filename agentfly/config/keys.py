@@ -4,13 +4,17 @@
 :mod:`agentfly.config.schema`; ``data.*`` are arguments of
 :class:`~agentfly.rollout.datamodule.RolloutDataModule` (:data:`DATA_KEYS`, the others are
 computed by the plan) and ``trainer.*`` the keyword arguments of
-:class:`~agentfly.modules.trainer.AgentflyTrainer` (Lightning's own are not verl keys).
+:class:`~agentfly.modules.trainer.AgentflyTrainer` (Lightning's own are not verl keys). The two
+classes' signatures are read from their source (:mod:`agentfly.config.signatures`) while their
+modules are not loaded, so a config is checked before Lightning and torch are imported.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import inspect
+import sys
 import types
 import typing
 from functools import cache
@@ -18,6 +22,13 @@ from typing import Any
 
 from agentfly.config.schema import AgentConfig, AlgorithmConfig, RewardModelConfig
 from agentfly.config.schema_actor_critic import ActorRolloutRefConfig, CriticConfig
+from agentfly.config.signatures import (
+    EMPTY,
+    SourceUnreadable,
+    agentfly_file,
+    init_parameters,
+    lightning_trainer_file,
+)
 
 GROUPS: dict[str, type] = {
     "agent": AgentConfig,
@@ -39,6 +50,25 @@ DATA_KEYS = (
     "filter_overlong_prompts",
     "truncation",
 )
+#: Trainer arguments that would break how agentfly drives training (manual optimization, one
+#: batch per RL iteration, its own checkpoints and data sharding), with what to use instead.
+MANAGED: dict[str, str] = {
+    "enable_checkpointing": "trainer.save_freq",
+    "accumulate_grad_batches": "actor_rollout_ref.actor.ppo_mini_batch_size / ppo_micro_batch_size_per_gpu",
+    "gradient_clip_val": "actor_rollout_ref.actor.grad_clip",
+    "gradient_clip_algorithm": "actor_rollout_ref.actor.grad_clip (norm clipping)",
+    "val_check_interval": "trainer.test_freq",
+    "check_val_every_n_epoch": "trainer.test_freq",
+    "limit_train_batches": "trainer.total_training_steps",
+    "use_distributed_sampler": "nothing (the rollout data module shards prompts by rank)",
+    "reload_dataloaders_every_n_epochs": "nothing (prompts are drawn per iteration)",
+    "plugins": "nothing (SLURM's is set when SLURM runs the job)",
+}
+#: Trainer arguments set by the run's plan: verl's keys express them (aliases), or MANAGED.
+PLANNED_TRAINER_ARGS = frozenset(
+    {"max_steps", "max_epochs", "devices", "num_nodes", "accelerator", "default_root_dir", "strategy", *MANAGED}
+)
+
 #: defaults a signature spells as ``None`` (``trainer.logger=None`` is the console alone)
 NONE_MEANS: dict[str, Any] = {"trainer.logger": ["console"], "data.train_files": [], "data.val_files": []}
 
@@ -54,28 +84,67 @@ def _dataclass_keys(instance: Any, prefix: str, out: dict[str, tuple[Any, Any]],
             out[key] = (hints[f.name], value)
 
 
-def _argument_keys(fn: Any, prefix: str, names: tuple[str, ...], out: dict[str, tuple[Any, Any]]) -> None:
-    params = inspect.signature(fn, eval_str=True).parameters
+def init_table(module: str, class_name: str, *, from_source: bool | None = None) -> dict[str, tuple[Any, Any, str]]:
+    """``{name: (annotation, default, kind)}`` of ``class_name.__init__`` in ``module`` (``kind``:
+    ``positional`` or ``keyword_only``; ``self`` and ``**kwargs`` aside): read from the source
+    (``from_source``; None: when the module is not loaded yet and its source can be read), else
+    from the imported class's signature."""
+    if from_source is None:
+        from_source = module not in sys.modules
+    if from_source:
+        try:
+            return {p.name: (p.annotation, p.default, p.kind) for p in init_parameters(agentfly_file(module), class_name)}
+        except SourceUnreadable:
+            pass
+    cls = getattr(importlib.import_module(module), class_name)
+    params = inspect.signature(cls.__init__, eval_str=True).parameters
+    return {
+        n: (p.annotation, EMPTY if p.default is p.empty else p.default,
+            "keyword_only" if p.kind is p.KEYWORD_ONLY else "positional")
+        for n, p in params.items() if n != "self" and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
+    }
+
+
+def lightning_trainer_names(*, from_source: bool | None = None) -> frozenset[str]:
+    """The arguments of Lightning's ``Trainer``: from its source while Lightning is not loaded
+    (``from_source``, as :func:`init_table`), else from its signature."""
+    if from_source is None:
+        from_source = "lightning.pytorch" not in sys.modules
+    if from_source:
+        try:
+            return frozenset(p.name for p in init_parameters(lightning_trainer_file(), "Trainer", evaluate=False))
+        except SourceUnreadable:
+            pass
+    import lightning.pytorch as pl
+
+    return frozenset(set(inspect.signature(pl.Trainer.__init__).parameters) - {"self"})
+
+
+def _argument_keys(table: dict[str, tuple[Any, Any, str]], prefix: str, names: tuple[str, ...], out: dict[str, tuple[Any, Any]]) -> None:
     for name in names:
-        p, key = params[name], f"{prefix}{name}"
-        out[key] = (p.annotation, NONE_MEANS.get(key, p.default) if p.default is None else p.default)
+        tp, default, _ = table[name]
+        key = f"{prefix}{name}"
+        out[key] = (tp, NONE_MEANS.get(key, default) if default is None else default)
+
+
+def build_key_table(*, from_source: bool | None = None) -> tuple[dict[str, tuple[Any, Any]], frozenset[str]]:
+    """:func:`verl_key_table`, the signatures read as :func:`init_table` reads them."""
+    leaves: dict[str, tuple[Any, Any]] = {}
+    sections = {"data", "trainer", *GROUPS}
+    for name, cls in GROUPS.items():
+        _dataclass_keys(cls(), f"{name}.", leaves, sections)
+    data = init_table("agentfly.rollout.datamodule", "RolloutDataModule", from_source=from_source)
+    _argument_keys(data, "data.", DATA_KEYS, leaves)
+    trainer = init_table("agentfly.modules.trainer", "AgentflyTrainer", from_source=from_source)
+    names = tuple(n for n, (_, _, kind) in trainer.items() if kind == "keyword_only" and n != "callbacks")  # Lightning's
+    _argument_keys(trainer, "trainer.", names, leaves)
+    return leaves, frozenset(sections)
 
 
 @cache
 def verl_key_table() -> tuple[dict[str, tuple[Any, Any]], frozenset[str]]:
     """``({key: (type, default)}, sections)`` for every verl key, as dotted paths."""
-    from agentfly.modules.trainer import AgentflyTrainer
-    from agentfly.rollout.datamodule import RolloutDataModule
-
-    leaves: dict[str, tuple[Any, Any]] = {}
-    sections = {"data", "trainer", *GROUPS}
-    for name, cls in GROUPS.items():
-        _dataclass_keys(cls(), f"{name}.", leaves, sections)
-    _argument_keys(RolloutDataModule.__init__, "data.", DATA_KEYS, leaves)
-    trainer = inspect.signature(AgentflyTrainer.__init__).parameters
-    names = tuple(n for n, p in trainer.items() if p.kind is p.KEYWORD_ONLY and n != "callbacks")  # Lightning's
-    _argument_keys(AgentflyTrainer.__init__, "trainer.", names, leaves)
-    return leaves, frozenset(sections)
+    return build_key_table()
 
 
 def plain(value: Any) -> Any:

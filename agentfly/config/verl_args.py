@@ -28,7 +28,6 @@ When neither a config file nor ``data.train_files`` is given, the default task
 from __future__ import annotations
 
 import difflib
-import inspect
 import typing
 from functools import cache
 from pathlib import Path
@@ -38,7 +37,13 @@ import yaml
 from omegaconf import OmegaConf
 
 from agentfly.config.aliases import ALIASES, canonical_key
-from agentfly.config.keys import takes, verl_key_table
+from agentfly.config.keys import (
+    MANAGED,
+    PLANNED_TRAINER_ARGS,
+    lightning_trainer_names,
+    takes,
+    verl_key_table,
+)
 from agentfly.config.overrides import parse_override
 from agentfly.core.errors import ConfigError
 
@@ -80,12 +85,7 @@ class _Keys:
         self.defaults = {k: default for k, (_, default) in leaves.items()}
         self.open_nodes = {k for k, tp in self.leaves.items() if takes(tp, dict)}
         self.elsewhere = elsewhere
-        import lightning.pytorch as pl
-
-        from agentfly.modules.trainer import MANAGED, PLANNED_TRAINER_ARGS
-
-        names = set(inspect.signature(pl.Trainer.__init__).parameters) - {"self"}
-        self.lightning = {f"trainer.{n}" for n in names - PLANNED_TRAINER_ARGS}
+        self.lightning = {f"trainer.{n}" for n in lightning_trainer_names() - PLANNED_TRAINER_ARGS}
         self.managed = {f"trainer.{n}": instead for n, instead in (managed or MANAGED).items()}
         self.known = sorted({*self.leaves, *self.sections, *self.aliases, *self.lightning})
         # sections that exist only as a spelling (agent.init_config.backend_config)

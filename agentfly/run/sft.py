@@ -165,8 +165,6 @@ def main(argv: list[str]) -> int:
     """``agentfly sft`` (see :data:`USAGE`); returns the exit status."""
     from agentfly.config.sft import parse_sft_config, sft_parser, view_yaml
     from agentfly.core.errors import ConfigError, InputError
-    from agentfly.core.shutdown import sigterm_exits
-    from agentfly.run.resume import RunComplete
 
     flags = argparse.ArgumentParser(prog="agentfly sft", add_help=False)
     flags.add_argument("-h", "--help", action="store_true")
@@ -191,6 +189,9 @@ def main(argv: list[str]) -> int:
         print(view_yaml(cfg))
         if args.print_config:
             return 0
+    from agentfly.core.shutdown import sigterm_exits
+    from agentfly.run.resume import RunComplete
+
     try:
         with sigterm_exits(), contextlib.ExitStack() as stack:
             plan, trainer, module, datamodule, ckpt = build(cfg, stack, ckpt_path=args.ckpt_path)
