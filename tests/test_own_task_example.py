@@ -49,3 +49,13 @@ def test_a_chain_that_looks_it_up_scores_1_and_a_wrong_answer_0(tiny_model_dir, 
         assert traj.tool_calls[0].observation == rows[0]["answer"]  # the tool's own lookup
         scores[answer] = traj.reward
     assert scores == {"right": 1.0, "wrong": 0.0}
+
+
+def test_the_readme_snippet_that_checks_a_tool_and_a_reward_runs(monkeypatch, capsys):
+    """The README's "Check the tool and the reward without a model", as printed there."""
+    monkeypatch.chdir(EXAMPLE.parents[1])
+    readme = (EXAMPLE.parents[1] / "README.md").read_text()
+    section = readme.split("**Check the tool and the reward without a model.**", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    exec(compile(code, "README.md", "exec"), {})
+    assert capsys.readouterr().out.strip() == "Paris 1.0"
