@@ -83,6 +83,8 @@ def tiny_args(script: dict, data: Path, run: Path, model: Path, extra=()) -> lis
         "actor_rollout_ref.rollout.name": "transformers",
         "trainer.total_training_steps": "1", "trainer.save_freq": "-1", "trainer.test_freq": "-1",
         "trainer.val_before_train": "False",
+        # the tiny models' context (a longer one is refused: no engine serves it)
+        "agent.init_config.max_model_len": "4096",
     })
     more = [f"trainer.default_local_dir={run}", "actor_rollout_ref.rollout.num_engines=0", *extra]
     return localize(script["args"], replace, more)

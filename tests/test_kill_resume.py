@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import shlex
@@ -201,7 +202,7 @@ def test_ctrl_c_during_an_update_finishes_and_keeps_that_iteration(task, tmp_pat
     is checkpointed and logged, and the run stops there (exit status 1)."""
     root, model = task
     run = tmp_path / "run"
-    cmd = launch(root, model, run, 5, ["trainer.save_freq=-1", *ctrl_c_at(2, "start")])
+    cmd = launch(root, model, run, 5, ["trainer.save_freq=-1", "trainer.test_freq=1", *ctrl_c_at(2, "start")])
     first = subprocess.run(cmd, capture_output=True, text=True, timeout=START_S)
     assert first.returncode == 1, first.stderr[-3000:]
     assert "Ctrl-C: this iteration's update finishes and is checkpointed" in first.stderr
@@ -210,3 +211,7 @@ def test_ctrl_c_during_an_update_finishes_and_keeps_that_iteration(task, tmp_pat
     assert torch.load(ckpts / "last.ckpt", weights_only=False)["agentfly_iteration"] == 2
     assert not (ckpts / "iter_000001.ckpt").exists()  # save_freq=-1: only the interrupt's
     assert iterations_by_launch(run) == {"1": [1.0, 2.0]}
+    # iteration 1 was validated (test_freq=1); the interrupted iteration 2 is not: the run stops
+    [metrics] = (run / "metrics").glob("version_*/metrics.csv")
+    rows = list(csv.DictReader(metrics.open()))
+    assert any(r.get("val/val/reward") for r in rows) and rows[-1]["training/iteration"] == "2.0", rows[-1]

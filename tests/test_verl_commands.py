@@ -64,6 +64,8 @@ def local_args(command, data, local_dir, model, corpus=None, extra=(), steps=2):
         "actor_rollout_ref.rollout.name": "transformers",
         "trainer.total_training_steps": str(steps), "trainer.save_freq": str(steps),
         "trainer.test_freq": str(steps),
+        # the tiny model's context (a longer one is refused: no engine serves it)
+        "agent.init_config.max_model_len": "2048",
     })
     more = ["actor_rollout_ref.actor.optim.lr=1e-3", f"trainer.default_local_dir={local_dir}"]
     if corpus is not None:

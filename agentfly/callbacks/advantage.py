@@ -105,8 +105,11 @@ class AdvantageCallback(RolloutBatchCallback):
             if self.no_signal == 1:
                 logger.warning(
                     "iteration %d has no learning signal: every advantage is 0 (%.0f%% of its "
-                    "groups' chains all scored alike), so its update moves the policy toward "
-                    "nothing. A model that never earns a different reward within a group needs a "
+                    "groups' chains all scored alike), so its update learns nothing from the "
+                    "rewards: only the entropy bonus and the KL term move the policy "
+                    "(actor_rollout_ref.actor.entropy_coeff, kl_loss_coef), and Adam scales even "
+                    "their small gradients to steps of the full learning rate. A model that never "
+                    "earns a different reward within a group needs a "
                     "warm start (agentfly sft on a few conversations that do it: README, \"Train "
                     "your own task\"), more chains per prompt (agent.run_config.num_chains), a "
                     "reward with partial credit, or algorithm.filter_groups to leave such groups "

@@ -102,6 +102,7 @@ class InterruptCheckpoint(Callback):
         # stop once Lightning has logged this iteration's metrics (after this hook), then take
         # Lightning's interrupt path (on_exception, teardown, exit 1) at the end of the epoch loop
         trainer.should_stop = True
+        trainer.limit_val_batches = 0  # Lightning validates an epoch that stops; this one is interrupted
         self._stopping = True
 
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:

@@ -100,6 +100,38 @@ def check_model_paths(cfg: Any, needs_critic: bool) -> None:
         raise ConfigError(errors)
 
 
+def model_context(path: str | Path) -> int | None:
+    """The longest sequence a local model's ``config.json`` admits (``max_position_embeddings``,
+    a vision-language model's in its ``text_config``); None when it says none or is not there."""
+    import json
+
+    file = Path(str(path)).expanduser() / "config.json"
+    try:
+        config = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    n = config.get("max_position_embeddings") or (config.get("text_config") or {}).get("max_position_embeddings")
+    return int(n) if isinstance(n, int) and n > 0 else None
+
+
+def check_context(cfg: Any) -> None:
+    """``agent.init_config.max_model_len`` fits the actor's context: an engine serves no longer
+    a sequence than the model's positions, so a longer setting would let prompts through that no
+    chain can continue (each failing as an error, the batch lost).
+
+    Raises:
+        ConfigError: naming the key, the model and its ``max_position_embeddings``.
+    """
+    wanted = cfg.agent.init_config.max_model_len
+    context = model_context(str(cfg.actor_rollout_ref.model.path))
+    if wanted is not None and context is not None and int(wanted) > context:
+        raise ConfigError(
+            f"agent.init_config.max_model_len={wanted} is longer than the model's context: "
+            f"{cfg.actor_rollout_ref.model.path}/config.json says max_position_embeddings={context}; "
+            f"set it to at most {context} (unset: the model's)"
+        )
+
+
 def _model_keys(needs_critic: bool) -> list[str]:
     return ["actor_rollout_ref.model.path"] + (["critic.model.path"] if needs_critic else [])
 

@@ -58,7 +58,7 @@ from agentfly.rollout.tools.environment import (
     environment_tools,
     start_environments,
 )
-from agentfly.rollout.unseen_tools import explain_invalid_arguments, shows_tool_schemas
+from agentfly.rollout.unseen_tools import explain_invalid_arguments, explain_uncalled_tools, shows_tool_schemas
 from agentfly.rollout.vision import (
     IMAGE_MARKER,
     ImageError,
@@ -289,6 +289,7 @@ class AgentLoop:
         done = await self._run_chains(jobs, retry)
         if self._schemas_hidden:
             explain_invalid_arguments(done, self.agent.tool_names, self.template.name, self._explained)
+            explain_uncalled_tools(done, self.agent.tool_names, self.template.name, self.agent.system_prompt, self._explained)
         self.last_timing = {f"{k}_s": v for k, v in self._timer.seconds.items()}
         self.last_timing["rollout_s"] = time.perf_counter() - start
         out, at = [], 0

@@ -58,3 +58,31 @@ def explain_invalid_arguments(
             "describe the tool in agent.init_config.system_prompt",
             name, len(made), made[0].observation.strip(), template_name,
         )
+
+
+def explain_uncalled_tools(
+    trajs: Iterable[Any], tool_names: Iterable[str], template_name: str, system_prompt: str | None,
+    told: set[str],
+) -> None:
+    """Warn once per tool of ``tool_names`` (``told`` holds those named already) that no chain of
+    ``trajs`` (at least :data:`MIN_CALLS` of them) called and whose name the system prompt does
+    not mention: the model is shown it nowhere, so it cannot know the tool exists. Nothing is
+    said of a rollout with a call too broken to name its tool. Call it only when the template
+    shows no tool schemas."""
+    trajs = list(trajs)
+    called = {c.name for t in trajs for c in t.tool_calls}
+    if len(trajs) < MIN_CALLS or "" in called:  # a call too broken to name its tool: it may be one
+        return
+    others = sorted(called - set(tool_names))
+    for name in tool_names:
+        if name in told or name in called or name in (system_prompt or ""):
+            continue
+        told.add(name)
+        logger.warning(
+            "no chain of this rollout (%d) called tool %r%s: chat template %r shows the model no "
+            "tool schemas and the system prompt does not name it, so the model cannot know it "
+            "exists: use a template that shows them (qwen2.5) or describe the tool in "
+            "agent.init_config.system_prompt",
+            len(trajs), name, f" (they called tools they do not have: {', '.join(others)})" if others else "",
+            template_name,
+        )

@@ -22,7 +22,7 @@ from omegaconf import OmegaConf
 from agentfly.config.keys import plain
 from agentfly.config.schema_actor_critic import PREFIX_CACHING_ENGINES
 from agentfly.core.errors import ConfigError
-from agentfly.models.paths import check_model_paths
+from agentfly.models.paths import check_context, check_model_paths
 from agentfly.rollout.rollout_plan import RolloutPlan
 from agentfly.run.job import JobPlan, job_fields, plan_trainer
 from agentfly.run.module_plan import plan_module
@@ -332,6 +332,7 @@ def plan_rollout(
     if not model.path:
         raise ConfigError("actor_rollout_ref.model.path (or agent.init_config.model_name_or_path) is not set")
     check_model_paths(cfg, needs_critic=False)  # `agentfly rollout` plans only this part
+    check_context(cfg)
     engine_kwargs = _engine_kwargs(cfg, topology)
     loop = _loop_settings(cfg, training)
     name = str(rollout.name)

@@ -241,3 +241,16 @@ def test_a_cached_hub_id_is_resolved_to_its_snapshot_before_anything_starts(task
     assert plan.rollout.engine_kwargs["model"] == str(snapshot)
     if mode == "the Hub unreachable":
         assert "the Hub cannot be reached (ConnectError" in caplog.text and str(snapshot) in caplog.text
+
+
+def test_a_context_longer_than_the_models_is_refused_when_planned(task, nothing_may_start):
+    """The engine serves no longer a sequence than the model's positions: a longer
+    ``max_model_len`` would pass prompts no chain can continue (every chain an error)."""
+    (task / "model" / "config.json").write_text(json.dumps({"model_type": "qwen2", "max_position_embeddings": 512}))
+    with pytest.raises(ConfigError) as err:
+        build(load_config(args(task, "agent.init_config.max_model_len=2048")))
+    assert "agent.init_config.max_model_len=2048 is longer than the model's context" in str(err.value)
+    assert "max_position_embeddings=512; set it to at most 512" in str(err.value)
+    from agentfly.run.plan import plan_run
+
+    assert plan_run(load_config(args(task, "agent.init_config.max_model_len=512")), CPU)  # its own context: fine

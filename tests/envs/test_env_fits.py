@@ -187,7 +187,7 @@ def test_the_key_reference_webshop_command_trains_on_the_generated_catalog(tmp_p
     from agentfly.envs.webshop import WebShopEnv, make_data
     from tests.config.verl_commands import KEY_REFERENCE_WEBSHOP
 
-    model = build_tiny_model(tmp_path / "model", max_position_embeddings=8192)
+    model = build_tiny_model(tmp_path / "model", max_position_embeddings=16384)  # the command's context
     rows = make_data(tmp_path / "data", val=19)  # the generated catalog's first goal to train on
     env = WebShopEnv()  # the tool's catalog: the default settings
     walkthrough = env.reset({"task_id": 0})[1]["walkthrough"]

@@ -38,7 +38,7 @@ TOOL_TIMEOUT_S, REWARD_TIMEOUT_S = 2.0, 2.0  # fault_hang's and fault_reward's (
 @pytest.fixture(scope="module")
 def task(tmp_path_factory):
     root = tmp_path_factory.mktemp("faults")
-    model = build_tiny_model(root / "model")
+    model = build_tiny_model(root / "model", max_position_embeddings=4096)
     rows = [{"question": f"What is {a}+{b}?", "answer": str(a + b)} for a, b in [(1, 2), (3, 4)]]
     rows.insert(1, {"question": "Why? " * 20_000, "answer": "0"})  # 100k characters
     (root / "train.json").write_text(json.dumps(rows))

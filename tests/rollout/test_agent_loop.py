@@ -173,7 +173,8 @@ def test_calls_that_all_miss_a_hidden_schema_name_the_template(model_dir, caplog
     with caplog.at_level(logging.WARNING, logger="agentfly.rollout.unseen_tools"):
         trajs = loop.run(ROWS[:1]) + loop.run(ROWS[:1])
     assert [c.error for t in trajs for c in t.tool_calls] == ["invalid_arguments"] * 8
-    said = [r.getMessage() for r in caplog.records if r.name == "agentfly.rollout.unseen_tools"]
+    said = [r.getMessage() for r in caplog.records
+            if r.name == "agentfly.rollout.unseen_tools" and "arguments it does not take" in r.getMessage()]
     if template == "qwen2.5":
         assert said == []
     else:
@@ -190,6 +191,27 @@ def test_calls_that_are_not_json_are_not_blamed_on_the_template(model_dir, caplo
         trajs = loop.run(ROWS[:1])
     assert [c.error for t in trajs for c in t.tool_calls] == ["invalid_arguments"] * 4
     assert [r for r in caplog.records if r.name == "agentfly.rollout.unseen_tools"] == []
+
+
+@pytest.mark.parametrize("template", ["qwen2.5-no-system-tool", "qwen2.5"])
+def test_a_tool_no_chain_called_and_the_model_was_never_shown_is_named(model_dir, caplog, template):
+    """The model calls a tool it does not have (what its warm start knew) and never the one it
+    has: where the template hid the schemas and the system prompt names neither, the run says
+    the model cannot know the tool exists, once; a system prompt that names it says nothing."""
+    for system_prompt in (None, "Use calculator for arithmetic and answer to reply."):
+        caplog.clear()
+        loop = make_loop(model_dir, [call("convert", value=1)], template=template, max_turns=1, num_chains=4)
+        loop.agent = get_agent("hermes", [get_tool("calculator"), get_tool("answer")], system_prompt)
+        with caplog.at_level(logging.WARNING, logger="agentfly.rollout.unseen_tools"):
+            trajs = loop.run(ROWS[:1]) + loop.run(ROWS[:1])
+        assert [c.error for t in trajs for c in t.tool_calls] == ["unknown_tool"] * 8
+        said = [r.getMessage() for r in caplog.records if r.name == "agentfly.rollout.unseen_tools"]
+        if template == "qwen2.5" or system_prompt:
+            assert said == [], said
+        else:
+            assert len(said) == 2 and all("they called tools they do not have: convert" in m for m in said)
+            assert "tool 'calculator'" in said[0] and "tool 'answer'" in said[1]
+            assert "'qwen2.5-no-system-tool' shows the model no tool schemas" in said[0]
 
 
 def test_the_room_left_is_the_tighter_of_the_context_and_the_response_budget():
