@@ -58,7 +58,11 @@ from agentfly.rollout.tools.environment import (
     environment_tools,
     start_environments,
 )
-from agentfly.rollout.unseen_tools import explain_invalid_arguments, explain_uncalled_tools, shows_tool_schemas
+from agentfly.rollout.unseen_tools import (
+    explain_invalid_arguments,
+    explain_uncalled_tools,
+    shows_tool_schemas,
+)
 from agentfly.rollout.vision import (
     IMAGE_MARKER,
     ImageError,
