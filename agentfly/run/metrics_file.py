@@ -12,7 +12,6 @@ new version, as Lightning's does, leaving any earlier file alone.
 from __future__ import annotations
 
 import csv
-import math
 import re
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,8 @@ from typing import Any
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
+
+from agentfly.run.report import metric_number
 
 ITERATION = "training/iteration"
 LAUNCH = "launch"
@@ -31,21 +32,13 @@ def newest_version(root: Path) -> int | None:
     return max(found) if found else None
 
 
-def _number(text: str | None) -> float | None:
-    try:
-        value = float(text)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return None
-    return value if math.isfinite(value) else None
-
-
 def rows_up_to(rows: list[dict[str, str]], iteration: int) -> list[dict[str, str]]:
     """The rows a checkpoint of ``iteration`` holds: every row logged while the last training row
     before it was of iteration ``iteration`` or earlier (validation rows belong to the iteration
     logged before them, 0 before training)."""
     kept, current = [], 0
     for row in rows:
-        logged = _number(row.get(ITERATION))
+        logged = metric_number(row.get(ITERATION))
         if logged is not None:
             current = int(logged)
         if current > iteration:
@@ -76,7 +69,7 @@ class ContinuedWriter(LaunchWriter):
                 reader = csv.DictReader(f)
                 rows, keys = list(reader), list(reader.fieldnames or [])
         kept = rows_up_to(rows, iteration)
-        self.launch = 1 + max((int(n) for r in kept if (n := _number(r.get(LAUNCH) or "1")) is not None), default=0)
+        self.launch = 1 + max((int(n) for r in kept if (n := metric_number(r.get(LAUNCH) or "1")) is not None), default=0)
         if not kept:
             path.unlink(missing_ok=True)
             return

@@ -32,7 +32,8 @@ NUM_SAMPLES = 3
 # ---------------------------------------------------------------------------------- reading
 
 
-def _float(text: str | None) -> float | None:
+def metric_number(text: str | None) -> float | None:
+    """A CSV cell as a finite number; None for a blank, a non-number or an infinity."""
     try:
         value = float(text)  # type: ignore[arg-type]
     except (TypeError, ValueError):
@@ -57,7 +58,7 @@ def read_metrics(run_dir: Path) -> tuple[dict[int, dict[str, float]], dict[int, 
         with path.open(newline="", encoding="utf-8") as f:
             for row in csv.DictReader(f):
                 values = {
-                    k: v for k, v in ((k, _float(x)) for k, x in row.items() if k) if v is not None
+                    k: v for k, v in ((k, metric_number(x)) for k, x in row.items() if k) if v is not None
                 }
                 if "training/iteration" in values:
                     iteration = int(values["training/iteration"])
@@ -82,10 +83,10 @@ def launch_timing(run_dir: Path) -> dict[str, Any]:
     for n, path in enumerate(sorted((run_dir / "metrics").glob("version_*/metrics.csv"), key=_version_key)):
         with path.open(newline="", encoding="utf-8") as f:
             for r in csv.DictReader(f):
-                if _float(r.get("training/iteration")) is not None:
+                if metric_number(r.get("training/iteration")) is not None:
                     launches.setdefault((n, r.get("launch") or "1"), []).append(r)
     rows = list(launches.values())[-1] if launches else []
-    times = [t for t in (_float(r.get("timing/iteration_s")) for r in rows) if t is not None]
+    times = [t for t in (metric_number(r.get("timing/iteration_s")) for r in rows) if t is not None]
     return {"launches": len(launches), "launch_iterations": len(rows), "launch_training_s": sum(times) if times else None}
 
 
