@@ -126,7 +126,7 @@ def stage_help(stage: str) -> str:
     from lightning.pytorch.cli import LightningArgumentParser
 
     from agentfly.cli.lightning import DATA_PLANNED
-    from agentfly.cli.short_help import fit_help
+    from agentfly.config.help_page import fit_help
     from agentfly.config.verl_args import verl_keys
     from agentfly.rollout.datamodule import RolloutDataModule
 

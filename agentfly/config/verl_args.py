@@ -37,15 +37,10 @@ import yaml
 from omegaconf import OmegaConf
 
 from agentfly.config.aliases import ALIASES, canonical_key
-from agentfly.config.keys import (
-    MANAGED,
-    PLANNED_TRAINER_ARGS,
-    lightning_trainer_names,
-    takes,
-    verl_key_table,
-)
+from agentfly.config.keys import lightning_trainer_names, takes, verl_key_table
 from agentfly.config.overrides import parse_override
 from agentfly.core.errors import ConfigError
+from agentfly.modules.trainer_args import MANAGED, PLANNED_TRAINER_ARGS
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 DEFAULT_TASK_FILE = CONF_DIR / "examples" / "demo_calculator.yaml"

@@ -27,8 +27,8 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger
 from lightning.pytorch.utilities.warnings import PossibleUserWarning
 
-from agentfly.config.keys import MANAGED, PLANNED_TRAINER_ARGS  # noqa: F401  (re-exported)
 from agentfly.modules.settings import CriticSettings
+from agentfly.modules.trainer_args import MANAGED, PLANNED_TRAINER_ARGS  # noqa: F401  (re-exported)
 
 #: Warnings of Lightning and torch that ask nothing an agentfly user can do: (message pattern,
 #: category, why it does not apply). Silenced while the trainer is built and while it runs.

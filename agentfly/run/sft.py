@@ -173,7 +173,7 @@ def main(argv: list[str]) -> int:
     flags.add_argument("--ckpt_path")
     args, words = flags.parse_known_args(argv)
     if args.help:
-        from agentfly.cli.short_help import sft_help
+        from agentfly.config.help_page import sft_help
 
         print(sft_help(USAGE, sft_parser()[0]))
         return 0
