@@ -56,7 +56,7 @@ def launch(tmp_path: Path, model: Path, marker: str) -> tuple[subprocess.Popen, 
 def test_a_trainer_stopped_by_sigterm_or_sigkill_leaves_no_java_or_engine_process(tmp_path):
     needs("scienceworld")
     needs("chess")
-    model = build_tiny_model(tmp_path / "model")
+    model = build_tiny_model(tmp_path / "model", max_position_embeddings=4096)  # env_fit's context
     runs = {}  # two runs at once: one gets SIGTERM, the other SIGKILL
     for how in (signal.SIGTERM, signal.SIGKILL):
         folder = tmp_path / how.name
