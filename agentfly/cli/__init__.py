@@ -123,16 +123,11 @@ def _config_parser() -> tuple[Any, dict[str, Any]]:
 
 def stage_help(stage: str) -> str:
     """``agentfly <stage> --help``: the keys users set most (``--help-all``: every key)."""
-    from lightning.pytorch.cli import LightningArgumentParser
-
-    from agentfly.cli.lightning import DATA_PLANNED
+    from agentfly.cli.lightning import default_data_parser
     from agentfly.config.help_page import fit_help
     from agentfly.config.verl_args import verl_keys
-    from agentfly.rollout.datamodule import RolloutDataModule
 
-    data = LightningArgumentParser()
-    data.add_class_arguments(RolloutDataModule, "data", fail_untyped=False, skip=DATA_PLANNED)
-    return fit_help(stage, _config_parser()[0], data, verl_keys().defaults)
+    return fit_help(stage, _config_parser()[0], default_data_parser(), verl_keys().defaults)
 
 
 def _lightning(stage: str, words: list[str]) -> int:

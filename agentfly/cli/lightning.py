@@ -29,6 +29,14 @@ MODULE_PLANNED = set(inspect.signature(AgentRLModule.__init__).parameters) - {"s
 DATA_PLANNED = set(inspect.signature(RolloutDataModule.__init__).parameters) - {"self", *DATA_KEYS}
 
 
+def default_data_parser(prog: str | None = None) -> LightningArgumentParser:
+    """A parser of the default DataModule's arguments (verl's ``data.*``), which the fit parser's
+    subclass-mode group shows only under ``--data.help``."""
+    data = LightningArgumentParser(prog=prog)
+    data.add_class_arguments(RolloutDataModule, "data", fail_untyped=False, skip=DATA_PLANNED)
+    return data
+
+
 class Parser(LightningArgumentParser):
     """Its ``--help`` lists the default DataModule's arguments (verl's ``data.*``) too, which
     a subclass-mode group shows only under ``--data.help``."""
@@ -39,9 +47,7 @@ class Parser(LightningArgumentParser):
         text = super().format_help()
         if not self.lists_data:
             return text
-        data = LightningArgumentParser(prog=self.prog)
-        data.add_class_arguments(RolloutDataModule, "data", fail_untyped=False, skip=DATA_PLANNED)
-        listing = data.format_help()
+        listing = default_data_parser(self.prog).format_help()
         group = listing[listing.rfind("\n\n", 0, listing.find("  --data.")) :].rstrip()
         return f"{text.rstrip()}\n\nThe default data module's arguments (--data.help RolloutDataModule):{group}\n"
 

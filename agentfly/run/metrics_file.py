@@ -12,7 +12,6 @@ new version, as Lightning's does, leaving any earlier file alone.
 from __future__ import annotations
 
 import csv
-import re
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 
-from agentfly.run.report import metric_number
+from agentfly.run.report import metric_number, metrics_files, version_number
 
 ITERATION = "training/iteration"
 LAUNCH = "launch"
@@ -28,8 +27,8 @@ LAUNCH = "launch"
 
 def newest_version(root: Path) -> int | None:
     """The highest ``version_N`` under ``root`` holding a ``metrics.csv`` (None: none)."""
-    found = [int(m.group(1)) for p in root.glob("version_*/metrics.csv") if (m := re.fullmatch(r"version_(\d+)", p.parent.name))]
-    return max(found) if found else None
+    files = metrics_files(root)
+    return version_number(files[-1]) if files else None
 
 
 def rows_up_to(rows: list[dict[str, str]], iteration: int) -> list[dict[str, str]]:

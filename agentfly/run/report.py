@@ -41,9 +41,15 @@ def metric_number(text: str | None) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _version_key(path: Path) -> int:
+def version_number(path: Path) -> int:
+    """The N of a ``version_N/metrics.csv`` (-1 for another folder's)."""
     match = re.search(r"version_(\d+)$", path.parent.name)
     return int(match.group(1)) if match else -1
+
+
+def metrics_files(metrics_dir: Path) -> list[Path]:
+    """``metrics_dir/version_*/metrics.csv`` in version order (``version_10`` after ``version_2``)."""
+    return sorted(metrics_dir.glob("version_*/metrics.csv"), key=version_number)
 
 
 def read_metrics(run_dir: Path) -> tuple[dict[int, dict[str, float]], dict[int, dict[str, float]]]:
@@ -54,7 +60,7 @@ def read_metrics(run_dir: Path) -> tuple[dict[int, dict[str, float]], dict[int, 
     train: dict[int, dict[str, float]] = {}
     val: dict[int, dict[str, float]] = {}
     iteration = 0
-    for path in sorted((run_dir / "metrics").glob("version_*/metrics.csv"), key=_version_key):
+    for path in metrics_files(run_dir / "metrics"):
         with path.open(newline="", encoding="utf-8") as f:
             for row in csv.DictReader(f):
                 values = {
@@ -80,7 +86,7 @@ def launch_timing(run_dir: Path) -> dict[str, Any]:
         ``timing/iteration_s``; None without timings).
     """
     launches: dict[tuple[int, str], list[dict[str, str]]] = {}
-    for n, path in enumerate(sorted((run_dir / "metrics").glob("version_*/metrics.csv"), key=_version_key)):
+    for n, path in enumerate(metrics_files(run_dir / "metrics")):
         with path.open(newline="", encoding="utf-8") as f:
             for r in csv.DictReader(f):
                 if metric_number(r.get("training/iteration")) is not None:
