@@ -16,7 +16,7 @@ OPENENV_MCP_SPEC ?= mcp>=1.24,<2
 STAMP := $(VENV)/.installed
 TIMES_ARGS := -o junit_family=xunit1 --junitxml=.test-times
 
-.PHONY: test mutants demo demo-record demo-smollm2 demo-textworld demo-gui lint install clean
+.PHONY: test test-examples mutants demo demo-record demo-smollm2 demo-textworld demo-gui lint install clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -43,8 +43,14 @@ test: $(STAMP)
 # Two processes for the tests that may share the cores, then the tests marked serial (wall-clock
 # deadlines, the private SLURM cluster) alone; each prints its slowest, to keep the suite under 20 minutes.
 # Both passes write their times to .test-times/ (scripts/test_times.py sums them by file).
-	$(PY) -m pytest -q -n 2 -m "not serial" --durations=15 $(TIMES_ARGS)/parallel.xml
-	$(PY) -m pytest -q -m serial --durations=10 $(TIMES_ARGS)/serial.xml
+	$(PY) -m pytest -q -n 2 -m "not serial and not examples" --durations=15 $(TIMES_ARGS)/parallel.xml
+	$(PY) -m pytest -q -m "serial and not examples" --durations=10 $(TIMES_ARGS)/serial.xml
+
+# The examples end to end on the real model (SmolLM2 on the calculator, on TextWorld), shortened:
+# each stage for one iteration through the example's own driver. Minutes each; `.ci/run` runs
+# them after `make test`, which guards their code with faster tests (tests/conftest.py, EXAMPLES).
+test-examples: $(STAMP)
+	$(PY) -m pytest -q -n 2 -m examples --durations=5 $(TIMES_ARGS)/examples.xml
 
 # Break the learning code on purpose, one mutation at a time (scripts/mutants.py): every mutation
 # must make a test fail.

@@ -45,16 +45,24 @@ SERIAL = (
 )
 
 
-#: the longest tests (minutes each, the real model's examples end to end)
-FIRST = ("tests/test_smollm2_example.py", "tests/test_textworld_example.py")
+#: the examples end to end on the real model (minutes each): marked ``examples``, run by
+#: `make test-examples` (CI runs it after `make test`), not by `make test`. What guards their
+#: code inside `make test`: tests/test_example_configs.py (every stage config of every example
+#: composes and validates), tests/test_gui_example.py (the stage driver, examples/stages.py, end
+#: to end on a tiny model), tests/models/test_smollm2.py (the real model converted, one chain
+#: through the agent loop) and tests/envs/test_textworld.py (the games, their tool and reward).
+EXAMPLES = ("tests/test_smollm2_example.py", "tests/test_textworld_example.py")
+#: the longest tests: run first where they are selected (started early, the two processes'
+#: loads even out behind them)
+FIRST = EXAMPLES
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked ``gpu`` skip on machines without a CUDA device, and those marked
     ``needs_bwrap`` where bubblewrap cannot run (saying why; ``make test`` installs it where it
     can, and tests/rollout/test_sandbox_escape.py checks the refusal without it). Tests in the
-    files of ``SERIAL`` are marked ``serial``; those of ``FIRST`` run first (started early, the
-    two processes' loads even out behind them)."""
+    files of ``SERIAL`` are marked ``serial``, those of ``EXAMPLES`` ``examples``; those of
+    ``FIRST`` run first."""
     import torch
 
     root = Path(__file__).resolve().parents[1]
@@ -62,6 +70,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if where[item].startswith(SERIAL):
             item.add_marker(pytest.mark.serial)
+        if where[item].startswith(EXAMPLES):
+            item.add_marker(pytest.mark.examples)
     items.sort(key=lambda item: not where[item].startswith(FIRST))  # stable: the rest keep their order
 
     if not torch.cuda.is_available():
