@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -125,6 +126,21 @@ def deterministic(row: dict[str, str]) -> dict[str, str]:
     }
 
 
+def same_value(recorded: str, now: str) -> bool:
+    """One logged cell the same in the record and now: equal text, or numbers within 1e-4 of
+    each other relatively. The record was written on another CPU: the same run's floats there
+    differ from here in their last digits (1e-7 to 1e-6 relatively: the order of the matrix
+    products' sums is the CPU's BLAS's), while a change to the learning moves them by far more
+    (GRPO's epsilon from 1e-6 to 1e-2 moves a group's advantages by 1e-2 / std, at least 2 %
+    for the demo's 0/1 rewards, whose std is at most 0.5)."""
+    if recorded == now:
+        return True
+    try:
+        return math.isclose(float(recorded), float(now), rel_tol=1e-4, abs_tol=1e-6)
+    except ValueError:
+        return False
+
+
 @pytest.mark.slow
 def test_the_shortened_demo_follows_the_curve_the_readme_quotes(demo_run):
     """The shortened demo's iterations are the first iterations of the committed `make demo` run
@@ -137,7 +153,7 @@ def test_the_shortened_demo_follows_the_curve_the_readme_quotes(demo_run):
     moved = [
         (i + 1, k, recorded[i].get(k, ""), ran[i].get(k, ""))
         for i in range(ITERATIONS) for k in sorted({*recorded[i], *ran[i]})
-        if recorded[i].get(k, "") != ran[i].get(k, "")
+        if not same_value(recorded[i].get(k, ""), ran[i].get(k, ""))
     ]
     assert not moved, (
         "the demo's curve moved from the run the README quotes (iteration, metric, recorded, now): "

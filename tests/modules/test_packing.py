@@ -106,8 +106,10 @@ def test_log_probs_and_gradients_equal_the_padded_pass(model):
     )
     packed, g_packed = logp_and_grads(packed_response_logits(model, ids, mask, pos, p))
     assert torch.allclose(packed, padded, atol=1e-5)
+    # within 1e-5 of each gradient's scale: an entry near 24 carries fp32 sums' rounding of a
+    # few 1e-5 on one CPU and not another (the order of a row's sums differs in the two passes)
     for a, b in zip(g_packed, g_padded, strict=True):
-        assert torch.allclose(a, b, atol=1e-5)
+        assert (a - b).abs().max() <= 1e-5 * b.abs().max() + 1e-6, ((a - b).abs().max(), b.abs().max())
 
 
 def test_values_and_gradients_equal_the_padded_pass(critic):
