@@ -3,16 +3,12 @@ start, side by side; the table (held-out success and reward at each validation, 
 minutes behind it) and the curves.
 
     python examples/textworld_coins/run.py --out runs/tw_credit/grpo --rl trainer.total_training_steps=10
-    agentfly fit --config examples/textworld_coins/rl.yaml \\
-        "data.train_files=[runs/tw_credit/grpo/data/rl_train.jsonl]" \\
-        "data.val_files=[runs/tw_credit/grpo/data/held_out.jsonl]" \\
-        agent.init_config.model_name_or_path=runs/tw_credit/grpo/sft/hf_actor \\
-        trainer.default_local_dir=runs/tw_credit/gigpo trainer.total_training_steps=10 \\
-        algorithm.adv_estimator=gigpo algorithm.use_turn_rewards=true algorithm.gamma=0.95 \\
-        algorithm.gigpo.mode=mean_std_norm
-    python bench/textworld_credit.py runs/tw_credit/grpo/rl runs/tw_credit/gigpo --plot docs/textworld_gigpo.png
+    bash bench/textworld_credit.sh runs/tw_credit/grpo runs/tw_credit/s42 42   # its GiGPO run is the pair's
+    python bench/textworld_credit.py runs/tw_credit/grpo/rl runs/tw_credit/s42/gigpo --plot docs/textworld_gigpo.png
 
-(add ``trainer.precision=32-true`` to the fit on a CPU without bf16 instructions, as run.py does).
+``bench/textworld_credit.sh WARM OUT SEED`` runs both fits of a pair from a warm start (another
+seed: both of its runs); add ``trainer.precision=32-true`` after the seed on a CPU without bf16
+instructions, as run.py does.
 """
 
 from __future__ import annotations

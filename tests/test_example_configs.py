@@ -5,25 +5,23 @@ types, tools, rewards, agent types and templates are known. The examples' end-to
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 
 import pytest
 
-from agentfly.cli import load_config
 from agentfly.config import ConfigError, config_to_yaml
 from agentfly.config.sft import load_sft_config, view_yaml
+from tests.config.cases import load_quiet
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 STAGES = sorted(EXAMPLES.glob("*/*.yaml"))
 
 
 def compose(path: Path) -> str:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        if path.name == "sft.yaml":
-            return view_yaml(load_sft_config(config_file=path))
-        return config_to_yaml(load_config(config_file=path))
+    """The config as its command composes it (as tests/config/test_config.py composes conf/'s)."""
+    if path.name == "sft.yaml":
+        return view_yaml(load_sft_config(config_file=path))
+    return config_to_yaml(load_quiet(config_file=path))
 
 
 def test_the_examples_with_stages_are_all_here():

@@ -43,3 +43,11 @@ def test_no_files_says_what_to_run(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert times.main([]) == 2
     assert "run make test first" in capsys.readouterr().err
+
+
+def test_a_file_written_without_file_names_says_how_to_write_it(tmp_path, capsys):
+    times = load()
+    path = tmp_path / "xunit2.xml"
+    path.write_text(JUNIT.replace(' file="tests/test_fit.py"', "", 1))
+    assert times.main([str(path)]) == 2
+    assert "junit_family=xunit1" in capsys.readouterr().err
