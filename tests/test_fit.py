@@ -82,6 +82,21 @@ def test_resume_continues_like_an_uninterrupted_run(task, tmp_path):
     assert ra[-1] == rb[-1]
 
 
+def test_a_fit_gives_the_caller_its_thread_count_back(task, tmp_path):
+    """A fit sets torch's threads (here ``trainer.num_threads=1``) for itself only: the process
+    that called it has its own back after. (A fit that left 1 behind made every later test in
+    that pytest worker run on one thread, and which tests those were depended on xdist's
+    schedule.)"""
+    root, model = task
+    threads = torch.get_num_threads()
+    torch.set_num_threads(3)  # not the machine's count, nor the run's
+    try:
+        assert main(fit_args(root, model, tmp_path / "run", 1, ["trainer.num_threads=1"])) == 0
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(threads)
+
+
 def test_logged_losses_do_not_depend_on_the_micro_batch_size(task, tmp_path):
     """Each micro-batch holds a share of the mini-batch's loss (global normalisers): the logged
     policy and KL losses are the mini-batch's, whether it ran in one piece or in four."""

@@ -60,7 +60,13 @@ def open_run(plan: JobPlan, stack: contextlib.ExitStack, stage: str | None = Non
     ``SystemExit`` from SIGTERM), on rank 0: the empty folders this run made in the run directory
     removed, then on an error, the error written to ``<run>/error.txt`` when the run directory
     remains (:func:`_error_note`, naming ``stage``, by default the plan's); an earlier launch's note
-    is removed now."""
+    is removed now. On every rank, torch's thread count of the calling thread is set back to what
+    it is now: the run sets its own (``trainer.num_threads``, the cores an overlapping rollout
+    leaves the update), and a caller that goes on in this process (a notebook, a second
+    :func:`agentfly.cli.main`) keeps its own."""
+    import torch
+
+    stack.callback(torch.set_num_threads, torch.get_num_threads())
     run_dir = Path(plan.run_dir)
     existed = _folders(run_dir)
     if is_rank_zero():
