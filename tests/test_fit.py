@@ -84,9 +84,8 @@ def test_resume_continues_like_an_uninterrupted_run(task, tmp_path):
 
 def test_a_fit_gives_the_caller_its_thread_count_back(task, tmp_path):
     """A fit sets torch's threads (here ``trainer.num_threads=1``) for itself only: the process
-    that called it has its own back after. (A fit that left 1 behind made every later test in
-    that pytest worker run on one thread, and which tests those were depended on xdist's
-    schedule.)"""
+    that called it has its own back after, so what runs next in it (the next test in a pytest
+    worker) does not depend on which fits ran before."""
     root, model = task
     threads = torch.get_num_threads()
     torch.set_num_threads(3)  # not the machine's count, nor the run's
