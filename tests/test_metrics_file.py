@@ -57,3 +57,24 @@ def test_a_fresh_launch_starts_a_new_version_and_leaves_the_old_file(tmp_path: P
     logger.save()
     assert read(old) == [IT1]
     assert [(r["training/iteration"], r["launch"]) for r in read(tmp_path / "metrics" / "version_1" / "metrics.csv")] == [("1.0", "1")]
+
+
+def test_a_resume_whose_checkpoint_has_no_rows_yet_is_still_a_later_launch(tmp_path: Path):
+    # killed between the checkpoint of iteration 1 and Lightning's write of that iteration's
+    # metrics: the checkpoint exists, the metrics file does not
+    logger = RunCSVLogger(str(tmp_path), resume_iteration=1)
+    logger.log_metrics({"training/iteration": 2.0}, step=1)
+    logger.save()
+    files = list((tmp_path / "metrics").glob("version_*/metrics.csv"))
+    assert len(files) == 1
+    assert [(r["training/iteration"], r["launch"]) for r in read(files[0])] == [("2.0", "2")]
+
+
+def test_a_resume_after_a_launch_that_left_no_row_before_its_checkpoint_numbers_on(tmp_path: Path):
+    # launch 1 logged iteration 1; launch 2 resumed, checkpointed 2 and died before its row
+    path = tmp_path / "metrics" / "version_0" / "metrics.csv"
+    write(path, [{**IT1, "launch": "1"}])
+    logger = RunCSVLogger(str(tmp_path), resume_iteration=2)
+    logger.log_metrics({"training/iteration": 3.0}, step=2)
+    logger.save()
+    assert [(r["training/iteration"], r["launch"]) for r in read(path)] == [("1", "1"), ("3.0", "2")]

@@ -68,7 +68,10 @@ class ContinuedWriter(LaunchWriter):
                 reader = csv.DictReader(f)
                 rows, keys = list(reader), list(reader.fieldnames or [])
         kept = rows_up_to(rows, iteration)
-        self.launch = 1 + max((int(n) for r in kept if (n := metric_number(r.get(LAUNCH) or "1")) is not None), default=0)
+        # at least one launch came before: the one that wrote the checkpoint, whose rows may all be
+        # missing (Lightning writes an iteration's metrics after on_train_batch_end, where the
+        # checkpoint is saved, so a kill between the two leaves the checkpoint without its rows)
+        self.launch = 1 + max((int(n) for r in kept if (n := metric_number(r.get(LAUNCH) or "1")) is not None), default=1)
         if not kept:
             path.unlink(missing_ok=True)
             return
@@ -89,14 +92,15 @@ class RunCSVLogger(CSVLogger):
 
     Args:
         save_dir, name: as ``CSVLogger``'s (the files are ``save_dir/name/version_N/metrics.csv``).
-        resume_iteration: the iteration of the checkpoint this launch resumes from; None: a fresh
+        resume_iteration: the iteration of the checkpoint this launch resumes from (a run with no
+            metrics file yet starts one, its rows numbered as a later launch's); None: a fresh
             launch, which starts a new version.
     """
 
     def __init__(self, save_dir: str, name: str = "metrics", resume_iteration: int | None = None, **kwargs: Any) -> None:
         version = newest_version(Path(save_dir) / name) if resume_iteration is not None else None
         super().__init__(save_dir, name=name, version=version, **kwargs)
-        self.resume_iteration = resume_iteration if version is not None else None
+        self.resume_iteration = resume_iteration
 
     @property
     @rank_zero_experiment
