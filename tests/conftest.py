@@ -23,6 +23,22 @@ def tiny_tokenizer(tiny_model_dir: Path):
     return PreTrainedTokenizerFast.from_pretrained(tiny_model_dir)
 
 
+@pytest.fixture(scope="session")
+def finished_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    """(task root, model, run): `agentfly fit` of ``trainer.total_training_steps=2`` on two ``a+b``
+    rows (:func:`tests.fit_runs.fit_args`), run to its end: ``iter_000001.ckpt``,
+    ``iter_000002.ckpt`` and ``last.ckpt``. One per pytest process, read by the tests that inspect
+    a finished run; each copies what it changes."""
+    from agentfly.cli import main
+    from tests.fit_runs import fit_args, write_task
+
+    root, model = write_task(tmp_path_factory.mktemp("finished_run"), [(1, 2), (3, 4)])
+    run = root / "run"
+    assert main(fit_args(root, model, run, 2)) == 0
+    assert {p.name for p in (run / "checkpoints").iterdir()} == {"iter_000001.ckpt", "iter_000002.ckpt", "last.ckpt"}
+    return root, model, run
+
+
 # Files whose tests assert on wall-clock time (deadlines, start-up races, signals) or share one
 # machine-wide service (the private SLURM cluster): `make test` runs them after the rest, alone,
 # so that a test running beside them on the other core cannot make them late.

@@ -21,18 +21,7 @@ import torch
 
 from agentfly.cli import main
 from agentfly.run.checkpoints import checkpoint_damage, find_resume_checkpoint
-from tests.fit_runs import fit_args, iterations_by_launch, write_task
-
-
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """(task root, model, run): two iterations, ``iter_000001``, ``iter_000002`` and ``last.ckpt``."""
-    root, model = write_task(tmp_path_factory.mktemp("damaged"), [(1, 2), (3, 4)])
-    run = root / "run"
-    assert main(fit_args(root, model, run, 2)) == 0
-    assert {p.name for p in (run / "checkpoints").iterdir()} == {
-        "iter_000001.ckpt", "iter_000002.ckpt", "last.ckpt"}
-    return root, model, run
+from tests.fit_runs import fit_args, iterations_by_launch
 
 
 def copy_checkpoints(run: Path, dest: Path) -> Path:
@@ -72,8 +61,8 @@ DAMAGES = ["truncated", "empty", "garbage", "dangling link", "zip without a reco
 
 
 @pytest.mark.parametrize("how", DAMAGES)
-def test_a_damaged_last_ckpt_falls_back_to_the_newest_intact_iteration(trained, tmp_path, how):
-    _, _, run = trained
+def test_a_damaged_last_ckpt_falls_back_to_the_newest_intact_iteration(finished_run, tmp_path, how):
+    _, _, run = finished_run
     ckpts = copy_checkpoints(run, tmp_path)
     assert checkpoint_damage(ckpts / "last.ckpt") is None
     damage(ckpts / "last.ckpt", how)
@@ -85,8 +74,8 @@ def test_a_damaged_last_ckpt_falls_back_to_the_newest_intact_iteration(trained, 
     assert str(ckpts / "last.ckpt") in said and str(ckpts / "iter_000002.ckpt") in said
 
 
-def test_with_no_intact_checkpoint_auto_starts_fresh_and_says_so(trained, tmp_path):
-    _, _, run = trained
+def test_with_no_intact_checkpoint_auto_starts_fresh_and_says_so(finished_run, tmp_path):
+    _, _, run = finished_run
     ckpts = copy_checkpoints(run, tmp_path)
     for path, how in zip(sorted(ckpts.iterdir()), ["garbage", "truncated", "empty"], strict=True):
         damage(path, how)
@@ -97,10 +86,10 @@ def test_with_no_intact_checkpoint_auto_starts_fresh_and_says_so(trained, tmp_pa
     assert find_resume_checkpoint(tmp_path / "nothing_here").message() is None  # nothing: silent
 
 
-def test_a_truncated_last_ckpt_resumes_from_the_intact_iteration_before_it(trained, tmp_path, caplog):
+def test_a_truncated_last_ckpt_resumes_from_the_intact_iteration_before_it(finished_run, tmp_path, caplog):
     """In place, as a full disk or a copy cut short leaves it: ``iter_000002.ckpt`` is a link to
     the same file and is damaged with it, so the run resumes from iteration 1 and runs 2 and 3."""
-    root, model, run = trained
+    root, model, run = finished_run
     out = tmp_path / "run"
     shutil.copytree(run, out, copy_function=shutil.copyfile)
     os.unlink(out / "checkpoints" / "iter_000002.ckpt")
@@ -121,8 +110,8 @@ def test_a_truncated_last_ckpt_resumes_from_the_intact_iteration_before_it(train
 
 
 @pytest.mark.parametrize("how", ["--ckpt_path", "resume_path"])
-def test_a_named_damaged_checkpoint_stops_before_anything_starts(trained, tmp_path, capsys, how):
-    root, model, _ = trained
+def test_a_named_damaged_checkpoint_stops_before_anything_starts(finished_run, tmp_path, capsys, how):
+    root, model, _ = finished_run
     bad = tmp_path / "bad.ckpt"
     bad.write_bytes(b"PK\x03\x04 not really")
     out = tmp_path / "out"
@@ -142,8 +131,8 @@ def empty_folders(root: Path) -> list[str]:
     return [d for d, dirs, files in os.walk(root) if not dirs and not files]
 
 
-def test_a_run_failing_at_the_start_leaves_no_empty_folder(trained, tmp_path):
-    root, model, _ = trained
+def test_a_run_failing_at_the_start_leaves_no_empty_folder(finished_run, tmp_path):
+    root, model, _ = finished_run
     out = tmp_path / "out"
     command = fit_args(root, model, out, 2, ["--trainer.callbacks+=tests.planted.Fail"])
     with pytest.raises(RuntimeError, match="planted failure"):
@@ -151,10 +140,10 @@ def test_a_run_failing_at_the_start_leaves_no_empty_folder(trained, tmp_path):
     assert not out.exists() or not empty_folders(out), empty_folders(out)
 
 
-def test_a_resumed_run_failing_leaves_no_empty_version_folder(trained, tmp_path):
+def test_a_resumed_run_failing_leaves_no_empty_version_folder(finished_run, tmp_path):
     """The issue's case: a resume that fails leaves its ``metrics/version_1`` with nothing in it;
     the earlier launch's folders stay as they are."""
-    root, model, run = trained
+    root, model, run = finished_run
     out = tmp_path / "run"
     shutil.copytree(run, out)
     (out / "kept_empty").mkdir()  # not this run's: left alone

@@ -4,7 +4,8 @@ means is refused unless ``trainer.resume_changed_config=true``, and a checkpoint
 config does not train is refused outright. A run that stops on an error leaves ``error.txt``
 beside its ``config.yaml``.
 
-One finished two-iteration run is shared; each test works on its own copy of it."""
+The finished two-iteration run (`finished_run`, tests/conftest.py) is shared; each test works on
+its own copy of it."""
 
 from __future__ import annotations
 
@@ -17,16 +18,7 @@ import pytest
 import torch
 
 from agentfly.cli import main
-from tests.fit_runs import fit_args, rows, write_task
-
-
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory):
-    """(task root, model, run): a run of ``trainer.total_training_steps=2`` that ran to its end."""
-    root, model = write_task(tmp_path_factory.mktemp("resume_checks"), [(1, 2), (3, 4)])
-    run = root / "run"
-    assert main(fit_args(root, model, run, 2)) == 0
-    return root, model, run
+from tests.fit_runs import fit_args, rows
 
 
 def copy_run(run: Path, dest: Path) -> Path:
@@ -48,10 +40,10 @@ def said(caplog) -> str:
 
 
 @pytest.mark.parametrize("last_ckpt", ["intact", "truncated"])
-def test_a_finished_run_resumed_trains_nothing_and_says_it_is_complete(finished, tmp_path, capsys, caplog, last_ckpt):
+def test_a_finished_run_resumed_trains_nothing_and_says_it_is_complete(finished_run, tmp_path, capsys, caplog, last_ckpt):
     """The same command again (``resume_mode=auto``, the default); with ``last.ckpt`` truncated the
     resume falls back to ``iter_000002.ckpt``, the run's last iteration, all the same."""
-    root, model, run = finished
+    root, model, run = finished_run
     out = copy_run(run, tmp_path / "run")
     if last_ckpt == "truncated":
         with open(out / "checkpoints" / "last.ckpt", "r+b") as f:
@@ -70,11 +62,11 @@ def test_a_finished_run_resumed_trains_nothing_and_says_it_is_complete(finished,
         assert last_iteration(out) == 2
 
 
-def test_a_resume_names_the_keys_that_differ_and_its_report_times_add_up(finished, tmp_path, caplog):
+def test_a_resume_names_the_keys_that_differ_and_its_report_times_add_up(finished_run, tmp_path, caplog):
     """Tools and turns changed (training keys), the length raised (a schedule key): the resume
     goes on and names each key with both values. The stale ``error.txt`` of an earlier launch is
     gone; the report's time line gives this launch's training inside this launch's time."""
-    root, model, run = finished
+    root, model, run = finished_run
     out = copy_run(run, tmp_path / "run")
     (out / "error.txt").write_text("an earlier launch's error")
     changed = ["agent.init_config.tools=[answer]", "agent.run_config.max_turns=1"]
@@ -92,11 +84,11 @@ def test_a_resume_names_the_keys_that_differ_and_its_report_times_add_up(finishe
     assert int(this_launch[1]) <= int(this_launch[2]), line
 
 
-def test_a_change_of_what_the_checkpoint_means_is_refused_unless_told(finished, tmp_path, capsys, caplog):
+def test_a_change_of_what_the_checkpoint_means_is_refused_unless_told(finished_run, tmp_path, capsys, caplog):
     """Another model folder (the same weights, copied) and another chat template: refused before
     anything starts, naming both keys and the way on; with ``trainer.resume_changed_config=true``
     the run resumes and names them."""
-    root, model, run = finished
+    root, model, run = finished_run
     out = copy_run(run, tmp_path / "run")
     other = Path(shutil.copytree(model, tmp_path / "other_model"))
     changed = [f"agent.init_config.model_name_or_path={other}", "agent.init_config.template=qwen2.5-no-system-tool"]
@@ -115,11 +107,11 @@ def test_a_change_of_what_the_checkpoint_means_is_refused_unless_told(finished, 
     assert trained_iterations(out) == [1.0, 2.0, 3.0]
 
 
-def test_a_checkpoint_without_the_models_this_config_trains_is_refused_even_when_told(finished, tmp_path, capsys):
+def test_a_checkpoint_without_the_models_this_config_trains_is_refused_even_when_told(finished_run, tmp_path, capsys):
     """GAE trains a critic the GRPO checkpoint does not hold: its state cannot be loaded, so the
     resume is refused before anything starts, naming the models and the key, and
     ``trainer.resume_changed_config=true`` does not change that."""
-    root, model, run = finished
+    root, model, run = finished_run
     out = copy_run(run, tmp_path / "run")
     gae = ["algorithm.adv_estimator=gae", f"critic.model.path={model}"]
     for told in ([], ["trainer.resume_changed_config=true"]):
@@ -130,10 +122,10 @@ def test_a_checkpoint_without_the_models_this_config_trains_is_refused_even_when
         assert "Traceback" not in err
 
 
-def test_a_run_that_stops_on_an_error_leaves_a_folder_that_says_so(finished, tmp_path):
+def test_a_run_that_stops_on_an_error_leaves_a_folder_that_says_so(finished_run, tmp_path):
     """It fails as training starts, its config written: ``error.txt`` beside ``config.yaml``
     names the error, with the traceback."""
-    root, model, _ = finished
+    root, model, _ = finished_run
     out = tmp_path / "run"
     command = fit_args(root, model, out, 2, ["--trainer.callbacks+=tests.planted.Fail"])
     with pytest.raises(RuntimeError, match="planted failure"):
